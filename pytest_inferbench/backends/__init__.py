@@ -1,0 +1,1 @@
+"""Server backends: how a server node is served (simulated, containerized, local, external)."""

@@ -1,0 +1,96 @@
+"""The contract between a server node and whatever serves it.
+
+A `Backend` starts one `ServerHandle` per server node (at the node's setup) and every point of
+that node runs through `ServerHandle.run_point`. Handles must make `stop()` idempotent and safe
+after a half-done start: pytest calls the node's teardown even when its setup failed.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from ..launch import ServerSpec
+    from ..metrics import RequestRecord
+    from ..recipe import BenchPoint, ServerConfig
+
+
+class ServerStartError(RuntimeError):
+    """The server never became ready; the message carries the cause and the log tail."""
+
+
+class ServerDiedError(RuntimeError):
+    """The server stopped serving during a sweep; the message carries the log tail."""
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How one point loads its server (InferenceX defaults)."""
+
+    prompts_per_conc: int = 10
+    warmup_per_conc: int = 2
+    range_ratio: float = 0.8
+    seed: int = 0
+    request_rate: float = math.inf  # inf = closed loop at the concurrency
+
+
+@dataclass(frozen=True)
+class StartContext:
+    """What a backend needs besides the node itself."""
+
+    results_dir: Path
+    run_id: str  # one per pytest session; container labels and log names carry it
+    worker_id: str  # "master" or the xdist worker id
+    options: Any  # options.Settings; typed loosely to keep backends free of pytest
+
+
+@dataclass(frozen=True)
+class PointMeasurement:
+    """The raw outcome of one point: the records plus what the server itself reported."""
+
+    records: Sequence[RequestRecord]
+    duration_s: float
+    num_prompts: int
+    max_concurrency: int
+    simulated: bool
+    server_metrics: dict[str, Any] = field(default_factory=dict)  # deltas, AL, KV, preemptions
+    client_check: dict[str, Any] = field(default_factory=dict)  # self-check verdict
+    notes: tuple[str, ...] = ()
+
+
+class ServerHandle(ABC):
+    """A started server node."""
+
+    base_url: str | None = None  # None for the in-process virtual-time simulator
+
+    @abstractmethod
+    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+        """Drive one load point against this server."""
+
+    def check_alive(self) -> None:  # noqa: B027 - default: nothing to check
+        """Raise ServerDiedError (with the log tail) if the server is gone."""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return ""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop and clean up; idempotent, safe after a failed start."""
+
+
+class Backend(ABC):
+    name: str
+
+    @abstractmethod
+    def start(self, server: ServerConfig, spec: ServerSpec | None, ctx: StartContext) -> ServerHandle:
+        """Start serving `server`; raise ServerStartError with the cause and log tail."""
+
+    @property
+    def needs_launch_spec(self) -> bool:
+        return True

@@ -1,0 +1,166 @@
+"""Command-line and ini options of the plugin, read once into a frozen `Settings`.
+
+Precedence: command line, then ini, then the default. `plugin.py` registers the options and
+stores `Settings.from_config(config)` in the config stash; everything else reads `Settings`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+BACKENDS = ("sim", "sim-server", "docker", "process", "external")
+EVAL_RUNNERS = ("builtin", "lm-eval")
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("inferbench", "LLM inference benchmarks (pytest-inferbench)")
+    add = group.addoption
+    add("--inferbench-backend", choices=BACKENDS, default=None,
+        help="how each server node is served: sim (virtual-time simulator, default), sim-server "
+             "(simulator over HTTP as a subprocess), docker, process, external")
+    add("--inferbench-results", default=None, metavar="DIR",
+        help="directory for result JSON, logs, plots (default: inferbench-results)")
+    add("--inferbench-prompts-per-conc", type=int, default=None, metavar="N",
+        help="requests per point = N x concurrency (default 10, as InferenceX)")
+    add("--inferbench-request-rate", type=float, default=None, metavar="RPS",
+        help="open-loop Poisson arrival rate; default inf = closed loop at the concurrency")
+    add("--inferbench-seed", type=int, default=None, help="workload seed (default 0)")
+    add("--inferbench-time-scale", type=float, default=None, metavar="S",
+        help="sim-server clock: 1.0 = real time, 0 = as fast as possible (default 1.0)")
+    add("--inferbench-base-url", default=None, metavar="URL",
+        help="external backend: benchmark this already running server")
+    add("--inferbench-launch-dir", default=None, metavar="DIR",
+        help="directory of launch specs (default: launch/ next to each recipe file)")
+    add("--inferbench-startup-timeout", type=float, default=None, metavar="S",
+        help="override every launch spec's startup timeout")
+    add("--inferbench-docker-host", default=None, metavar="URL",
+        help="Docker Engine to use (default: DOCKER_HOST or the local socket)")
+    add("--inferbench-docker-hosts", default=None, metavar="H1,H2",
+        help="one Docker Engine per xdist worker, assigned in order")
+    add("--inferbench-gpus", default=None, metavar="IDS",
+        help="GPU ids to split between xdist workers, e.g. 0-7")
+    add("--inferbench-process-prefix", default=None, metavar="ARGV",
+        help="process backend: words put before the server argv (e.g. 'srun --gres=gpu:4')")
+    add("--inferbench-pass-env", default=None, metavar="NAMES",
+        help="comma-separated host variables passed to servers (default HF_TOKEN,HUGGING_FACE_HUB_TOKEN)")
+    add("--inferbench-skip-pull", action="store_true", default=False,
+        help="docker backend: never pull; the image must be present")
+    add("--inferbench-gates", default=None, metavar="PATH",
+        help="SLO gates file (default: gates.yaml next to each recipe file, when present)")
+    add("--inferbench-baseline", default=None, metavar="PATH",
+        help="results JSON (summary.json or a directory) to compare against")
+    add("--inferbench-save-baseline", default=None, metavar="PATH",
+        help="write this run's results as a baseline file")
+    add("--inferbench-max-failure-ratio", type=float, default=None, metavar="R",
+        help="allowed ratio of failed requests per point (default 0)")
+    add("--inferbench-eval-data", default=None, metavar="PATH",
+        help="GSM8K jsonl (test split) for the eval items; train.jsonl beside it gives the shots")
+    add("--inferbench-eval-runner", choices=EVAL_RUNNERS, default=None,
+        help="builtin (default) or lm-eval")
+    add("--inferbench-eval-limit", type=int, default=None, metavar="N",
+        help="evaluate only the first N questions")
+    add("--inferbench-pr", type=int, default=None, metavar="N",
+        help="changelog items: entries added since --inferbench-changelog-base must link PR N")
+    add("--inferbench-changelog-base", default=None, metavar="REV",
+        help="git revision the changelog is compared against (default origin/main)")
+    add("--inferbench-no-plots", action="store_true", default=False,
+        help="do not draw PNG plots even when matplotlib is installed")
+
+    parser.addini("inferbench_recipes", "glob patterns of recipe files", type="linelist",
+                  default=["*-master.yaml"])
+    parser.addini("inferbench_backend", "default backend", default="sim")
+    parser.addini("inferbench_results", "results directory", default="inferbench-results")
+    parser.addini("inferbench_eval_data", "GSM8K jsonl for eval items", default="")
+    parser.addini("inferbench_eval_required", "fail eval items that have no data", type="bool",
+                  default=False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str
+    results_dir: Path
+    recipe_globs: tuple[str, ...]
+    prompts_per_conc: int
+    request_rate: float
+    seed: int
+    time_scale: float
+    base_url: str | None
+    launch_dir: Path | None
+    startup_timeout_s: float | None
+    docker_host: str | None
+    docker_hosts: tuple[str, ...]
+    gpus: str | None
+    process_prefix: tuple[str, ...]
+    pass_env: tuple[str, ...]
+    skip_pull: bool
+    gates_file: Path | None
+    baseline: Path | None
+    save_baseline: Path | None
+    max_failure_ratio: float
+    eval_data: Path | None
+    eval_required: bool
+    eval_runner: str
+    eval_limit: int | None
+    pr_number: int | None
+    changelog_base: str
+    plots: bool
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        opt: Callable[[str], object] = config.getoption
+
+        def path_or_none(value: object) -> Path | None:
+            return Path(str(value)) if value else None
+
+        backend = opt("inferbench_backend") or config.getini("inferbench_backend") or "sim"
+        if backend not in BACKENDS:
+            raise pytest.UsageError(
+                f"inferbench_backend = {backend!r}: expected one of {', '.join(BACKENDS)}")
+        eval_data = opt("inferbench_eval_data") or config.getini("inferbench_eval_data") or None
+        hosts = str(opt("inferbench_docker_hosts") or "")
+        prefix = str(opt("inferbench_process_prefix") or "")
+        pass_env = str(opt("inferbench_pass_env") or "HF_TOKEN,HUGGING_FACE_HUB_TOKEN")
+        rate = opt("inferbench_request_rate")
+        return cls(
+            backend=str(backend),
+            results_dir=Path(str(opt("inferbench_results") or config.getini("inferbench_results"))),
+            recipe_globs=tuple(config.getini("inferbench_recipes")),
+            prompts_per_conc=int(opt("inferbench_prompts_per_conc") or 10),  # type: ignore[call-overload]
+            request_rate=float(rate) if rate is not None else math.inf,  # type: ignore[arg-type]
+            seed=int(opt("inferbench_seed") or 0),  # type: ignore[call-overload]
+            time_scale=_float_or(opt("inferbench_time_scale"), 1.0),
+            base_url=str(opt("inferbench_base_url")) if opt("inferbench_base_url") else None,
+            launch_dir=path_or_none(opt("inferbench_launch_dir")),
+            startup_timeout_s=_float_or(opt("inferbench_startup_timeout"), None),
+            docker_host=str(opt("inferbench_docker_host")) if opt("inferbench_docker_host") else None,
+            docker_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
+            gpus=str(opt("inferbench_gpus")) if opt("inferbench_gpus") else None,
+            process_prefix=tuple(prefix.split()),
+            pass_env=tuple(n.strip() for n in pass_env.split(",") if n.strip()),
+            skip_pull=bool(opt("inferbench_skip_pull")),
+            gates_file=path_or_none(opt("inferbench_gates")),
+            baseline=path_or_none(opt("inferbench_baseline")),
+            save_baseline=path_or_none(opt("inferbench_save_baseline")),
+            max_failure_ratio=_float_or(opt("inferbench_max_failure_ratio"), 0.0),
+            eval_data=path_or_none(eval_data),
+            eval_required=bool(config.getini("inferbench_eval_required")),
+            eval_runner=str(opt("inferbench_eval_runner") or "builtin"),
+            eval_limit=int(opt("inferbench_eval_limit")) if opt("inferbench_eval_limit") else None,  # type: ignore[call-overload]
+            pr_number=int(opt("inferbench_pr")) if opt("inferbench_pr") else None,  # type: ignore[call-overload]
+            changelog_base=str(opt("inferbench_changelog_base") or "origin/main"),
+            plots=not bool(opt("inferbench_no_plots")),
+        )
+
+
+def _float_or(value: object, default: float | None) -> float:  # type: ignore[return]
+    if value is None:
+        return default  # type: ignore[return-value]
+    return float(value)  # type: ignore[arg-type]
