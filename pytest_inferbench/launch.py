@@ -2,13 +2,18 @@
 
 Resolving a server node gives one immutable `ServerSpec`: image, argv list, env, port, GPU
 count, health path, startup timeout and the client options. No shell strings anywhere.
-(The loader lands with the collection work.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from .recipe import ServerConfig
 
 PORT_PLACEHOLDER = "{port}"
 
@@ -44,3 +49,94 @@ class ServerSpec:
     @property
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
+
+
+LAUNCH_KEYS = ("image", "command", "args", "env", "port", "health-path", "startup-timeout",
+               "served-model", "client", "overlays")
+OVERLAY_NAMES = ("mtp", "ep", "dp-attn")
+OVERLAY_KEYS = ("args", "env", "client")
+CLIENT_KEYS = ("use-chat-template", "endpoint")
+
+
+def launch_spec_path(server: ServerConfig, launch_dir: Path) -> Path:
+    return launch_dir / f"{server.launch_spec_name}.yaml"
+
+
+def resolve(server: ServerConfig, launch_dir: Path, *,
+            startup_timeout_override: float | None = None) -> ServerSpec:
+    """Read the node's launch spec and apply its overlays; raise LaunchSpecError naming the file."""
+    path = launch_spec_path(server, launch_dir)
+    if not path.is_file():
+        raise LaunchSpecError(
+            f"{server.node_name}: no launch spec for {server.config_key} "
+            f"(looked for {path}; expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise LaunchSpecError(f"{path}: YAML syntax error: {exc}") from None
+    _check_keys(path, "", data, LAUNCH_KEYS)
+    command = _str_list(path, "command", data.get("command", []))
+    args = _str_list(path, "args", data.get("args", []))
+    env = _str_dict(path, "env", data.get("env", {}))
+    client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
+    overlays = _check_keys(path, "overlays", data.get("overlays", {}), OVERLAY_NAMES)
+    active = [name for name, on in (("mtp", server.spec_decoding == "mtp"),
+                                    ("ep", server.ep > 1), ("dp-attn", server.dp_attn)) if on]
+    for name in active:
+        overlay = _check_keys(path, f"overlays.{name}", overlays.get(name, {}), OVERLAY_KEYS)
+        args += _str_list(path, f"overlays.{name}.args", overlay.get("args", []))
+        env.update(_str_dict(path, f"overlays.{name}.env", overlay.get("env", {})))
+        client = {**client, **_check_keys(path, f"overlays.{name}.client",
+                                          overlay.get("client", {}), CLIENT_KEYS)}
+    if not command:
+        raise LaunchSpecError(f"{path}: command: empty (expected the server program as a list)")
+    values = {"{model}": server.model, "{tp}": str(server.tp), "{ep}": str(server.ep)}
+    argv = tuple(_fill(a, values) for a in (*command, *args))
+    timeout = startup_timeout_override or float(data.get("startup-timeout", 1800))
+    return ServerSpec(
+        image=str(data.get("image") or server.image),
+        argv=argv,
+        env=tuple(sorted(env.items())),
+        port=int(data.get("port", 8888)),
+        health_path=str(data.get("health-path", "/health")),
+        startup_timeout_s=timeout,
+        gpu_count=server.tp,
+        served_model=_fill(str(data.get("served-model", "{model}")), values),
+        hardware=server.hardware,
+        framework=server.framework,
+        client=ClientOptions(
+            use_chat_template=bool(client.get("use-chat-template", False)),
+            endpoint=str(client.get("endpoint", "/v1/completions")),
+        ),
+        launch_file=path,
+    )
+
+
+def _fill(word: str, values: dict[str, str]) -> str:
+    # Plain replacement of known placeholders only: JSON arguments keep their braces.
+    for placeholder, value in values.items():
+        word = word.replace(placeholder, value)
+    return word
+
+
+def _check_keys(path: Path, where: str, value: object, allowed: tuple[str, ...]
+                ) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise LaunchSpecError(f"{path}: {where or '<top level>'}: expected a mapping")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise LaunchSpecError(f"{path}: {where + '.' if where else ''}{unknown[0]}: unknown key "
+                              f"(expected one of: {', '.join(allowed)})")
+    return value
+
+
+def _str_list(path: Path, where: str, value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        raise LaunchSpecError(f"{path}: {where}: expected a list of strings (argv words)")
+    return [str(v) for v in value]
+
+
+def _str_dict(path: Path, where: str, value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise LaunchSpecError(f"{path}: {where}: expected a mapping of names to values")
+    return {str(k): str(v) for k, v in value.items()}

@@ -9,12 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 BACKENDS = ("sim", "sim-server", "docker", "process", "external")
 EVAL_RUNNERS = ("builtin", "lm-eval")
@@ -50,7 +46,8 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-process-prefix", default=None, metavar="ARGV",
         help="process backend: words put before the server argv (e.g. 'srun --gres=gpu:4')")
     add("--inferbench-pass-env", default=None, metavar="NAMES",
-        help="comma-separated host variables passed to servers (default HF_TOKEN,HUGGING_FACE_HUB_TOKEN)")
+        help="comma-separated host variables passed to servers "
+             "(default HF_TOKEN,HUGGING_FACE_HUB_TOKEN)")
     add("--inferbench-skip-pull", action="store_true", default=False,
         help="docker backend: never pull; the image must be present")
     add("--inferbench-gates", default=None, metavar="PATH",
@@ -115,52 +112,59 @@ class Settings:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
-        opt: Callable[[str], object] = config.getoption
+        def opt(name: str) -> str | None:
+            value = config.getoption(name)
+            return None if value is None or value is False else str(value)
 
-        def path_or_none(value: object) -> Path | None:
-            return Path(str(value)) if value else None
-
-        backend = opt("inferbench_backend") or config.getini("inferbench_backend") or "sim"
+        backend = opt("inferbench_backend") or str(config.getini("inferbench_backend")) or "sim"
         if backend not in BACKENDS:
             raise pytest.UsageError(
                 f"inferbench_backend = {backend!r}: expected one of {', '.join(BACKENDS)}")
-        eval_data = opt("inferbench_eval_data") or config.getini("inferbench_eval_data") or None
-        hosts = str(opt("inferbench_docker_hosts") or "")
-        prefix = str(opt("inferbench_process_prefix") or "")
-        pass_env = str(opt("inferbench_pass_env") or "HF_TOKEN,HUGGING_FACE_HUB_TOKEN")
-        rate = opt("inferbench_request_rate")
+        eval_data = opt("inferbench_eval_data") or str(config.getini("inferbench_eval_data"))
+        pass_env = opt("inferbench_pass_env") or "HF_TOKEN,HUGGING_FACE_HUB_TOKEN"
+        results = opt("inferbench_results") or str(config.getini("inferbench_results"))
         return cls(
-            backend=str(backend),
-            results_dir=Path(str(opt("inferbench_results") or config.getini("inferbench_results"))),
+            backend=backend,
+            results_dir=Path(results),
             recipe_globs=tuple(config.getini("inferbench_recipes")),
-            prompts_per_conc=int(opt("inferbench_prompts_per_conc") or 10),  # type: ignore[call-overload]
-            request_rate=float(rate) if rate is not None else math.inf,  # type: ignore[arg-type]
-            seed=int(opt("inferbench_seed") or 0),  # type: ignore[call-overload]
-            time_scale=_float_or(opt("inferbench_time_scale"), 1.0),
-            base_url=str(opt("inferbench_base_url")) if opt("inferbench_base_url") else None,
-            launch_dir=path_or_none(opt("inferbench_launch_dir")),
-            startup_timeout_s=_float_or(opt("inferbench_startup_timeout"), None),
-            docker_host=str(opt("inferbench_docker_host")) if opt("inferbench_docker_host") else None,
-            docker_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
-            gpus=str(opt("inferbench_gpus")) if opt("inferbench_gpus") else None,
-            process_prefix=tuple(prefix.split()),
-            pass_env=tuple(n.strip() for n in pass_env.split(",") if n.strip()),
-            skip_pull=bool(opt("inferbench_skip_pull")),
-            gates_file=path_or_none(opt("inferbench_gates")),
-            baseline=path_or_none(opt("inferbench_baseline")),
-            save_baseline=path_or_none(opt("inferbench_save_baseline")),
-            max_failure_ratio=_float_or(opt("inferbench_max_failure_ratio"), 0.0),
-            eval_data=path_or_none(eval_data),
+            prompts_per_conc=int(opt("inferbench_prompts_per_conc") or 10),
+            request_rate=float(opt("inferbench_request_rate") or math.inf),
+            seed=int(opt("inferbench_seed") or 0),
+            time_scale=float(opt("inferbench_time_scale") or 1.0),
+            base_url=opt("inferbench_base_url"),
+            launch_dir=_path(opt("inferbench_launch_dir")),
+            startup_timeout_s=_float(opt("inferbench_startup_timeout")),
+            docker_host=opt("inferbench_docker_host"),
+            docker_hosts=_words(opt("inferbench_docker_hosts"), ","),
+            gpus=opt("inferbench_gpus"),
+            process_prefix=_words(opt("inferbench_process_prefix"), None),
+            pass_env=_words(pass_env, ","),
+            skip_pull=bool(config.getoption("inferbench_skip_pull")),
+            gates_file=_path(opt("inferbench_gates")),
+            baseline=_path(opt("inferbench_baseline")),
+            save_baseline=_path(opt("inferbench_save_baseline")),
+            max_failure_ratio=float(opt("inferbench_max_failure_ratio") or 0.0),
+            eval_data=_path(eval_data),
             eval_required=bool(config.getini("inferbench_eval_required")),
-            eval_runner=str(opt("inferbench_eval_runner") or "builtin"),
-            eval_limit=int(opt("inferbench_eval_limit")) if opt("inferbench_eval_limit") else None,  # type: ignore[call-overload]
-            pr_number=int(opt("inferbench_pr")) if opt("inferbench_pr") else None,  # type: ignore[call-overload]
-            changelog_base=str(opt("inferbench_changelog_base") or "origin/main"),
-            plots=not bool(opt("inferbench_no_plots")),
+            eval_runner=opt("inferbench_eval_runner") or "builtin",
+            eval_limit=_int(opt("inferbench_eval_limit")),
+            pr_number=_int(opt("inferbench_pr")),
+            changelog_base=opt("inferbench_changelog_base") or "origin/main",
+            plots=not config.getoption("inferbench_no_plots"),
         )
 
 
-def _float_or(value: object, default: float | None) -> float:  # type: ignore[return]
-    if value is None:
-        return default  # type: ignore[return-value]
-    return float(value)  # type: ignore[arg-type]
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None else None
+
+
+def _words(value: str | None, sep: str | None) -> tuple[str, ...]:
+    return tuple(w.strip() for w in (value or "").split(sep) if w.strip())

@@ -1,1 +1,69 @@
+"""pytest hooks of pytest-inferbench: hooks only, each delegating to the module doing the work."""
+
 from __future__ import annotations
+
+from fnmatch import fnmatch
+from typing import TYPE_CHECKING
+
+import pytest
+
+from . import collect, options, state
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+    from pathlib import Path
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "inferbench(config_key, model_prefix, framework, precision, runner, hardware, tp, ep, "
+        "dp_attn, spec_decoding, isl, osl, conc): a generated benchmark point; select with "
+        '-m "inferbench(conc=64)"',
+    )
+    state.create_session_state(config)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    settings = state.get_session_state(parent.config).settings
+    if any(fnmatch(file_path.name, pattern) for pattern in settings.recipe_globs):
+        return collect.RecipeFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = state.get_session_state(config).settings
+    lines = [f"inferbench: backend {settings.backend}, results in {settings.results_dir}/"]
+    if settings.backend in ("sim", "sim-server"):
+        lines.append("inferbench: SIMULATED results -- predictions of a performance model, "
+                     "not measurements of real hardware")
+    return lines
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str:
+    nodes = {i.parent.nodeid for i in items if isinstance(i, collect.BenchItem)}  # type: ignore[union-attr]
+    points = sum(isinstance(i, collect.BenchItem) for i in items)
+    return f"inferbench: {len(nodes)} server nodes, {points} benchmark points"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Reordering plugins could interleave servers and restart them; keep each node contiguous.
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.parent.nodeid if item.parent else "", index)
+    items.sort(key=lambda i: first_seen[i.parent.nodeid if i.parent else ""])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if isinstance(item, collect.BenchItem):
+        collect.clean_longrepr(call, report)
+    return report

@@ -83,14 +83,19 @@ class ServerConfig:
     sweeps: tuple[SeqLenSweep, ...]
     source: Path
     line: int  # 1-based line of the config key
+    scenario: str = "fixed-seq-len"  # or "agentic-coding"
+    topology: str = ""  # multinode prefill/decode shape, part of the node name
     skip_reason: str | None = None  # parsed and valid, but not runnable by this plugin yet
 
     @property
     def node_name(self) -> str:
-        name = f"{self.config_key}-tp{self.tp}"
-        if self.ep > 1:
+        name = f"{self.config_key}{self.topology}" if self.topology else (
+            f"{self.config_key}-tp{self.tp}")
+        if self.scenario == "agentic-coding" and "agentic" not in self.config_key:
+            name += "-agentic"
+        if self.ep > 1 and not self.topology:
             name += f"-ep{self.ep}"
-        if self.dp_attn:
+        if self.dp_attn and not self.topology:
             name += "-dpa"
         if self.spec_decoding != "none" and "-mtp" not in self.config_key:
             name += "-mtp" if self.spec_decoding == "mtp" else f"-{self.spec_decoding}"
@@ -125,6 +130,8 @@ class BenchPoint:
 
     @property
     def name(self) -> str:
+        if self.server.scenario == "agentic-coding":
+            return f"agentic-conc{self.conc}"
         return f"isl{self.isl}-osl{self.osl}-conc{self.conc}"
 
     @property

@@ -1,0 +1,47 @@
+"""The body of every benchmark item: run the point, record the result, apply the gates."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .backends.base import ServerDiedError
+from .state import get_session_state
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .collect import BenchItem
+
+
+def result_path(results_dir: Path, nodeid: str) -> Path:
+    """One JSON file per node id, named so it sorts with its server node."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "__", nodeid.replace("::", "__")).strip("_")
+    return results_dir / "points" / f"{slug}.json"
+
+
+def run_bench_item(item: BenchItem) -> None:
+    from . import gates, report, results
+
+    node = item.server_node
+    state = get_session_state(item.config)
+    handle = node.handle
+    if handle is None:  # setup failed; pytest already reported it, never reached in practice
+        pytest.fail(f"{node.name}: server was not started", pytrace=False)
+    try:
+        measurement = handle.run_point(item.point, state.load)
+    except ServerDiedError as exc:
+        node.dead_reason = str(exc)
+        pytest.fail(str(exc), pytrace=False)
+    result = results.build_result(item.point, measurement, spec=node.spec,
+                                  backend=state.settings.backend)
+    result["nodeid"] = item.nodeid
+    failures = gates.evaluate_point(result, item.point, node.spec, state.settings)
+    result["gate_failures"] = failures
+    results.write_result_atomic(result_path(state.settings.results_dir, item.nodeid), result)
+    state.results.append(result)
+    item.user_properties.extend(report.result_properties(result))
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
