@@ -1,0 +1,264 @@
+"""Per-point pass/fail rules. Each failure is one line that says what, how much, and where from.
+
+Entry points for the collection code:
+
+- `load_gates(recipe_path, settings) -> Gates` (cached per recipe directory): the SLO file
+  (`--inferbench-gates` or `gates.yaml` next to the recipe), the golden ALs (`golden_al/` next
+  to the recipe); raises `GatesFileError` / `GoldenALError` with file:line.
+- `load_baseline_for(settings) -> Baseline | None` (once per session).
+- `acceptance_fields(point, spec, gates) -> dict`: keys to merge into the result before it is
+  written, so the measured AL is always recorded next to the golden AL.
+- `evaluate_point(result, point, spec, settings, gates, baseline) -> list[str]`: the failures.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .gates_baseline import (
+    DEFAULT_METRICS,
+    Baseline,
+    higher_is_better,
+    load_baseline,
+)
+from .gates_rules import GatesFile, GatesFileError, display_path, load_gates_file
+from .gates_speculative import GoldenAL, load_golden_al, speculative_decoding
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .launch import ServerSpec
+    from .options import Settings
+    from .recipe import BenchPoint
+
+__all__ = [
+    "Gates",
+    "GatesFileError",
+    "acceptance_fields",
+    "evaluate_point",
+    "load_baseline_for",
+    "load_gates",
+]
+
+SYNTHETIC_AL_TOLERANCE = 0.03
+GOLDEN_AL_DELTA = "golden_al_delta"  # virtual result key: |acceptance_length - golden AL|
+
+
+@dataclass(frozen=True)
+class Gates:
+    rules: GatesFile = field(default_factory=lambda: GatesFile(None))
+    golden: GoldenAL = field(default_factory=GoldenAL)
+
+
+@functools.lru_cache(maxsize=64)
+def _gates_cached(gates_path: Path | None, golden_dir: Path) -> Gates:
+    rules = load_gates_file(gates_path) if gates_path else GatesFile(None)
+    return Gates(rules, load_golden_al(golden_dir))
+
+
+def load_gates(recipe_path: Path, settings: Settings) -> Gates:
+    directory = recipe_path.resolve().parent
+    gates_path = settings.gates_file
+    if gates_path is None and (directory / "gates.yaml").is_file():
+        gates_path = directory / "gates.yaml"
+    elif gates_path is not None and not gates_path.is_file():
+        raise GatesFileError(f"{gates_path}: gates file does not exist (--inferbench-gates)")
+    return _gates_cached(gates_path.resolve() if gates_path else None, directory / "golden_al")
+
+
+def load_baseline_for(settings: Settings) -> Baseline | None:
+    return load_baseline(settings.baseline) if settings.baseline else None
+
+
+def unit_of(metric: str) -> str:
+    name = metric.lower()
+    if name.endswith("_ms"):
+        return "ms"
+    if "intvty" in name:
+        return "tok/s/user"
+    if "per_gpu" in name:
+        return "tok/s/GPU"
+    if name == "request_throughput" or "goodput" in name:
+        return "req/s"
+    if "throughput" in name:
+        return "tok/s"
+    if any(w in name for w in ("ttft", "tpot", "itl", "e2el", "duration")):
+        return "s"
+    return ""
+
+
+def fmt(value: float, unit: str = "") -> str:
+    magnitude = abs(value)
+    text = (
+        f"{value:.1f}"
+        if magnitude >= 100
+        else f"{value:.2f}"
+        if magnitude >= 0.1
+        else f"{value:.3g}"
+    )
+    return f"{text} {unit}" if unit else text
+
+
+def acceptance_fields(point: BenchPoint, spec: ServerSpec | None, gates: Gates) -> dict[str, Any]:
+    """Spec-decode identity and the golden AL for this point (empty when not speculative)."""
+    sd = speculative_decoding(point.server, spec)
+    if sd is None:
+        return {}
+    prefix = point.server.model_prefix
+    return {
+        "spec_method": sd.method,
+        "spec_num_tokens": sd.num_tokens,
+        "thinking_mode": sd.thinking,
+        "synthetic_acceptance_length": sd.synthetic_al,
+        "golden_acceptance_length": gates.golden.lookup(
+            prefix, sd.method, sd.thinking, sd.num_tokens
+        ),
+        "golden_al_source": gates.golden.source(prefix, sd.method),
+    }
+
+
+def evaluate_point(
+    result: Mapping[str, Any],
+    point: BenchPoint,
+    spec: ServerSpec | None,
+    settings: Settings,
+    gates: Gates,
+    baseline: Baseline | None,
+) -> list[str]:
+    """Every gate the point fails, one line each (empty list: the point passes)."""
+    values = dict(result)
+    values.update(
+        {k: v for k, v in acceptance_fields(point, spec, gates).items() if k not in values}
+    )
+    failures = _failure_ratio(values, settings.max_failure_ratio)
+    failures += _speculative(values, point, spec)
+    failures += _slo(values, point, gates.rules)
+    if baseline is not None:
+        failures += _regression(values, baseline, gates.rules)
+    return failures
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _failure_ratio(result: Mapping[str, Any], allowed: float) -> list[str]:
+    total = _number(result.get("num_prompts"))
+    completed = _number(result.get("completed"))
+    failed = _number(result.get("failed"))
+    if failed is None and total is not None and completed is not None:
+        failed = total - completed
+    if total is None or failed is None:
+        return ["result has no request counts (num_prompts, completed/failed)"]
+    if total <= 0:
+        return ["no requests were sent (num_prompts = 0)"]
+    ratio = failed / total
+    if ratio > allowed:
+        return [
+            f"failed requests {failed:.0f}/{total:.0f} ({ratio:.1%}) > allowed {allowed:.1%} "
+            "(--inferbench-max-failure-ratio)"
+        ]
+    return []
+
+
+def _speculative(
+    result: Mapping[str, Any], point: BenchPoint, spec: ServerSpec | None
+) -> list[str]:
+    sd = speculative_decoding(point.server, spec)
+    if sd is None:
+        return []
+    failures: list[str] = []
+    where = display_path(spec.launch_file) if spec else point.server.config_key
+    if spec is not None and not spec.client.use_chat_template:
+        failures.append(
+            f"speculative decoding ({sd.method}) without the chat template: "
+            f"set use_chat_template in {where}; AL depends on chat framing"
+        )
+    measured = _number(result.get("acceptance_length"))
+    if sd.synthetic_al is not None:
+        if measured is None:
+            failures.append(
+                f"acceptance_length not measured, but {sd.synthetic_source} forces "
+                f"{fmt(sd.synthetic_al)} ({where})"
+            )
+        else:
+            error = abs(measured - sd.synthetic_al) / sd.synthetic_al
+            if error > SYNTHETIC_AL_TOLERANCE:
+                failures.append(
+                    f"acceptance_length {fmt(measured)} != forced {fmt(sd.synthetic_al)} "
+                    f"({sd.synthetic_source}, {where}): off by {error:.1%} > "
+                    f"{SYNTHETIC_AL_TOLERANCE:.0%}"
+                )
+    return failures
+
+
+def _slo(result: Mapping[str, Any], point: BenchPoint, rules: GatesFile) -> list[str]:
+    names = (point.server.config_key, point.server.node_name)
+    failures: list[str] = []
+    for rule in rules.rules:
+        if not rule.matches(names, point.isl, point.osl, point.conc):
+            continue
+        for req in rule.requirements:
+            where = rules.location(req.line)
+            value, missing = _metric(result, req.metric)
+            if value is None:
+                failures.append(f"{req.metric}: {missing} ({where})")
+                continue
+            if not req.holds(value):
+                unit = unit_of(req.metric)
+                failures.append(
+                    f"{req.metric} {fmt(value, unit)} {req.violated_op} "
+                    f"{fmt(req.threshold, unit)} ({where})"
+                )
+    return failures
+
+
+def _metric(result: Mapping[str, Any], metric: str) -> tuple[float | None, str]:
+    if metric == GOLDEN_AL_DELTA:
+        measured = _number(result.get("acceptance_length"))
+        golden = _number(result.get("golden_acceptance_length"))
+        if measured is None:
+            return None, "no measured acceptance_length for this point"
+        if golden is None:
+            return None, (
+                f"no golden AL for {result.get('spec_method')} "
+                f"k={result.get('spec_num_tokens')} {result.get('thinking_mode')}"
+            )
+        return abs(measured - golden), ""
+    if metric not in result:
+        return None, "not in the result"
+    value = _number(result[metric])
+    return value, "" if value is not None else f"not a number ({result[metric]!r})"
+
+
+def _regression(result: Mapping[str, Any], baseline: Baseline, rules: GatesFile) -> list[str]:
+    before = baseline.find(result)
+    if before is None:
+        return []  # a new point has nothing to regress from
+    policy = rules.regression
+    metrics = dict(DEFAULT_METRICS)
+    for metric, _ in policy.tolerances:
+        metrics.setdefault(metric, higher_is_better(metric))
+    failures: list[str] = []
+    source = display_path(baseline.source)
+    for metric, higher in metrics.items():
+        now, then = _number(result.get(metric)), _number(before.get(metric))
+        if now is None or then is None or then == 0:
+            continue
+        tolerance = policy.tolerance_for(metric)
+        change = (now - then) / abs(then)
+        worse = -change if higher else change
+        if worse > tolerance:
+            unit = unit_of(metric)
+            op = "<" if higher else ">"
+            failures.append(
+                f"{metric} {fmt(now, unit)} {op} baseline {fmt(then, unit)} "
+                f"({change:+.1%}, tolerance {tolerance:.0%}; {source})"
+            )
+    return failures

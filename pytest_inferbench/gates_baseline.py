@@ -1,0 +1,135 @@
+"""Baselines: results of an earlier run, matched to the current points by identity.
+
+A baseline is a `summary.json` written by this plugin (`{"points": [result, ...]}`), a plain
+JSON list of results, a single result JSON, or a directory holding any of these (searched
+recursively). A point is identified by its recipe identity, never by image or backend, so a
+new image is compared against the old one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+# Fields that say which point a result belongs to (the first name present in each group wins).
+IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("config_key",),
+    ("infmax_model_prefix", "model_prefix"),
+    ("hw", "runner"),
+    ("hardware",),
+    ("framework",),
+    ("precision",),
+    ("tp",),
+    ("ep",),
+    ("dp_attention", "dp_attn"),
+    ("spec_decoding",),
+    ("isl",),
+    ("osl",),
+    ("conc", "max_concurrency"),
+)
+
+# (metric, higher_is_better), InferenceX compare_results.METRIC_DEFS plus output tput and AL.
+DEFAULT_METRICS: tuple[tuple[str, bool], ...] = (
+    ("tput_per_gpu", True),
+    ("output_tput_per_gpu", True),
+    ("median_ttft", False),
+    ("p99_ttft", False),
+    ("median_intvty", True),
+    ("p99_intvty", True),
+    ("median_e2el", False),
+    ("p99_e2el", False),
+    ("acceptance_length", True),
+)
+
+_HIGHER = ("throughput", "tput", "intvty", "goodput", "acceptance", "completed", "accuracy")
+_LOWER = ("ttft", "tpot", "itl", "e2el", "latency", "duration", "failed", "preempt")
+
+
+class BaselineError(Exception):
+    """The baseline cannot be read; the message names the file."""
+
+
+def higher_is_better(metric: str) -> bool:
+    """Direction of a metric from its name: throughput up, latency down."""
+    name = metric.lower()
+    if any(word in name for word in _HIGHER):
+        return True
+    if any(word in name for word in _LOWER):
+        return False
+    raise BaselineError(
+        f"no known direction for metric {metric!r}: name a throughput "
+        "(higher is better) or latency (lower is better) key"
+    )
+
+
+def identity(result: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    key: list[tuple[str, str]] = []
+    for names in IDENTITY_FIELDS:
+        for name in names:
+            if result.get(name) is not None:
+                key.append((names[0], str(result[name]).lower()))
+                break
+    return tuple(key)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    source: Path
+    points: tuple[tuple[tuple[tuple[str, str], ...], dict[str, Any]], ...]
+
+    def find(self, result: Mapping[str, Any]) -> dict[str, Any] | None:
+        return dict(self.points).get(identity(result))
+
+
+def _results_in(data: object) -> list[dict[str, Any]]:
+    if isinstance(data, dict) and isinstance(data.get("points"), list):
+        return [p for p in data["points"] if isinstance(p, dict)]
+    if isinstance(data, list):
+        return [p for p in data if isinstance(p, dict)]
+    if isinstance(data, dict) and ("conc" in data or "max_concurrency" in data):
+        return [data]
+    return []
+
+
+def load_baseline(path: Path) -> Baseline:
+    files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+    if not path.exists():
+        raise BaselineError(f"baseline {path} does not exist")
+    points: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for file in files:
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BaselineError(f"baseline {file}: not readable JSON: {exc}") from None
+        for result in _results_in(data):
+            points[identity(result)] = result
+    if not points:
+        raise BaselineError(f"baseline {path} holds no point results")
+    return Baseline(path, tuple(points.items()))
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write JSON so a reader never sees half a file (temp file + rename in the same dir)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2, sort_keys=False, default=str)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_baseline(
+    path: Path, results: Iterable[Mapping[str, Any]], metadata: Mapping[str, Any]
+) -> None:
+    write_json_atomic(path, {"metadata": dict(metadata), "points": [dict(r) for r in results]})

@@ -1,0 +1,297 @@
+"""Each gate failing and passing, with the message text asserted."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_inferbench.gates import Gates, evaluate_point, load_gates
+from pytest_inferbench.gates_baseline import load_baseline, save_baseline
+from pytest_inferbench.gates_rules import GatesFile, GatesFileError, load_gates_file, parse_gates
+from pytest_inferbench.gates_speculative import load_golden_al
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+GATES_YAML = """\
+slo:
+  - match: {config: "minimaxm3-*", isl: 8192, osl: 1024, conc: "1-64"}
+    require:
+      - p99_ttft <= 2.0
+      - tput_per_gpu >= 500
+  - match: {config: "other-*"}
+    require:
+      - p99_ttft <= 0.001
+regression:
+  tolerance: 5%
+  metrics: {p99_ttft: 0.10}
+"""
+
+GOLDEN_YAML = """\
+minimax-m3:
+  thinking_on: {1: 1.78, 2: 2.38, 3: 2.83}
+  thinking_off: {1: 1.84, 2: 2.52, 3: 2.93}
+"""
+
+EAGLE3 = ("--method", "eagle3", "--num-speculative-tokens", "3")
+
+
+@pytest.fixture
+def recipe_dir(tmp_path: Path) -> Path:
+    (tmp_path / "gates.yaml").write_text(GATES_YAML)
+    (tmp_path / "golden_al").mkdir()
+    (tmp_path / "golden_al" / "minimaxm3_eagle3.yaml").write_text(GOLDEN_YAML)
+    (tmp_path / "amd-master.yaml").write_text("{}\n")
+    return tmp_path
+
+
+def gates_for(objs: Any, recipe_dir: Path) -> Gates:
+    return load_gates(recipe_dir / "amd-master.yaml", objs.make_settings())
+
+
+def golden_only(recipe_dir: Path) -> Gates:
+    return Gates(golden=load_golden_al(recipe_dir / "golden_al"))
+
+
+def test_slo_passes_within_thresholds(objs: Any, recipe_dir: Path) -> None:
+    point = objs.make_point()
+    result = objs.make_result(point, p99_ttft=1.5, tput_per_gpu=800.0)
+    assert (
+        evaluate_point(result, point, None, objs.make_settings(), gates_for(objs, recipe_dir), None)
+        == []
+    )
+
+
+def test_slo_failure_names_value_threshold_and_line(objs: Any, recipe_dir: Path) -> None:
+    point = objs.make_point()
+    result = objs.make_result(point, p99_ttft=2.31, tput_per_gpu=420.0)
+    failures = evaluate_point(
+        result, point, None, objs.make_settings(), gates_for(objs, recipe_dir), None
+    )
+    where = recipe_dir / "gates.yaml"
+    assert failures == [
+        f"p99_ttft 2.31 s > 2.00 s ({where}:4)",
+        f"tput_per_gpu 420.0 tok/s/GPU < 500.0 tok/s/GPU ({where}:5)",
+    ]
+
+
+def test_slo_rule_outside_its_match_does_not_apply(objs: Any, recipe_dir: Path) -> None:
+    point = objs.make_point(conc=128)  # the rule covers conc 1-64 only
+    result = objs.make_result(point, p99_ttft=9.0, tput_per_gpu=1.0)
+    assert (
+        evaluate_point(result, point, None, objs.make_settings(), gates_for(objs, recipe_dir), None)
+        == []
+    )
+
+
+def test_slo_on_a_missing_result_key_fails_clearly(objs: Any, tmp_path: Path) -> None:
+    gates = Gates(parse_gates("slo:\n  - require: [p99_ttft_ms <= 100]\n", tmp_path / "g.yaml"))
+    point = objs.make_point()
+    failures = evaluate_point(
+        objs.make_result(point), point, None, objs.make_settings(), gates, None
+    )
+    assert failures == [f"p99_ttft_ms: not in the result ({tmp_path / 'g.yaml'}:2)"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "slo:\n  - require: [p99_ttft < 2]\n",
+            "g.yaml:2: operator '<' in 'p99_ttft < 2': use '>=' or '<='",
+        ),
+        ("slo:\n  - match: {conc: 64-8}\n    require: [a >= 1]\n", "g.yaml:2: 'conc' must be N"),
+        ("slo:\n  - match: {gpu: x}\n    require: [a >= 1]\n", "g.yaml:2: unknown match key 'gpu'"),
+        ("slo:\n  - match: {isl: 1k}\n", "g.yaml:2: 'isl' must be a positive integer"),
+        ("regression:\n  tolerance: lots\n", "g.yaml:2: tolerance must be a fraction"),
+        ("slo: [\n", "g.yaml:2: invalid YAML"),
+        ("slos: []\n", "g.yaml:1: unknown key 'slos'"),
+    ],
+)
+def test_malformed_gates_file_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    with pytest.raises(GatesFileError) as info:
+        load_gates_file(path)
+    assert message in str(info.value)
+
+
+def test_missing_explicit_gates_file_is_an_error(objs: Any, recipe_dir: Path) -> None:
+    settings = objs.make_settings(gates_file=recipe_dir / "nope.yaml")
+    with pytest.raises(GatesFileError, match=r"nope\.yaml: gates file does not exist"):
+        load_gates(recipe_dir / "amd-master.yaml", settings)
+
+
+def test_failure_ratio_gate(objs: Any, recipe_dir: Path) -> None:
+    point = objs.make_point(conc=4)
+    result = objs.make_result(point, completed=37, failed=3)
+    gates = Gates()
+    assert evaluate_point(result, point, None, objs.make_settings(), gates, None) == [
+        "failed requests 3/40 (7.5%) > allowed 0.0% (--inferbench-max-failure-ratio)"
+    ]
+    assert (
+        evaluate_point(result, point, None, objs.make_settings(max_failure_ratio=0.1), gates, None)
+        == []
+    )
+
+
+def test_baseline_regression_is_direction_aware(objs: Any, tmp_path: Path) -> None:
+    point = objs.make_point()
+    before = objs.make_result(point, tput_per_gpu=1000.0, p99_ttft=2.0, median_intvty=50.0)
+    save_baseline(tmp_path / "base.json", [before], {"backend": "sim"})
+    baseline = load_baseline(tmp_path / "base.json")
+    regression_only = "regression:\n  tolerance: 5%\n  metrics: {p99_ttft: 0.10}\n"
+    gates = Gates(parse_gates(regression_only, tmp_path / "gates.yaml"))
+    settings = objs.make_settings()
+
+    # Better in both directions (more throughput, less latency): passes.
+    better = objs.make_result(point, tput_per_gpu=1200.0, p99_ttft=1.0, median_intvty=60.0)
+    assert evaluate_point(better, point, None, settings, gates, baseline) == []
+    # Throughput down 10% (tolerance 5%) and TTFT up 20% (tolerance 10%): both fail.
+    worse = objs.make_result(point, tput_per_gpu=900.0, p99_ttft=2.4, median_intvty=50.0)
+    failures = evaluate_point(worse, point, None, settings, gates, baseline)
+    source = tmp_path / "base.json"
+    assert failures == [
+        "tput_per_gpu 900.0 tok/s/GPU < baseline 1000.0 tok/s/GPU "
+        f"(-10.0%, tolerance 5%; {source})",
+        f"p99_ttft 2.40 s > baseline 2.00 s (+20.0%, tolerance 10%; {source})",
+    ]
+    # Within tolerance: TTFT up 8% under a 10% tolerance, throughput down 4% under 5%.
+    close = objs.make_result(point, tput_per_gpu=960.0, p99_ttft=2.16, median_intvty=50.0)
+    assert evaluate_point(close, point, None, settings, gates, baseline) == []
+
+
+def test_baseline_from_results_directory_matches_by_identity(objs: Any, tmp_path: Path) -> None:
+    point4, point64 = objs.make_point(conc=4), objs.make_point(conc=64)
+    (tmp_path / "runs").mkdir()
+    for p, tput in ((point4, 100.0), (point64, 1000.0)):
+        data = objs.make_result(p, tput_per_gpu=tput, image="old-image", backend="docker")
+        (tmp_path / "runs" / f"c{p.conc}.json").write_text(json.dumps(data))
+    baseline = load_baseline(tmp_path / "runs")
+    now = objs.make_result(point64, tput_per_gpu=500.0, image="new-image", backend="sim")
+    failures = evaluate_point(now, point64, None, objs.make_settings(), Gates(), baseline)
+    assert len(failures) == 1
+    assert failures[0].startswith(
+        "tput_per_gpu 500.0 tok/s/GPU < baseline 1000.0 tok/s/GPU (-50.0%"
+    )
+
+
+def test_spec_decode_without_chat_template_fails(objs: Any, recipe_dir: Path) -> None:
+    point = objs.make_point(spec_decoding="mtp")
+    result = objs.make_result(point, acceptance_length=2.9)
+    spec_chat = objs.make_spec(EAGLE3, chat=True)
+    spec_plain = objs.make_spec(EAGLE3, chat=False)
+    gates = golden_only(recipe_dir)
+    assert evaluate_point(result, point, spec_chat, objs.make_settings(), gates, None) == []
+    assert evaluate_point(result, point, spec_plain, objs.make_settings(), gates, None) == [
+        "speculative decoding (eagle3) without the chat template: set use_chat_template in "
+        "benchmarks/launch/minimaxm3_fp4_mi355x_atom_mtp.yaml; AL depends on chat framing"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "source"),
+    [
+        (
+            (*EAGLE3, "--spec-decode-acceptance-length", "2.78"),
+            (),
+            "--spec-decode-acceptance-length",
+        ),
+        (
+            (
+                "--speculative-config",
+                json.dumps(
+                    {
+                        "method": "eagle3",
+                        "num_speculative_tokens": 3,
+                        "synthetic_acceptance_length": 2.78,
+                    }
+                ),
+            ),
+            (),
+            "synthetic_acceptance_length in --speculative-config",
+        ),
+        (
+            ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"),
+            (("SGLANG_SIMULATE_ACC_LEN", "2.78"),),
+            "SGLANG_SIMULATE_ACC_LEN",
+        ),
+    ],
+)
+def test_forced_acceptance_length_must_be_met(
+    objs: Any,
+    recipe_dir: Path,
+    argv: tuple[str, ...],
+    env: tuple[tuple[str, str], ...],
+    source: str,
+) -> None:
+    point = objs.make_point(spec_decoding="mtp")
+    spec = objs.make_spec(argv, env)
+    gates = golden_only(recipe_dir)
+    near = objs.make_result(point, acceptance_length=2.78 * 1.02)  # 2% off: inside the 3% tolerance
+    assert evaluate_point(near, point, spec, objs.make_settings(), gates, None) == []
+    far = objs.make_result(point, acceptance_length=2.5)
+    assert evaluate_point(far, point, spec, objs.make_settings(), gates, None) == [
+        f"acceptance_length 2.50 != forced 2.78 ({source}, "
+        "benchmarks/launch/minimaxm3_fp4_mi355x_atom_mtp.yaml): off by 10.1% > 3%"
+    ]
+
+
+def test_golden_al_delta_rule(objs: Any, tmp_path: Path, recipe_dir: Path) -> None:
+    rules = parse_gates(
+        "slo:\n  - require:\n      - golden_al_delta <= 0.2\n", tmp_path / "al.yaml"
+    )
+    gates = Gates(rules, load_golden_al(recipe_dir / "golden_al"))
+    point = objs.make_point(spec_decoding="mtp")
+    spec = objs.make_spec(EAGLE3)  # k=3, thinking on: golden 2.83
+    assert (
+        evaluate_point(
+            objs.make_result(point, acceptance_length=2.9),
+            point,
+            spec,
+            objs.make_settings(),
+            gates,
+            None,
+        )
+        == []
+    )
+    assert evaluate_point(
+        objs.make_result(point, acceptance_length=3.2),
+        point,
+        spec,
+        objs.make_settings(),
+        gates,
+        None,
+    ) == [f"golden_al_delta 0.37 > 0.20 ({tmp_path / 'al.yaml'}:3)"]
+    thinking_off = objs.make_spec(
+        (*EAGLE3, "--default-chat-template-kwargs", '{"enable_thinking": false}')
+    )
+    # Thinking off: golden 2.93, so 3.2 is 0.27 away and still fails, 3.1 passes.
+    assert (
+        evaluate_point(
+            objs.make_result(point, acceptance_length=3.1),
+            point,
+            thinking_off,
+            objs.make_settings(),
+            gates,
+            None,
+        )
+        == []
+    )
+
+
+def test_acceptance_fields_record_golden_next_to_measured(objs: Any, recipe_dir: Path) -> None:
+    from pytest_inferbench.gates import acceptance_fields
+
+    point = objs.make_point(spec_decoding="mtp")
+    fields = acceptance_fields(point, objs.make_spec(EAGLE3), golden_only(recipe_dir))
+    assert fields["golden_acceptance_length"] == 2.83
+    assert fields["spec_method"] == "eagle3" and fields["spec_num_tokens"] == 3
+    assert fields["thinking_mode"] == "thinking_on"
+    assert acceptance_fields(objs.make_point(), objs.make_spec(), golden_only(recipe_dir)) == {}
+
+
+def test_empty_gates_file_is_allowed(tmp_path: Path) -> None:
+    assert parse_gates("", tmp_path / "g.yaml") == GatesFile(tmp_path / "g.yaml")
