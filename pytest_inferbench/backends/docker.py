@@ -1,0 +1,186 @@
+"""The `docker` backend: one container per server node, through the docker SDK only.
+
+- The image is pulled before the startup clock starts (model-server images take minutes to
+  pull); skipped when present or with `--inferbench-skip-pull`.
+- The container runs the launch spec's argv exactly (entrypoint = argv[0], command = the
+  rest; never a shell string), with host networking on a free port, env from the spec plus the
+  host variables named by `--inferbench-pass-env` (values redacted everywhere we write), the
+  Hugging Face cache mounted, labels `inferbench.{run,worker,node,owner}`, and a GPU preset
+  when `gpu.preset_for_node` says so.
+- `INFERBENCH_DOCKER_MOUNTS` (host:container[:ro|rw], comma-separated) adds bind mounts to
+  every container: site model directories, and the simulator test image
+  (`pytest_inferbench.testing.simimage`) that borrows the host's Python read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import gpu
+from ..redact import Redactor
+from . import reaper
+from .base import Backend, ServerStartError
+from .process import start_supervised
+from .readiness import LogPump, free_port, log_path_for
+
+if TYPE_CHECKING:
+    from ..launch import ServerSpec
+    from ..recipe import ServerConfig
+    from .base import StartContext
+    from .process import SupervisedHandle
+
+MOUNTS_ENV = "INFERBENCH_DOCKER_MOUNTS"
+CONTAINER_HF_CACHE = "/root/.cache/huggingface/hub"
+
+
+def make_client(host: str | None) -> Any:
+    """A client for `host` (tcp://, unix://, ssh://) or, when None, DOCKER_HOST / the socket."""
+    import docker
+
+    client = docker.DockerClient(base_url=host) if host else docker.from_env()
+    client.ping()
+    return client
+
+
+def parse_mounts(text: str) -> dict[str, dict[str, str]]:
+    """`/a:/b:ro,/c:/c` -> docker SDK volumes; read-only unless `:rw` is given."""
+    volumes: dict[str, dict[str, str]] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        parts = entry.split(":")
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+            raise ServerStartError(f"{MOUNTS_ENV}: {entry!r} is not host:container[:ro|rw]")
+        mode = parts[2] if len(parts) == 3 else "ro"
+        if mode not in ("ro", "rw"):
+            raise ServerStartError(f"{MOUNTS_ENV}: {entry!r}: mode must be ro or rw")
+        volumes[parts[0]] = {"bind": parts[1], "mode": mode}
+    return volumes
+
+
+def hf_cache_mount(environ: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The host's HF hub cache mounted read-write (downloads persist); only when it exists,
+    because docker would otherwise create it root-owned."""
+    hub = environ.get("HF_HUB_CACHE") or str(
+        Path(environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
+    if not Path(hub).is_dir():
+        return {}, {}
+    return {hub: {"bind": CONTAINER_HF_CACHE, "mode": "rw"}}, {"HF_HUB_CACHE": CONTAINER_HF_CACHE}
+
+
+def container_name(ctx: StartContext, node: str, port: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", node).strip("-.") or "server"
+    return f"inferbench-{ctx.run_id[:8]}-{ctx.worker_id}-{slug}"[:100] + f"-{port}"
+
+
+def ensure_image(client: Any, image: str, skip_pull: bool, redactor: Redactor) -> None:
+    import docker.errors
+
+    try:
+        client.images.get(image)
+        return
+    except docker.errors.ImageNotFound:
+        if skip_pull:
+            raise ServerStartError(
+                f"image {image} is not present and --inferbench-skip-pull forbids pulling it"
+            ) from None
+    repository, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "")
+    try:
+        client.images.pull(repository, tag=tag or "latest")
+    except docker.errors.APIError as exc:
+        raise ServerStartError(
+            f"cannot pull image {image}: {redactor.text(str(exc))}") from None
+
+
+class Container:
+    """A started container: state, streamed log, idempotent stop-and-remove."""
+
+    def __init__(self, name: str, container: Any, log_path: Path, redactor: Redactor) -> None:
+        self.name = name
+        self.container = container
+        self.log = LogPump(container.logs(stream=True, follow=True), log_path, redactor)
+
+    def exit_code(self) -> int | None:
+        import docker.errors
+
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            return -1  # removed behind our back (docker rm -f): it is not serving
+        if self.container.status in ("exited", "dead"):
+            return int(self.container.attrs["State"]["ExitCode"])
+        return None
+
+    def terminate(self) -> None:
+        reaper.stop_container(self.container)
+
+
+class DockerBackend(Backend):
+    name = "docker"
+
+    def start(self, server: ServerConfig, spec: ServerSpec | None,
+              ctx: StartContext) -> SupervisedHandle:
+        import docker.errors
+
+        if spec is None:
+            raise ServerStartError(f"{server.node_name}: the docker backend needs a launch spec")
+        settings = ctx.options
+        redactor = Redactor.from_env(settings.pass_env)
+        try:
+            client = make_client(settings.docker_host)
+        except docker.errors.DockerException as exc:
+            raise ServerStartError(
+                f"no Docker Engine answers at {settings.docker_host or 'DOCKER_HOST/local socket'}"
+                f": {redactor.text(str(exc))}") from None
+        ensure_image(client, spec.image, settings.skip_pull, redactor)
+        port = free_port()
+        kwargs = run_kwargs(server, spec, ctx, port)
+        try:
+            started = client.containers.run(spec.image, detach=True, **kwargs)
+        except docker.errors.APIError as exc:
+            raise ServerStartError(
+                f"server {server.node_name}: docker could not start {spec.image}: "
+                f"{redactor.text(str(exc))}") from None
+        log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id)
+        return start_supervised(Container(server.node_name, started, log_path, redactor),
+                                base_url=f"http://127.0.0.1:{port}", spec=spec, ctx=ctx)
+
+
+def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,
+               port: int) -> dict[str, Any]:
+    """Everything for containers.run besides the image; argv stays a list end to end."""
+    settings = ctx.options
+    argv = spec.argv_for_port(port)
+    environ = dict(os.environ)
+    volumes, cache_env = hf_cache_mount(environ)
+    volumes.update(parse_mounts(environ.get(MOUNTS_ENV, "")))
+    passed = {name: environ[name] for name in settings.pass_env if name in environ}
+    env = {**cache_env, **spec.env_dict, **passed}
+    kwargs: dict[str, Any] = {}
+    try:
+        preset = gpu.preset_for_node(spec.hardware, spec.gpu_count, settings.gpus,
+                                     server.node_name)
+    except gpu.GpuSpecError as exc:
+        raise ServerStartError(str(exc)) from None
+    if preset is not None:
+        kwargs = preset.docker_kwargs()
+        env.update(kwargs.pop("environment", {}))
+    return {
+        **kwargs,
+        "entrypoint": list(argv[:1]),
+        "command": list(argv[1:]),
+        "environment": env,
+        "volumes": volumes,
+        "network_mode": "host",
+        "init": True,  # forwards SIGTERM to servers that run as PID 1 without a handler
+        "name": container_name(ctx, server.node_name, port),
+        "labels": {
+            reaper.LABEL_RUN: ctx.run_id,
+            reaper.LABEL_WORKER: ctx.worker_id,
+            reaper.LABEL_NODE: server.node_name,
+            reaper.LABEL_OWNER: reaper.owner_label(),
+        },
+    }

@@ -1,0 +1,53 @@
+"""The `external` backend: benchmark a server someone else runs (`--inferbench-base-url`).
+
+Nothing is started or stopped. The health path is checked once at the node's setup so a wrong
+URL fails every point of the node at once with a clear message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+
+from .base import Backend, ServerStartError
+from .http import HttpServerHandle
+
+if TYPE_CHECKING:
+    from ..launch import ServerSpec
+    from ..recipe import ServerConfig
+    from .base import StartContext
+
+HEALTH_TIMEOUT_S = 10.0
+
+
+class ExternalHandle(HttpServerHandle):
+    def stop(self) -> None:
+        """Not ours to stop."""
+
+
+class ExternalBackend(Backend):
+    name = "external"
+
+    def start(self, server: ServerConfig, spec: ServerSpec | None,
+              ctx: StartContext) -> ExternalHandle:
+        base_url = ctx.options.base_url
+        if not base_url:
+            raise ServerStartError(
+                f"{server.node_name}: the external backend needs --inferbench-base-url URL")
+        if spec is None:
+            raise ServerStartError(f"{server.node_name}: the external backend needs a launch spec "
+                                   "(served model name and client options)")
+        base_url = base_url.rstrip("/")
+        url = base_url + spec.health_path
+        try:
+            with httpx.Client(trust_env=False, timeout=HEALTH_TIMEOUT_S) as client:
+                status = client.get(url).status_code
+        except httpx.HTTPError as exc:
+            raise ServerStartError(
+                f"external server for {server.node_name} does not answer at {url}: "
+                f"{type(exc).__name__}: {exc}") from None
+        if status != 200:
+            raise ServerStartError(
+                f"external server for {server.node_name} is not healthy: {url} -> HTTP {status}")
+        return ExternalHandle(base_url=base_url, spec=spec)

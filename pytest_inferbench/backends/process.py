@@ -1,0 +1,151 @@
+"""The `process` backend: the launch spec's argv as a local subprocess (bare-metal runners).
+
+The server runs in its own process group (optionally behind a prefix such as `srun ...`,
+`--inferbench-process-prefix`), its output goes to a log file from the first byte, readiness
+polls health and the exit status together, and teardown kills the whole group.
+`SupervisedHandle` is the handle of every server this plugin starts itself (docker too).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import TYPE_CHECKING, Protocol
+
+from ..redact import Redactor
+from . import reaper
+from .base import Backend, ServerDiedError, ServerStartError
+from .http import HttpServerHandle
+from .readiness import (
+    LogPump,
+    ReadinessProbe,
+    free_port,
+    log_path_for,
+    startup_timeout,
+    wait_until_ready,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from ..launch import ServerSpec
+    from ..recipe import ServerConfig
+    from .base import StartContext
+
+LOCALHOST = "127.0.0.1"
+
+
+class Supervised(Protocol):
+    """A server this plugin started: its state, its log, and an idempotent terminate."""
+
+    name: str
+    log: LogPump
+
+    def exit_code(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+
+class SupervisedHandle(HttpServerHandle):
+    """An HTTP handle that also watches and finally stops the server behind it."""
+
+    def __init__(self, supervised: Supervised, *, base_url: str, spec: ServerSpec,
+                 simulated: bool = False) -> None:
+        super().__init__(base_url=base_url, spec=spec, simulated=simulated)
+        self.supervised = supervised
+        self._stopped = False
+        reaper.track(self, self.stop)
+
+    def check_alive(self) -> None:
+        code = self.supervised.exit_code()
+        if code is not None:
+            raise ServerDiedError(
+                f"server {self.supervised.name} exited with code {code} during the sweep; "
+                f"log {self.supervised.log.path}\n--- last log lines ---\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self.supervised.log.tail(lines)
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.supervised.terminate()
+        finally:
+            reaper.untrack(self)
+            self.supervised.log.join()
+
+
+def start_supervised(supervised: Supervised, *, base_url: str, spec: ServerSpec,
+                     ctx: StartContext, simulated: bool = False) -> SupervisedHandle:
+    """Wait for readiness; on any failure stop the server before raising (no handle exists)."""
+    reaper.track(supervised, supervised.terminate)
+    try:
+        timeout = startup_timeout(spec.startup_timeout_s, ctx.options.startup_timeout_s)
+        wait_until_ready(ReadinessProbe(
+            name=supervised.name, health_url=base_url + spec.health_path,
+            exit_code=supervised.exit_code, log_tail=supervised.log.tail,
+            log_path=supervised.log.path), timeout)
+        return SupervisedHandle(supervised, base_url=base_url, spec=spec, simulated=simulated)
+    except BaseException:
+        supervised.terminate()
+        supervised.log.join()
+        raise
+    finally:
+        reaper.untrack(supervised)
+
+
+class LocalProcess:
+    """A server subprocess in its own session/process group, output pumped to a log file."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_path: Path,
+                 redactor: Redactor) -> None:
+        self.name = name
+        self.argv = tuple(argv)
+        try:
+            self.process = subprocess.Popen(
+                self.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            raise ServerStartError(
+                f"server {name}: cannot run {self.argv[0]!r}: {redactor.text(str(exc))}") from None
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        # os.read returns what is there (no waiting for a full buffer), so lines reach the
+        # file as the server writes them.
+        self.log = LogPump(iter(lambda: os.read(fd, 65536), b""), log_path, redactor)
+
+    def exit_code(self) -> int | None:
+        return self.process.poll()
+
+    def terminate(self) -> None:
+        reaper.stop_process_group(self.process)
+
+
+def process_env(spec: ServerSpec, pass_env: Sequence[str]) -> dict[str, str]:
+    """The host environment, the spec's variables on top (pass_env is already in os.environ)."""
+    return {**os.environ, **spec.env_dict}
+
+
+def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
+                ctx: StartContext, simulated: bool = False) -> SupervisedHandle:
+    settings = ctx.options
+    redactor = Redactor.from_env(settings.pass_env)
+    log_path = log_path_for(ctx.results_dir, name, ctx.worker_id)
+    server = LocalProcess(name, argv, process_env(spec, settings.pass_env), log_path, redactor)
+    return start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
+                            simulated=simulated)
+
+
+class ProcessBackend(Backend):
+    name = "process"
+
+    def start(self, server: ServerConfig, spec: ServerSpec | None,
+              ctx: StartContext) -> SupervisedHandle:
+        if spec is None:
+            raise ServerStartError(f"{server.node_name}: the process backend needs a launch spec")
+        port = free_port()
+        argv = (*ctx.options.process_prefix, *spec.argv_for_port(port))
+        return start_local(server.node_name, argv, spec, port, ctx)

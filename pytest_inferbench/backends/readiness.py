@@ -1,0 +1,158 @@
+"""Server logs to a file from the first byte, and the wait until a server is ready.
+
+Shared by the docker and process backends. Readiness polls the health URL *and* the server's
+own state (container status / process exit) together, so a server that crashes while loading
+fails at once with its exit code instead of after the whole startup timeout; HTTP-only waits
+don't notice that.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from .base import ServerStartError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from ..redact import Redactor
+
+TAIL_LINES = 40
+HEALTH_REQUEST_TIMEOUT_S = 2.0
+
+
+class LogPump:
+    """Copies a byte stream (container logs, process stdout) line by line to a file.
+
+    Secret values are redacted before a line reaches the disk; the last lines stay in memory
+    for error messages, so a failure never re-reads a long log.
+    """
+
+    def __init__(self, chunks: Iterable[bytes], path: Path, redactor: Redactor,
+                 keep_lines: int = 200) -> None:
+        self.path = path
+        self._chunks = chunks
+        self._redactor = redactor
+        self._tail: deque[str] = deque(maxlen=keep_lines)
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("w", encoding="utf-8")
+        self._thread = threading.Thread(target=self._run, name=f"log-{path.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        pending = b""
+        try:
+            for chunk in self._chunks:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    self._write(line)
+        except Exception as exc:  # the stream closes under us when the server is removed
+            self._write(f"[inferbench] log stream ended: {type(exc).__name__}".encode())
+        finally:
+            if pending:
+                self._write(pending)
+            with self._lock:
+                self._file.close()
+
+    def _write(self, raw: bytes) -> None:
+        line = self._redactor.text(raw.decode("utf-8", "replace").rstrip("\r"))
+        with self._lock:
+            self._tail.append(line)
+            if not self._file.closed:
+                self._file.write(line + "\n")
+                self._file.flush()
+
+    def tail(self, lines: int = TAIL_LINES) -> str:
+        with self._lock:
+            return "\n".join(list(self._tail)[-lines:])
+
+    def join(self, timeout_s: float = 5.0) -> None:
+        """Wait for the stream to end (after the server stopped) so the file is complete."""
+        self._thread.join(timeout_s)
+
+
+@dataclass(frozen=True)
+class ReadinessProbe:
+    """What the wait needs to know about one starting server."""
+
+    name: str  # the node, for messages
+    health_url: str
+    exit_code: Callable[[], int | None]  # None while the server still runs
+    log_tail: Callable[[], str]
+    log_path: Path
+
+
+def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.25) -> float:
+    """Block until the health URL answers 200; return the seconds it took.
+
+    Raises ServerStartError with the exit code (when the server exited) or the last health
+    error (on timeout), plus the last log lines, so the node's setup error says why.
+    """
+    started = time.monotonic()
+    deadline = started + timeout_s
+    last_error = "no answer yet"
+    with httpx.Client(trust_env=False, timeout=HEALTH_REQUEST_TIMEOUT_S) as client:
+        while True:
+            code = probe.exit_code()
+            if code is not None:
+                raise ServerStartError(_message(
+                    probe, f"exited with code {code} before it became ready "
+                    f"({time.monotonic() - started:.1f}s after start)"))
+            try:
+                response = client.get(probe.health_url)
+                if response.status_code == 200:
+                    return time.monotonic() - started
+                last_error = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if time.monotonic() >= deadline:
+                code = probe.exit_code()  # it may have died during the last poll
+                reason = (f"exited with code {code}" if code is not None else
+                          f"not ready after {timeout_s:g}s (last health check "
+                          f"{probe.health_url}: {last_error})")
+                raise ServerStartError(_message(probe, reason))
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+            poll_s = min(poll_s * 1.5, 2.0)
+
+
+def _message(probe: ReadinessProbe, reason: str) -> str:
+    return (f"server {probe.name} {reason}; log {probe.log_path}\n"
+            f"--- last log lines ---\n{probe.log_tail() or '(empty)'}")
+
+
+def startup_timeout(spec_timeout_s: float, override_s: float | None) -> float:
+    return override_s if override_s is not None else spec_timeout_s
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the server binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def log_path_for(results_dir: Path, node: str, worker_id: str) -> Path:
+    """`<results>/server-logs/<node>.<worker>.log`, unique within this process."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", node).strip("_") or "server"
+    base = results_dir / "server-logs" / f"{slug}.{worker_id}"
+    path = base.with_suffix(".log")
+    counter = 2
+    while path in _used_log_paths:
+        path = Path(f"{base}-{counter}.log")
+        counter += 1
+    _used_log_paths.add(path)
+    return path
+
+
+_used_log_paths: set[Path] = set()

@@ -1,0 +1,193 @@
+"""Nothing outlives the run: idempotent stops, SIGTERM -> KeyboardInterrupt, stale sweeps.
+
+- `stop_container` / `stop_process_group`: graceful, then kill, then remove; every step
+  tolerates "already gone", so a second call or a call after a half-done start is harmless.
+- `install_sigterm_handler` / `restore_sigterm_handler`: pytest runs no teardown on SIGTERM
+  (CI cancel, `timeout`); mapping it to KeyboardInterrupt makes pytest unwind normally, so
+  every ServerNode teardown runs. The lead calls these from pytest_configure/unconfigure.
+- `sweep_stale_containers`: containers carry `inferbench.owner=<host>:<pid>` of the process that
+  started them; at session start (controller only) those whose owner on this host is dead are
+  removed. Containers of other live runs sharing the engine are left alone.
+- `stop_all_tracked`: an atexit safety net for handles whose teardown never ran.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+LABEL_RUN = "inferbench.run"
+LABEL_WORKER = "inferbench.worker"
+LABEL_NODE = "inferbench.node"
+LABEL_OWNER = "inferbench.owner"
+
+GRACE_S = 10.0
+# Under xdist the controller kills workers ~10 s into shutdown; an interrupted run must not
+# spend that on graceful stops, so teardown after an interrupt kills at once.
+INTERRUPTED_GRACE_S = 0.0
+
+
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _docker_errors() -> tuple[type[BaseException], ...]:
+    import docker.errors
+    import requests.exceptions
+
+    return (docker.errors.NotFound, docker.errors.APIError, requests.exceptions.ConnectionError)
+
+
+def stop_container(container: Any, grace_s: float = GRACE_S) -> None:
+    """Stop (SIGTERM, then SIGKILL after grace_s) and remove; no error if already gone."""
+    grace_s = INTERRUPTED_GRACE_S if _interrupted.is_set() else grace_s
+    errors = _docker_errors()
+    with contextlib.suppress(*errors):
+        if grace_s > 0:
+            container.stop(timeout=max(1, round(grace_s)))
+        else:
+            container.kill()
+    with contextlib.suppress(*errors):
+        container.remove(force=True, v=True)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
+    """SIGTERM the process group, SIGKILL it after grace_s; reaps the leader."""
+    grace_s = INTERRUPTED_GRACE_S if _interrupted.is_set() else grace_s
+    if process.poll() is None and grace_s > 0:
+        _signal_group(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace_s)
+    # Children of the leader may still run even when the leader has exited.
+    _signal_group(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(5.0)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+# --- SIGTERM -------------------------------------------------------------------------------
+
+_interrupted = threading.Event()
+_previous_sigterm: Any = None
+_installed = False
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def install_sigterm_handler() -> bool:
+    """Map SIGTERM to KeyboardInterrupt; main thread only. Returns whether it was installed."""
+    global _previous_sigterm, _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return False
+    _previous_sigterm = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _installed = True
+    return True
+
+
+def restore_sigterm_handler() -> None:
+    global _installed
+    if _installed and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _previous_sigterm or signal.SIG_DFL)
+        _installed = False
+
+
+def mark_interrupted() -> None:
+    """For pytest_keyboard_interrupt: later stops kill at once instead of waiting."""
+    _interrupted.set()
+
+
+# --- tracked handles (atexit safety net) ---------------------------------------------------
+
+_tracked: dict[int, Callable[[], None]] = {}
+_tracked_lock = threading.Lock()
+
+
+def track(key: object, stop: Callable[[], None]) -> None:
+    with _tracked_lock:
+        _tracked[id(key)] = stop
+
+
+def untrack(key: object) -> None:
+    with _tracked_lock:
+        _tracked.pop(id(key), None)
+
+
+@atexit.register
+def stop_all_tracked() -> None:
+    _interrupted.set()
+    with _tracked_lock:
+        stops = list(_tracked.values())
+        _tracked.clear()
+    for stop in stops:
+        with contextlib.suppress(Exception):
+            stop()
+
+
+# --- stale containers ----------------------------------------------------------------------
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_stale(labels: dict[str, str], hostname: str | None = None) -> bool:
+    host, _, pid = labels.get(LABEL_OWNER, "").rpartition(":")
+    if host != (hostname or socket.gethostname()) or not pid.isdigit():
+        return False  # started elsewhere: we cannot tell whether its owner lives
+    return not _pid_alive(int(pid))
+
+
+def sweep_client(client: Any) -> list[str]:
+    """Remove this host's inferbench containers whose owning process is gone; their names."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": LABEL_OWNER}):
+        if is_stale(container.labels):
+            stop_container(container, grace_s=0)
+            removed.append(container.name)
+    return removed
+
+
+def sweep_stale_containers(settings: Any) -> list[str]:
+    """Session start, controller only: sweep every engine this run will use (docker backend).
+
+    Returns one line per removed container (for the terminal); nothing when the backend is
+    not docker or no engine answers (the backend reports that itself, with context).
+    """
+    if getattr(settings, "backend", None) != "docker":
+        return []
+    from .docker import make_client
+
+    hosts = list(settings.docker_hosts) or [settings.docker_host]
+    lines = []
+    for host in hosts:
+        try:
+            client = make_client(host)
+        except Exception:
+            continue
+        with client:
+            lines += [f"removed stale container {name} ({host or 'local engine'})"
+                      for name in sweep_client(client)]
+    return lines

@@ -1,0 +1,42 @@
+"""The `sim-server` backend: the simulated engine over real HTTP, as a local subprocess.
+
+The launch spec's argv (the real server's flags) is handed to `python -m pytest_inferbench.sim
+serve` after `--`, so the simulator is configured by exactly what the real server would get.
+It runs through the process backend's machinery: own process group, log file, readiness on
+health and exit status, group killed at teardown. Its numbers are simulated and say so.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from .base import Backend, ServerStartError
+from .process import start_local
+from .readiness import free_port
+
+if TYPE_CHECKING:
+    from ..launch import ServerSpec
+    from ..recipe import ServerConfig
+    from .base import StartContext
+    from .process import SupervisedHandle
+
+
+def sim_serve_argv(hardware: str, time_scale: float, server_argv: tuple[str, ...]
+                   ) -> tuple[str, ...]:
+    return (sys.executable, "-m", "pytest_inferbench.sim", "serve", "--hardware", hardware,
+            "--time-scale", str(time_scale), "--", *server_argv)
+
+
+class SimServerBackend(Backend):
+    name = "sim-server"
+
+    def start(self, server: ServerConfig, spec: ServerSpec | None,
+              ctx: StartContext) -> SupervisedHandle:
+        if spec is None:
+            raise ServerStartError(
+                f"{server.node_name}: the sim-server backend needs a launch spec (its argv "
+                "configures the simulated engine)")
+        port = free_port()
+        argv = sim_serve_argv(server.hardware, ctx.options.time_scale, spec.argv_for_port(port))
+        return start_local(server.node_name, argv, spec, port, ctx, simulated=True)

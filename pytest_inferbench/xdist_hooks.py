@@ -1,0 +1,83 @@
+"""pytest-xdist integration: each worker gets its own GPUs and Docker Engine.
+
+The controller's `pytest_configure_node` writes into each worker's `workerinput`:
+- `inferbench_run_id`: the controller's run id, so every container of the run shares a label;
+- `inferbench_gpus`: a disjoint slice of `--inferbench-gpus` (equal shares, in worker order);
+- `inferbench_docker_host`: one of `--inferbench-docker-hosts`, round robin by worker index.
+The worker applies them with `worker_settings(settings, config.workerinput)`. Under
+`--dist loadscope` the tree RecipeFile -> ServerNode -> point keeps every point of a server
+node on one worker, so a node's server starts once, on that worker's GPUs.
+
+plugin.py registers `XdistHooks` only when the xdist plugin is present.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from .gpu import GpuSpecError, format_gpu_ids, parse_gpu_ids, split_between_workers
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import pytest
+
+    from .options import Settings
+
+RUN_ID_KEY = "inferbench_run_id"
+GPUS_KEY = "inferbench_gpus"
+DOCKER_HOST_KEY = "inferbench_docker_host"
+
+
+def worker_index(workerid: str) -> int:
+    """`gw3` -> 3."""
+    return int(workerid.removeprefix("gw"))
+
+
+def worker_input(settings: Settings, run_id: str, workerid: str, workercount: int
+                 ) -> dict[str, str]:
+    """What the controller hands one worker (pure, so it is testable without xdist)."""
+    index = worker_index(workerid)
+    values = {RUN_ID_KEY: run_id}
+    if settings.gpus:
+        try:
+            slices = split_between_workers(parse_gpu_ids(settings.gpus), workercount)
+            values[GPUS_KEY] = format_gpu_ids(slices[index])
+        except GpuSpecError:
+            # Too few GPUs for the workers: every node then fails its setup naming the cause
+            # (node_gpu_ids), rather than the whole session dying inside xdist.
+            values[GPUS_KEY] = ""
+    if settings.docker_hosts:
+        values[DOCKER_HOST_KEY] = settings.docker_hosts[index % len(settings.docker_hosts)]
+    return values
+
+
+def worker_settings(settings: Settings, workerinput: Mapping[str, Any] | None) -> Settings:
+    """The settings a worker runs with: its GPU slice and its Docker Engine."""
+    if not workerinput:
+        return settings
+    changes: dict[str, Any] = {}
+    if GPUS_KEY in workerinput:
+        changes["gpus"] = str(workerinput[GPUS_KEY])
+    if DOCKER_HOST_KEY in workerinput:
+        changes["docker_host"] = str(workerinput[DOCKER_HOST_KEY])
+    return dataclasses.replace(settings, **changes) if changes else settings
+
+
+class XdistHooks:
+    """Hook implementations registered on the controller (and harmlessly on workers)."""
+
+    def pytest_configure_node(self, node: Any) -> None:
+        from .state import get_session_state
+
+        state = get_session_state(node.config)
+        node.workerinput.update(worker_input(
+            state.settings, state.run_id, str(node.workerinput["workerid"]),
+            int(node.workerinput["workercount"])))
+
+
+def register(config: pytest.Config) -> None:
+    """Call from pytest_configure: registers XdistHooks when pytest-xdist is active."""
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(), "inferbench-xdist")
