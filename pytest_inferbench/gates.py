@@ -46,6 +46,7 @@ __all__ = [
 
 SYNTHETIC_AL_TOLERANCE = 0.03
 GOLDEN_AL_DELTA = "golden_al_delta"  # virtual result key: |acceptance_length - golden AL|
+FROM_SETTINGS = object()  # evaluate_point default: the baseline named by the settings
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,12 @@ def load_gates(recipe_path: Path, settings: Settings) -> Gates:
 
 
 def load_baseline_for(settings: Settings) -> Baseline | None:
-    return load_baseline(settings.baseline) if settings.baseline else None
+    return _baseline_cached(settings.baseline) if settings.baseline else None
+
+
+@functools.lru_cache(maxsize=8)
+def _baseline_cached(path: Path) -> Baseline:
+    return load_baseline(path)
 
 
 def unit_of(metric: str) -> str:
@@ -126,10 +132,19 @@ def evaluate_point(
     point: BenchPoint,
     spec: ServerSpec | None,
     settings: Settings,
-    gates: Gates,
-    baseline: Baseline | None,
+    gates: Gates | None = None,
+    baseline: Baseline | object | None = FROM_SETTINGS,
 ) -> list[str]:
-    """Every gate the point fails, one line each (empty list: the point passes)."""
+    """Every gate the point fails, one line each (empty list: the point passes).
+
+    Without `gates`, the gates of the point's recipe directory are loaded (cached); without
+    `baseline`, `--inferbench-baseline` is loaded (cached). Pass `baseline=None` for none.
+    """
+    if gates is None:
+        gates = load_gates(point.server.source, settings)
+    if baseline is FROM_SETTINGS:
+        baseline = load_baseline_for(settings)
+    assert baseline is None or isinstance(baseline, Baseline)
     values = dict(result)
     values.update(
         {k: v for k, v in acceptance_fields(point, spec, gates).items() if k not in values}
