@@ -23,14 +23,13 @@ from .. import gpu
 from ..redact import Redactor
 from . import reaper
 from .base import Backend, ServerStartError
-from .process import start_supervised
 from .readiness import LogPump, free_port, log_path_for
 
 if TYPE_CHECKING:
     from ..launch import ServerSpec
     from ..recipe import ServerConfig
     from .base import StartContext
-    from .process import SupervisedHandle
+    from .supervised import SupervisedHandle
 
 MOUNTS_ENV = "INFERBENCH_DOCKER_MOUNTS"
 CONTAINER_HF_CACHE = "/root/.cache/huggingface/hub"
@@ -144,6 +143,8 @@ class DockerBackend(Backend):
             raise ServerStartError(
                 f"server {server.node_name}: docker could not start {spec.image}: "
                 f"{redactor.text(str(exc))}") from None
+        from .supervised import start_supervised
+
         log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id)
         return start_supervised(Container(server.node_name, started, log_path, redactor),
                                 base_url=f"http://127.0.0.1:{port}", spec=spec, ctx=ctx)

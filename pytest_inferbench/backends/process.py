@@ -3,27 +3,18 @@
 The server runs in its own process group (optionally behind a prefix such as `srun ...`,
 `--inferbench-process-prefix`), its output goes to a log file from the first byte, readiness
 polls health and the exit status together, and teardown kills the whole group.
-`SupervisedHandle` is the handle of every server this plugin starts itself (docker too).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ..redact import Redactor
 from . import reaper
-from .base import Backend, ServerDiedError, ServerStartError
-from .http import HttpServerHandle
-from .readiness import (
-    LogPump,
-    ReadinessProbe,
-    free_port,
-    log_path_for,
-    startup_timeout,
-    wait_until_ready,
-)
+from .base import Backend, ServerStartError
+from .readiness import LogPump, free_port, log_path_for
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,69 +23,9 @@ if TYPE_CHECKING:
     from ..launch import ServerSpec
     from ..recipe import ServerConfig
     from .base import StartContext
+    from .supervised import SupervisedHandle
 
 LOCALHOST = "127.0.0.1"
-
-
-class Supervised(Protocol):
-    """A server this plugin started: its state, its log, and an idempotent terminate."""
-
-    name: str
-    log: LogPump
-
-    def exit_code(self) -> int | None: ...
-
-    def terminate(self) -> None: ...
-
-
-class SupervisedHandle(HttpServerHandle):
-    """An HTTP handle that also watches and finally stops the server behind it."""
-
-    def __init__(self, supervised: Supervised, *, base_url: str, spec: ServerSpec,
-                 simulated: bool = False) -> None:
-        super().__init__(base_url=base_url, spec=spec, simulated=simulated)
-        self.supervised = supervised
-        self._stopped = False
-        reaper.track(self, self.stop)
-
-    def check_alive(self) -> None:
-        code = self.supervised.exit_code()
-        if code is not None:
-            raise ServerDiedError(
-                f"server {self.supervised.name} exited with code {code} during the sweep; "
-                f"log {self.supervised.log.path}\n--- last log lines ---\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 40) -> str:
-        return self.supervised.log.tail(lines)
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        try:
-            self.supervised.terminate()
-        finally:
-            reaper.untrack(self)
-            self.supervised.log.join()
-
-
-def start_supervised(supervised: Supervised, *, base_url: str, spec: ServerSpec,
-                     ctx: StartContext, simulated: bool = False) -> SupervisedHandle:
-    """Wait for readiness; on any failure stop the server before raising (no handle exists)."""
-    reaper.track(supervised, supervised.terminate)
-    try:
-        timeout = startup_timeout(spec.startup_timeout_s, ctx.options.startup_timeout_s)
-        wait_until_ready(ReadinessProbe(
-            name=supervised.name, health_url=base_url + spec.health_path,
-            exit_code=supervised.exit_code, log_tail=supervised.log.tail,
-            log_path=supervised.log.path), timeout)
-        return SupervisedHandle(supervised, base_url=base_url, spec=spec, simulated=simulated)
-    except BaseException:
-        supervised.terminate()
-        supervised.log.join()
-        raise
-    finally:
-        reaper.untrack(supervised)
 
 
 class LocalProcess:
@@ -134,6 +65,8 @@ def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
     settings = ctx.options
     redactor = Redactor.from_env(settings.pass_env)
     log_path = log_path_for(ctx.results_dir, name, ctx.worker_id)
+    from .supervised import start_supervised
+
     server = LocalProcess(name, argv, process_env(spec, settings.pass_env), log_path, redactor)
     return start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
                             simulated=simulated)

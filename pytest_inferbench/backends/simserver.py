@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..launch import ServerSpec
     from ..recipe import ServerConfig
     from .base import StartContext
-    from .process import SupervisedHandle
+    from .supervised import SupervisedHandle
 
 
 def sim_serve_argv(hardware: str, time_scale: float, server_argv: tuple[str, ...]
