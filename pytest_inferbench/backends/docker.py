@@ -97,8 +97,10 @@ def ensure_image(client: Any, image: str, skip_pull: bool, redactor: Redactor) -
 class Container:
     """A started container: state, streamed log, idempotent stop-and-remove."""
 
-    def __init__(self, name: str, container: Any, log_path: Path, redactor: Redactor) -> None:
+    def __init__(self, name: str, client: Any, container: Any, log_path: Path,
+                 redactor: Redactor) -> None:
         self.name = name
+        self.client = client
         self.container = container
         self.log = LogPump(container.logs(stream=True, follow=True), log_path, redactor)
 
@@ -114,7 +116,10 @@ class Container:
         return None
 
     def terminate(self) -> None:
-        reaper.stop_container(self.container)
+        try:
+            reaper.stop_container(self.container)
+        finally:
+            self.client.close()
 
 
 class DockerBackend(Backend):
@@ -134,20 +139,40 @@ class DockerBackend(Backend):
             raise ServerStartError(
                 f"no Docker Engine answers at {settings.docker_host or 'DOCKER_HOST/local socket'}"
                 f": {redactor.text(str(exc))}") from None
-        ensure_image(client, spec.image, settings.skip_pull, redactor)
-        port = free_port()
-        kwargs = run_kwargs(server, spec, ctx, port)
         try:
-            started = client.containers.run(spec.image, detach=True, **kwargs)
-        except docker.errors.APIError as exc:
-            raise ServerStartError(
-                f"server {server.node_name}: docker could not start {spec.image}: "
-                f"{redactor.text(str(exc))}") from None
+            ensure_image(client, spec.image, settings.skip_pull, redactor)
+            port = free_port()
+            container = create_and_start(client, spec.image, run_kwargs(server, spec, ctx, port),
+                                         server.node_name, redactor)
+        except BaseException:
+            client.close()
+            raise
         from .supervised import start_supervised
 
         log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id)
-        return start_supervised(Container(server.node_name, started, log_path, redactor),
+        return start_supervised(Container(server.node_name, client, container, log_path, redactor),
                                 base_url=f"http://127.0.0.1:{port}", spec=spec, ctx=ctx)
+
+
+def create_and_start(client: Any, image: str, kwargs: dict[str, Any], node: str,
+                     redactor: Redactor) -> Any:
+    """Create, then start: a container whose start fails is removed, not left `Created`."""
+    import docker.errors
+
+    try:
+        container = client.containers.create(image, **kwargs)
+    except docker.errors.APIError as exc:
+        raise ServerStartError(f"server {node}: docker could not create a container of "
+                               f"{image}: {redactor.text(str(exc))}") from None
+    try:
+        container.start()
+    except BaseException as exc:
+        reaper.stop_container(container, grace_s=0)
+        if isinstance(exc, docker.errors.APIError):
+            raise ServerStartError(f"server {node}: docker could not start {image}: "
+                                   f"{redactor.text(str(exc))}") from None
+        raise
+    return container
 
 
 def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,

@@ -187,7 +187,9 @@ def sweep_stale_containers(settings: Any) -> list[str]:
             client = make_client(host)
         except Exception:
             continue
-        with client:
+        try:
             lines += [f"removed stale container {name} ({host or 'local engine'})"
                       for name in sweep_client(client)]
+        finally:
+            client.close()
     return lines

@@ -1,12 +1,13 @@
-"""A local Docker image of the simulator, for testing the docker backend where nothing can be pulled.
+"""A local Docker image of the simulator, for testing the docker backend with no registry.
 
 The image is a tiny root file system (directories, /etc/passwd, and the same top-level
-symlinks as the host: `bin -> usr/bin`, ...; /sbin stays a directory for docker-init) imported with the docker SDK. It contains no
-Python: the host's Python installation, its site-packages and the project directory are
-bind-mounted read-only at their host paths through `INFERBENCH_DOCKER_MOUNTS`, which the
-docker backend adds to every container. The container then runs exactly what a launch spec
-says, e.g. `python3 -m pytest_inferbench.sim serve --hardware MI355X -- <server argv>`, with
-host networking on 127.0.0.1, like the real ATOM image would run its server.
+symlinks as the host: `bin -> usr/bin`, ...; /sbin stays a directory for docker-init),
+imported with the docker SDK. It contains no Python: the host's Python installation, its
+site-packages and the project directory are bind-mounted read-only at their host paths
+through `INFERBENCH_DOCKER_MOUNTS`, which the docker backend adds to every container.
+The container then runs exactly what a launch spec says, e.g.
+`python3 -m pytest_inferbench.sim serve --hardware MI355X -- <server argv>`, with host
+networking on 127.0.0.1, like the real ATOM image would run its server.
 
     from pytest_inferbench.testing import simimage
     client = docker.from_env()
