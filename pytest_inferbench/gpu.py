@@ -1,10 +1,10 @@
 """GPU ids and the docker run keyword arguments that expose them, per runner vendor.
 
-Decision (documented in docs/backends.md): a GPU preset is applied to a container only when
-the vendor's device nodes exist on this host (`/dev/kfd` for ROCm, `/dev/nvidiactl` for
-NVIDIA) or when `--inferbench-gpus` names GPU ids explicitly. On a machine without GPUs (CI,
-laptops) containers therefore start with no device options, which is what lets the docker
-backend be tested against the simulator. The vendor comes from the node's hardware
+Decision: a GPU preset is applied to a container only when the vendor's device nodes exist
+on this host (`/dev/kfd` for ROCm, `/dev/nvidiactl` for NVIDIA) or when `--inferbench-gpus`
+names GPU ids explicitly. On a machine without GPUs (CI, laptops) containers therefore start
+with no device options, which is what lets the docker backend be tested against the
+simulator. The vendor comes from the node's hardware
 (MI* -> ROCm, everything else -> NVIDIA), not from what the host happens to have.
 
 GPU ids of a node are a slice of its worker's GPUs: `--inferbench-gpus 0-7` is split evenly
