@@ -61,8 +61,9 @@ class ServerNode(pytest.Collector):
 
         state = get_session_state(self.config)
         settings = state.settings
+        # Only an external server can do without a launch spec (its argv is not ours to know).
+        self.spec = self._resolve_spec(settings, required=settings.backend != "external")
         backend = get_backend(settings.backend)
-        self.spec = self._resolve_spec(settings, backend.needs_launch_spec)
         self.handle = backend.start(self.server, self.spec, state.start_context)
 
     def teardown(self) -> None:

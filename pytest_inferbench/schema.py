@@ -58,6 +58,8 @@ class _Errors:
 
 
 _constructor = yaml.SafeLoader("")
+# libyaml composes the same marked nodes about ten times faster than the pure-Python parser.
+_FAST_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _scalar(node: ScalarNode) -> Any:
@@ -174,7 +176,7 @@ def load_recipe(path: Path) -> RecipeFile:
     """Parse and validate one master config; raise RecipeError with every problem found."""
     text = path.read_text(encoding="utf-8")
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_FAST_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
