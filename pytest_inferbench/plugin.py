@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import collect, options, state
+from . import collect, options, state, xdist_hooks
+from .backends import reaper
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -26,6 +27,28 @@ def pytest_configure(config: pytest.Config) -> None:
         '-m "inferbench(conc=64)"',
     )
     state.create_session_state(config)
+    xdist_hooks.register(config)
+    # CI cancels with SIGTERM, which would skip every teardown and leave servers running.
+    reaper.install_sigterm_handler()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    reaper.restore_sigterm_handler()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if config.option.collectonly or hasattr(config, "workerinput"):
+        return  # collection must not touch Docker; workers leave the sweep to the controller
+    removed = reaper.sweep_stale_containers(state.get_session_state(config).settings)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in removed:
+        if reporter is not None:
+            reporter.write_line(f"inferbench: {line}")
+
+
+def pytest_keyboard_interrupt() -> None:
+    reaper.mark_interrupted()
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

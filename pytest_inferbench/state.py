@@ -10,6 +10,7 @@ import pytest
 
 from .backends.base import LoadSettings, StartContext
 from .options import Settings
+from .xdist_hooks import worker_settings
 
 
 @dataclass
@@ -25,8 +26,8 @@ STATE_KEY = pytest.StashKey[SessionState]()
 
 
 def create_session_state(config: pytest.Config) -> SessionState:
-    settings = Settings.from_config(config)
     workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    settings = worker_settings(Settings.from_config(config), workerinput)
     # Workers share the controller's run id so container labels identify the whole run.
     run_id = str(workerinput.get("inferbench_run_id") or uuid.uuid4().hex[:12])
     worker = str(workerinput.get("workerid", "master"))
