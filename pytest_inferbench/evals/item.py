@@ -1,0 +1,144 @@
+"""The body of a server node's `eval-gsm8k` item: data check, server, eval, threshold gate.
+
+Simulated backends: the in-process `sim` backend has no HTTP server, and a `sim-server` node
+was started without an answer oracle. So for both, the eval starts its own simulated HTTP
+server for the node (same launch-spec argv, time scale 0, `--eval-oracle <eval data>`) and
+stops it afterwards. Its accuracy is `INFERBENCH_SIM_EVAL_ACCURACY` (default 0.937, the ATOM
+MiniMax-M3 MXFP4 recipe's measured gsm8k score): the score is then a property of the
+simulator's oracle, never of a model, and the item says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .gsm8k import TASK, EvalDataError
+from .runner import EvalResult, run_gsm8k_eval
+from .thresholds import ThresholdsError, check_eval, lookup_threshold
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from ..backends.base import StartContext
+    from ..backends.supervised import SupervisedHandle
+    from ..launch import ServerSpec
+    from ..options import Settings
+    from ..recipe import ServerConfig
+
+SIM_EVAL_ACCURACY = 0.937
+SIMULATED_BACKENDS = ("sim", "sim-server")
+ACCURACY_ENV = "INFERBENCH_SIM_EVAL_ACCURACY"
+
+
+def thresholds_path(server: ServerConfig) -> Path:
+    return server.source.resolve().parent / "evals" / "thresholds.json"
+
+
+def sim_eval_accuracy() -> float:
+    text = os.environ.get(ACCURACY_ENV, "")
+    if not text:
+        return SIM_EVAL_ACCURACY
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise pytest.UsageError(f"{ACCURACY_ENV}={text!r}: expected a number within [0, 1]")
+    return value
+
+
+def run_eval_item(
+    item: pytest.Item,
+    server: ServerConfig,
+    spec: ServerSpec | None,
+    base_url: str | None,
+    settings: Settings,
+    ctx: StartContext,
+) -> EvalResult:
+    """Skip (no data), or run GSM8K and fail with one line per filter below its threshold."""
+    if settings.eval_data is None:
+        reason = (
+            "no GSM8K data: pass --inferbench-eval-data PATH or set inferbench_eval_data "
+            "(a jsonl with 'question' and 'answer')"
+        )
+        if settings.eval_required:
+            pytest.fail(f"{reason}; inferbench_eval_required is set", pytrace=False)
+        pytest.skip(reason)
+    if settings.eval_runner != "builtin":
+        pytest.skip(
+            f"--inferbench-eval-runner {settings.eval_runner} is not available in this "
+            "version; use the builtin runner"
+        )
+    try:
+        threshold = lookup_threshold(thresholds_path(server), server.model_prefix, TASK)
+        with _eval_server(server, spec, base_url, settings, ctx) as url:
+            result = run_gsm8k_eval(url, spec, server, settings, settings.results_dir)
+    except (EvalDataError, ThresholdsError) as exc:
+        pytest.fail(str(exc), pytrace=False)
+    item.user_properties.extend(result.properties())
+    item.user_properties.append(("eval_threshold", threshold.value))
+    if settings.backend in SIMULATED_BACKENDS:
+        item.user_properties.append(("simulated", True))
+    failures = check_eval(result, threshold)
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+    return result
+
+
+@contextlib.contextmanager
+def _eval_server(
+    server: ServerConfig,
+    spec: ServerSpec | None,
+    base_url: str | None,
+    settings: Settings,
+    ctx: StartContext,
+) -> Iterator[str]:
+    if settings.backend not in SIMULATED_BACKENDS:
+        if base_url is None:
+            pytest.fail(
+                f"{server.node_name}: the server has no HTTP address to evaluate", pytrace=False
+            )
+        yield base_url
+        return
+    handle = start_oracle_server(server, spec, settings, ctx)
+    try:
+        yield handle.base_url or ""
+    finally:
+        handle.stop()
+
+
+def start_oracle_server(
+    server: ServerConfig, spec: ServerSpec | None, settings: Settings, ctx: StartContext
+) -> SupervisedHandle:
+    """The simulated HTTP server for `server`, answering GSM8K from the eval data."""
+    from ..backends.base import ServerStartError
+    from ..backends.process import start_local
+    from ..backends.readiness import free_port
+    from ..backends.simserver import sim_serve_argv
+
+    if spec is None:
+        pytest.fail(
+            f"{server.node_name}: the simulated eval server needs the node's launch spec",
+            pytrace=False,
+        )
+    assert settings.eval_data is not None
+    port = free_port()
+    argv = list(sim_serve_argv(server.hardware, 0.0, spec.argv_for_port(port)))
+    split = argv.index("--")
+    argv[split:split] = [
+        "--eval-oracle",
+        str(settings.eval_data),
+        "--eval-accuracy",
+        str(sim_eval_accuracy()),
+        "--seed",
+        str(settings.seed),
+    ]
+    try:
+        return start_local(f"{server.node_name}-eval", argv, spec, port, ctx, simulated=True)
+    except ServerStartError as exc:
+        pytest.fail(f"simulated eval server did not start: {exc}", pytrace=False)

@@ -1,0 +1,142 @@
+"""GSM8K prompt and scoring, case by case against lm-eval's gsm8k filter and metric rules."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_inferbench.evals.gsm8k import (
+    FILTERS,
+    INVALID,
+    EvalDataError,
+    GsmItem,
+    build_prompt,
+    exact_match,
+    extract,
+    mean_and_stderr,
+    score_responses,
+    split_shots,
+)
+from pytest_inferbench.evals.thresholds import Threshold, check_eval, lookup_threshold
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+STRICT, FLEXIBLE = (pattern for _, pattern in FILTERS)
+GOLD = "Tom has 2 + 3 = <<2+3=5>>5 apples.\n#### 5"
+
+
+@pytest.mark.parametrize(
+    ("response", "strict", "flexible"),
+    [
+        ("2 + 3 = 5 apples.\n#### 5", "5", "5"),
+        # Several markers: both filters take the LAST match (InferenceX gsm8k.yaml).
+        ("#### 4\nWait, recount.\n#### 5", "5", "5"),
+        # No marker: strict-match has nothing; flexible-extract takes the last number.
+        ("He buys 12 and sells 7, so 5 are left", INVALID, "5"),
+        # A dollar amount with a thousands separator and a full stop.
+        ("The total is $1,234.", INVALID, "$1,234."),
+        ("#### -3", "-3", "-3"),
+        ("no numbers at all", INVALID, INVALID),
+    ],
+)
+def test_filters_extract_like_lm_eval(response: str, strict: str, flexible: str) -> None:
+    assert extract(response, STRICT) == strict
+    assert extract(response, FLEXIBLE) == flexible
+
+
+@pytest.mark.parametrize(
+    ("prediction", "reference", "equal"),
+    [
+        ("5", GOLD, True),  # "(?s).*#### " strips the worked solution from the reference
+        ("$1,234.", "x\n#### 1234", True),  # ",", "$" and a trailing "." are ignored
+        ("1234.5", "#### 1234", False),
+        (INVALID, GOLD, False),
+        ("05", GOLD, False),  # exact string match, not numeric equality
+    ],
+)
+def test_exact_match_ignores_what_lm_eval_ignores(
+    prediction: str, reference: str, equal: bool
+) -> None:
+    assert exact_match(prediction, reference) is equal
+
+
+def test_scores_and_sample_stderr() -> None:
+    items = [GsmItem(f"q{i}", f"#### {i}") for i in range(4)]
+    responses = ["#### 0", "it is 1", "#### 7", "#### 3"]
+    strict, flexible = score_responses(items, responses)
+    # strict: hits 1,0,0,1 -> 0.5; flexible: 1,1,0,1 -> 0.75
+    assert (strict.name, strict.score, strict.n) == ("strict-match", 0.5, 4)
+    assert (flexible.name, flexible.score) == ("flexible-extract", 0.75)
+    # sample std (ddof 1) / sqrt(n): for 1,1,0,1 the std is 0.5, so stderr 0.25
+    assert flexible.stderr == pytest.approx(0.25)
+    assert mean_and_stderr([1.0, 0.0]) == pytest.approx((0.5, 0.5))
+
+
+def test_prompt_is_five_shot_lm_eval_layout() -> None:
+    shots = [GsmItem("A?", "a\n#### 1"), GsmItem("B?", "b\n#### 2")]
+    tail = (
+        "\nEnd your response with the answer on the last line, formatted as: #### [number]\nAnswer:"
+    )
+    assert build_prompt(shots, "C?") == (
+        f"Question: A?{tail} a\n#### 1\n\nQuestion: B?{tail} b\n#### 2\n\nQuestion: C?{tail}"
+    )
+
+
+def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"question": f"What is {i} plus 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}
+            )
+            + "\n"
+            for i in range(start, start + count)
+        )
+    )
+    return path
+
+
+def test_shots_come_from_train_beside_test_else_first_five(tmp_path: Path) -> None:
+    test = write_jsonl(tmp_path / "test.jsonl", 8)
+    shots, scored = split_shots(test)
+    assert [s.question for s in shots] == [f"What is {i} plus 1?" for i in range(5)]
+    assert len(scored) == 3  # the shots are not scored
+    write_jsonl(tmp_path / "train.jsonl", 6, start=100)
+    shots, scored = split_shots(test, limit=4)
+    assert shots[0].question == "What is 100 plus 1?" and len(shots) == 5
+    assert len(scored) == 4
+
+
+def test_bad_data_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "test.jsonl"
+    path.write_text('{"question": "q", "answer": "#### 1"}\n{"question": "q2"}\n')
+    with pytest.raises(EvalDataError, match=r"test\.jsonl:2: expected a JSON object"):
+        split_shots(path)
+
+
+def test_threshold_lookup_order(tmp_path: Path) -> None:
+    path = tmp_path / "thresholds.json"
+    path.write_text(json.dumps({"default": {"gsm8k": 0.9}, "models": {"dsr1": {"gsm8k": 0.91}}}))
+    assert lookup_threshold(path, "dsr1", "gsm8k").value == 0.91
+    assert lookup_threshold(path, "minimaxm3", "gsm8k") == Threshold(0.9, f"default in {path}")
+    assert lookup_threshold(path, "minimaxm3", "other").value == 0.85
+    assert lookup_threshold(None, "minimaxm3", "gsm8k").value == 0.85
+    path.write_text(json.dumps({"gsm8k": 0.8}))  # legacy flat file = the default
+    assert lookup_threshold(path, "dsr1", "gsm8k").value == 0.8
+
+
+def test_gate_needs_every_filter_to_pass() -> None:
+    from pytest_inferbench.evals.gsm8k import FilterScore
+    from pytest_inferbench.evals.runner import EvalResult
+
+    scores = (
+        FilterScore("strict-match", 0.95, 0.01, 100),
+        FilterScore("flexible-extract", 0.88, 0.03, 100),
+    )
+    result = EvalResult("gsm8k", "minimaxm3", "/v1/chat/completions", 100, scores, 0, "", 1.0, 8)
+    assert check_eval(result, Threshold(0.9, "default in t.json")) == [
+        "gsm8k exact_match,flexible-extract = 0.8800 ± 0.0300 (n=100) < 0.9 (default in t.json)"
+    ]
+    assert check_eval(result, Threshold(0.85, "x")) == []
