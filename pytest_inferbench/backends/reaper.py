@@ -94,6 +94,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 def install_sigterm_handler() -> bool:
     """Map SIGTERM to KeyboardInterrupt; main thread only. Returns whether it was installed."""
     global _previous_sigterm, _installed
+    _interrupted.clear()  # a new session (pytester runs several in one process)
     if _installed or threading.current_thread() is not threading.main_thread():
         return False
     _previous_sigterm = signal.getsignal(signal.SIGTERM)

@@ -8,7 +8,10 @@ idempotent stop that also ends the log stream.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Protocol
+
+import httpx
 
 from . import reaper
 from .base import ServerDiedError
@@ -17,7 +20,12 @@ from .readiness import LogPump, ReadinessProbe, startup_timeout, wait_until_read
 
 if TYPE_CHECKING:
     from ..launch import ServerSpec
-    from .base import StartContext
+    from ..recipe import BenchPoint
+    from .base import LoadSettings, PointMeasurement, StartContext
+
+# After failed requests: how long a dying server may take to show as exited (a container
+# goes from "running" to "exited" some time after its connections drop).
+SETTLE_S = 5.0
 
 
 class Supervised(Protocol):
@@ -50,6 +58,43 @@ class SupervisedHandle(HttpServerHandle):
 
     def log_tail(self, lines: int = 40) -> str:
         return self.supervised.log.tail(lines)
+
+    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+        """The shared HTTP sweep, bracketed by liveness checks: a server that died before or
+        during the point raises ServerDiedError (with the log tail) instead of reporting a
+        point full of connection errors."""
+        self.check_alive()
+        try:
+            measurement = super().run_point(point, load)
+        except ServerDiedError:
+            raise
+        except Exception:
+            self._check_alive_after_failures()
+            raise
+        if any(not record.success for record in measurement.records):
+            self._check_alive_after_failures()
+        return measurement
+
+    def _check_alive_after_failures(self) -> None:
+        """Failed requests may mean the server is dying: wait until it either exits (raise)
+        or answers its health check again (return, the failures are the point's own)."""
+        deadline = time.monotonic() + SETTLE_S
+        with httpx.Client(trust_env=False, timeout=1.0) as client:
+            while True:
+                self.check_alive()
+                try:
+                    if client.get(self.health_url).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() >= deadline:
+                    self.check_alive()
+                    return
+                time.sleep(0.1)
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.base_url}{self.spec.health_path}"
 
     def stop(self) -> None:
         if self._stopped:
