@@ -72,6 +72,8 @@ class RequestRecord:
     chunk_tokens: IntArray = field(default_factory=_empty_int)
     error: str = ""
     token_source: str = ""  # how chunk_tokens were counted: "usage", "tokenizer", "words", ...
+    request_id: str = ""  # the server's response id, to join client and server timelines
+    scheduled_time: float | None = None  # open loop: when the schedule wanted it sent
 
     @property
     def first_token_time(self) -> float | None:

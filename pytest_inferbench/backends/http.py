@@ -1,0 +1,150 @@
+"""`run_point` for every server reached over HTTP (docker, process, external, sim-server).
+
+One point: warmup (excluded), `/metrics` scrape, the measured load with the event-loop monitor
+and the progress line, a second scrape, then the self-check verdict. Subclasses add how the
+server is started, watched and stopped; when requests fail, `check_alive()` turns a dead
+server into `ServerDiedError` with its log tail instead of a page of failed requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..loadgen.client import ClientConfig, make_http_client, run_load
+from ..loadgen.progress import Progress, terminal_stream
+from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
+from ..loadgen.selfcheck import LoopMonitor, verdict
+from ..loadgen.workload import build_workload, count_words, load_local_tokenizer
+from .base import LoadSettings, PointMeasurement, ServerHandle
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import httpx
+
+    from ..launch import ServerSpec
+    from ..loadgen.workload import TextTokenizer, Workload
+    from ..metrics import RequestRecord
+    from ..recipe import BenchPoint
+
+_UNSET: Any = object()
+
+
+def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float]:
+    """Median chunk ITL and median TTFT of the successful records (0 when there are none)."""
+    ok = [r for r in records if r.success and len(r.chunk_times)]
+    if not ok:
+        return 0.0, 0.0
+    ttft = np.fromiter((r.chunk_times[0] - r.send_time for r in ok), np.float64, len(ok))
+    gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
+    itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
+    return itl, float(np.median(ttft))
+
+
+def _prompt_token_check(workload: Workload, records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Does the server's usage.prompt_tokens confirm the workload's intended lengths?"""
+    pairs = [(p.input_tokens, r.input_tokens)
+             for p, r in zip(workload.prompts, records, strict=True) if r.success]
+    return {
+        "source": workload.token_source,
+        "chat_template": workload.chat_template,
+        "expected": sum(e for e, _ in pairs),
+        "reported": sum(r for _, r in pairs),
+        "mismatched_requests": sum(1 for e, r in pairs if e != r),
+    }
+
+
+class HttpServerHandle(ServerHandle):
+    """A server with an OpenAI-compatible HTTP API at `base_url`."""
+
+    base_url: str
+
+    def __init__(self, *, base_url: str, spec: ServerSpec, simulated: bool = False) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.spec = spec
+        self.simulated = simulated
+        self._tokenizer: TextTokenizer | None = _UNSET
+
+    def stop(self) -> None:  # subclasses that own the server override this
+        """Nothing to stop for a bare HTTP handle."""
+
+    def tokenizer(self) -> TextTokenizer | None:
+        """The served model's local tokenizer, looked up once per handle."""
+        if self._tokenizer is _UNSET:
+            self._tokenizer = load_local_tokenizer(self.spec.served_model)
+        return self._tokenizer
+
+    def client_config(self, conc: int, tokenizer: TextTokenizer | None) -> ClientConfig:
+        count: Callable[[str], int] = count_words
+        if tokenizer is not None:
+            tok = tokenizer
+
+            def count(text: str) -> int:
+                return len(tok.encode(text, add_special_tokens=False))
+
+        return ClientConfig(
+            base_url=self.base_url, model=self.spec.served_model,
+            endpoint=self.spec.client.endpoint, concurrency=conc,
+            api_key=os.environ.get("OPENAI_API_KEY") or None, count_text_tokens=count,
+            text_token_source="tokenizer" if tokenizer is not None else "words")
+
+    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+        tokenizer = self.tokenizer()
+        cfg = self.client_config(point.conc, tokenizer)
+        # A chat endpoint templates on the server; rendering it here too would template twice.
+        workload = build_workload(
+            point.isl, point.osl, point.conc, load, tokenizer=tokenizer,
+            use_chat_template=self.spec.client.use_chat_template and not cfg.chat)
+        return asyncio.run(self._measure(point, cfg, workload))
+
+    async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot:
+        try:
+            return await scrape(client)
+        except MissingPrometheusParser as exc:
+            notes.append(str(exc))
+            return Snapshot(error=str(exc))
+
+    async def _measure(self, point: BenchPoint, cfg: ClientConfig,
+                       workload: Workload) -> PointMeasurement:
+        notes: list[str] = []
+        if self.simulated:
+            notes.append("simulated server: these numbers come from the simulator, not hardware")
+        async with make_http_client(cfg) as client:
+            warm = await run_load(client, cfg, workload.warmup)
+            warm_failed = sum(1 for r in warm.records if not r.success)
+            if warm_failed:
+                self.check_alive()
+                notes.append(f"warmup: {warm_failed}/{len(warm.records)} requests failed")
+            before = await self._scrape(client, notes)
+            progress = Progress(f"{point.server.node_name} {point.name}", len(workload.prompts),
+                                terminal_stream())
+            monitor = LoopMonitor()
+            gc.collect()
+            gc.freeze()  # long-lived objects out of the collector's way: shorter GC pauses
+            try:
+                monitor.start()
+                progress.start()
+                run = await run_load(client, cfg, workload.prompts,
+                                     send_offsets=workload.send_offsets,
+                                     on_record=progress.on_record)
+                stats = await monitor.stop()
+                await progress.stop()
+            finally:
+                gc.unfreeze()
+            if any(not r.success for r in run.records):
+                self.check_alive()
+            after = await self._scrape(client, notes) if not before.error else before
+        median_itl, median_ttft = _median_gaps(run.records)
+        check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft)
+        check["prompt_tokens"] = _prompt_token_check(workload, run.records)
+        server = point_metrics(before, after) if not before.error else {
+            "scrape_error": before.error}
+        return PointMeasurement(
+            records=run.records, duration_s=run.duration_s, num_prompts=len(workload.prompts),
+            max_concurrency=point.conc, simulated=self.simulated, server_metrics=server,
+            client_check=check, notes=tuple(notes))

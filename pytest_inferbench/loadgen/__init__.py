@@ -1,0 +1,1 @@
+"""The load generator: workload, async HTTP client, /metrics scraping, client self-check."""

@@ -1,0 +1,309 @@
+"""The async HTTP client: streams OpenAI completions and records when every chunk arrived.
+
+The hot path only stamps each network read with `time.perf_counter()` and keeps the bytes;
+SSE splitting and JSON parsing happen after the stream ends, so parsing cost never delays the
+next timestamp. An event's time is the arrival of the read that completed it.
+
+Tokens per chunk come from `stream_options.continuous_usage_stats` (the server's cumulative
+`usage.completion_tokens` in every chunk) when the server sends it, otherwise from counting
+the chunk text (`ClientConfig.count_text_tokens`). `usage.completion_tokens` of the final
+chunk is the request's output count; the chunk sum is the cross-check.
+
+Every request becomes a `RequestRecord`. Failures -- HTTP errors, connection errors, timeouts,
+error events, streams that end without `[DONE]`, no token at all, or fewer tokens than
+`max_tokens` under `ignore_eos` -- have `success=False` and a reason; none is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+
+from ..metrics import RequestRecord
+from .workload import count_words
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .workload import Prompt
+
+CHAT_ENDPOINT = "/v1/chat/completions"
+COMPLETIONS_ENDPOINT = "/v1/completions"
+_ERROR_DETAIL_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """connect: TCP connect; read: the longest silence between two reads of a stream (a long
+    prefill under queueing can take minutes); write: sending the request body."""
+
+    connect_s: float = 30.0
+    read_s: float = 900.0
+    write_s: float = 60.0
+
+    def httpx(self) -> httpx.Timeout:
+        # pool=None: a request waits for a free connection only when the pool is smaller than
+        # the concurrency, which `make_http_client` never allows.
+        return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.write_s,
+                             pool=None)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    base_url: str
+    model: str
+    endpoint: str = COMPLETIONS_ENDPOINT
+    concurrency: int = 1
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    api_key: str | None = None
+    continuous_usage: bool = True
+    ignore_eos: bool = True
+    count_text_tokens: Callable[[str], int] = count_words
+    text_token_source: str = "words"
+
+    @property
+    def chat(self) -> bool:
+        return self.endpoint.rstrip("/").endswith("/chat/completions")
+
+
+def make_http_client(cfg: ClientConfig) -> httpx.AsyncClient:
+    """One keep-alive pool with a connection for every concurrent request, no proxies."""
+    limits = httpx.Limits(max_connections=cfg.concurrency,
+                          max_keepalive_connections=cfg.concurrency, keepalive_expiry=60.0)
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    return httpx.AsyncClient(base_url=cfg.base_url, limits=limits, timeout=cfg.timeouts.httpx(),
+                             trust_env=False, headers=headers)
+
+
+def request_body(cfg: ClientConfig, prompt: Prompt) -> dict[str, Any]:
+    """The InferenceX payload: temperature 0, max tokens = OSL, ignore_eos, usage in the stream."""
+    options: dict[str, Any] = {"include_usage": True}
+    if cfg.continuous_usage:
+        options["continuous_usage_stats"] = True
+    body: dict[str, Any] = {
+        "model": cfg.model, "temperature": 0.0, "stream": True, "stream_options": options,
+        "ignore_eos": cfg.ignore_eos,
+    }
+    if cfg.chat:
+        body["messages"] = [{"role": "user", "content": prompt.text}]
+        body["max_completion_tokens"] = prompt.output_tokens
+    else:
+        body["prompt"] = prompt.text
+        body["max_tokens"] = prompt.output_tokens
+    return body
+
+
+@dataclass
+class _Parsed:
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    all_from_usage: bool = True
+    done: bool = False
+    error: str = ""
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    response_id: str = ""
+
+
+def _events(reads: Sequence[tuple[float, bytes]]) -> list[tuple[float, bytes]]:
+    """SSE events with the arrival time of the read that completed each one."""
+    events: list[tuple[float, bytes]] = []
+    pending = bytearray()
+    for arrived, data in reads:
+        pending += data
+        if b"\r" in data:
+            pending = bytearray(pending.replace(b"\r\n", b"\n"))
+        start = 0
+        while (end := pending.find(b"\n\n", start)) >= 0:
+            events.append((arrived, bytes(pending[start:end])))
+            start = end + 2
+        del pending[:start]
+    if pending.strip():
+        events.append((reads[-1][0], bytes(pending)))
+    return events
+
+
+def _choice_text(choice: dict[str, Any], chat: bool) -> str:
+    if not chat:
+        return str(choice.get("text") or "")
+    delta = choice.get("delta") or {}
+    content = delta.get("content") or ""
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+    return str(content) + str(reasoning)
+
+
+def parse_stream(reads: Sequence[tuple[float, bytes]], cfg: ClientConfig) -> _Parsed:
+    out = _Parsed()
+    usage_tokens_so_far = 0
+    for arrived, event in _events(reads):
+        payload = b"".join(line[5:].strip() for line in event.split(b"\n")
+                           if line.startswith(b"data:"))
+        if not payload:
+            continue
+        if payload == b"[DONE]":
+            out.done = True
+            continue
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            out.error = f"malformed stream event: {payload[:80]!r}"
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if "error" in obj:
+            err = obj["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            out.error = f"error in stream: {str(message)[:_ERROR_DETAIL_CHARS]}"
+            continue
+        out.response_id = out.response_id or str(obj.get("id") or "")
+        usage = obj.get("usage") or {}
+        completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            out.prompt_tokens = usage["prompt_tokens"]
+        choices = obj.get("choices") or []
+        if choices and isinstance(choices[0], dict):
+            choice = choices[0]
+            out.finish_reason = choice.get("finish_reason") or out.finish_reason
+            text = _choice_text(choice, cfg.chat)
+            if isinstance(completion, int):
+                tokens = completion - usage_tokens_so_far
+            else:
+                tokens = cfg.count_text_tokens(text) if text else 0
+                out.all_from_usage = False
+            if text or tokens > 0:
+                out.chunk_times.append(arrived)
+                out.chunk_tokens.append(tokens)
+        if isinstance(completion, int):
+            usage_tokens_so_far = completion
+            out.completion_tokens = completion
+    return out
+
+
+def _http_error(status: int, body: bytes) -> str:
+    message = body.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(body)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj.get("detail", obj))
+            message = str(err.get("message", err) if isinstance(err, dict) else err)
+    except ValueError:
+        pass
+    return f"HTTP {status}: {message[:_ERROR_DETAIL_CHARS]}"
+
+
+def _exception_reason(exc: BaseException, cfg: ClientConfig) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return f"connection failed: {exc}"
+    if isinstance(exc, httpx.ReadTimeout):
+        return f"no data for {cfg.timeouts.read_s:g} s (read timeout)"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{type(exc).__name__}: timed out"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return f"connection closed mid-stream ({type(exc).__name__}: {exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,
+            reads: Sequence[tuple[float, bytes]], error: str,
+            scheduled: float | None) -> RequestRecord:
+    parsed = parse_stream(reads, cfg) if reads else _Parsed()
+    chunk_sum = sum(parsed.chunk_tokens)
+    output = parsed.completion_tokens if parsed.completion_tokens is not None else chunk_sum
+    if not error:
+        if parsed.error:
+            error = parsed.error
+        elif not parsed.done:
+            error = "stream ended without [DONE]"
+        elif not parsed.chunk_times:
+            error = "no token received"
+        elif cfg.ignore_eos and output < prompt.output_tokens:
+            error = (f"output stopped early under ignore_eos (finish_reason="
+                     f"{parsed.finish_reason})")
+    source = "usage" if parsed.chunk_times and parsed.all_from_usage else cfg.text_token_source
+    return RequestRecord(
+        send_time=sent, end_time=ended,
+        input_tokens=parsed.prompt_tokens if parsed.prompt_tokens is not None
+        else prompt.input_tokens,
+        output_tokens=output, success=not error,
+        chunk_times=np.asarray(parsed.chunk_times, dtype=np.float64),
+        chunk_tokens=np.asarray(parsed.chunk_tokens, dtype=np.int64),
+        error=error, token_source=source, request_id=parsed.response_id,
+        scheduled_time=scheduled)
+
+
+async def send_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
+                       scheduled: float | None = None) -> RequestRecord:
+    """One streamed request; never raises for a server or network failure."""
+    body = request_body(cfg, prompt)
+    reads: list[tuple[float, bytes]] = []
+    stamp = time.perf_counter
+    error = ""
+    sent = stamp()
+    try:
+        async with client.stream("POST", cfg.endpoint, json=body) as response:
+            if response.status_code != 200:
+                error = _http_error(response.status_code, await response.aread())
+            else:
+                async for data in response.aiter_raw():
+                    reads.append((stamp(), data))
+    except httpx.HTTPError as exc:
+        error = _exception_reason(exc, cfg)
+    ended = stamp()
+    return _record(prompt, cfg, sent, ended, reads, error, scheduled)
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    records: tuple[RequestRecord, ...]  # in prompt order
+    start: float
+    end: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+async def run_load(client: httpx.AsyncClient, cfg: ClientConfig, prompts: Sequence[Prompt], *,
+                   send_offsets: Sequence[float] | None = None,
+                   on_record: Callable[[RequestRecord], None] | None = None) -> LoadRun:
+    """Closed loop at `cfg.concurrency` (offsets None), or an open loop sending prompt i at
+    start + offsets[i] with at most `cfg.concurrency` in flight."""
+    records: list[RequestRecord | None] = [None] * len(prompts)
+
+    def done(index: int, record: RequestRecord) -> None:
+        records[index] = record
+        if on_record is not None:
+            on_record(record)
+
+    start = time.perf_counter()
+    if send_offsets is None:
+        next_index = iter(range(len(prompts)))
+
+        async def worker() -> None:
+            for index in next_index:
+                done(index, await send_request(client, cfg, prompts[index]))
+
+        await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, len(prompts)))))
+    else:
+        if len(send_offsets) != len(prompts):
+            raise ValueError(f"{len(send_offsets)} send times for {len(prompts)} prompts")
+        slots = asyncio.Semaphore(cfg.concurrency)
+
+        async def scheduled(index: int) -> None:
+            due = start + send_offsets[index]
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with slots:
+                done(index, await send_request(client, cfg, prompts[index], scheduled=due))
+
+        await asyncio.gather(*(scheduled(i) for i in range(len(prompts))))
+    end = time.perf_counter()
+    return LoadRun(records=tuple(r for r in records if r is not None), start=start, end=end)

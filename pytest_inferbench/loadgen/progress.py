@@ -1,0 +1,79 @@
+"""A live status line for a running point: on a terminal only, quiet otherwise.
+
+It redraws at most every `refresh_s` from its own task, so per-request bookkeeping stays a
+counter update; the line is cleared when the point ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from ..metrics import RequestRecord
+
+REFRESH_S = 0.5
+
+
+def terminal_stream() -> TextIO | None:
+    """The real terminal (under pytest's capture too), or None when there is none."""
+    stream = sys.__stderr__
+    try:
+        return stream if stream is not None and stream.isatty() else None
+    except (AttributeError, ValueError):
+        return None
+
+
+class Progress:
+    def __init__(self, label: str, total: int, stream: TextIO | None = None,
+                 refresh_s: float = REFRESH_S) -> None:
+        self.label = label
+        self.total = total
+        self.stream = stream
+        self.refresh_s = refresh_s
+        self.done = 0
+        self.failed = 0
+        self.output_tokens = 0
+        self._start = time.perf_counter()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.stream is not None
+
+    def on_record(self, record: RequestRecord) -> None:
+        self.done += 1
+        self.failed += 0 if record.success else 1
+        self.output_tokens += record.output_tokens if record.success else 0
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self._start
+        rate = self.output_tokens / elapsed if elapsed > 0 else 0.0
+        failed = f", {self.failed} failed" if self.failed else ""
+        return (f"{self.label}: {self.done}/{self.total} requests{failed}, {elapsed:.0f} s, "
+                f"{rate:,.0f} output tok/s")
+
+    def _draw(self, text: str) -> None:
+        if self.stream is not None:
+            self.stream.write("\r\x1b[K" + text)
+            self.stream.flush()
+
+    async def _refresh(self) -> None:
+        while True:
+            self._draw(self.line())
+            await asyncio.sleep(self.refresh_s)
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+        if self.enabled:
+            self._task = asyncio.get_running_loop().create_task(self._refresh())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._draw("")

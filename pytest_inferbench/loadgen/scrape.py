@@ -1,0 +1,155 @@
+"""Server-side metrics: `/metrics` (and ATOM's `/debug/mtp_stats`) before and after a point.
+
+Parsing is `prometheus_client`'s own parser (the `server` extra), imported only when a scrape
+happens. Counters are diffed, summed over their label sets; gauges are reported as read after
+the point. Acceptance length = 1 + accepted / verification steps (performance-model.md §A7):
+vLLM `spec_decode_num_accepted_tokens` / `spec_decode_num_drafts`; ATOM
+`mtp_accepted_tokens` / sum of `mtp_decode_steps`, or the same from `/debug/mtp_stats`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+SCRAPE_TIMEOUT_S = 10.0
+
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ATOM_ACCEPTED = "atom:mtp_accepted_tokens_total"
+ATOM_DRAFT_TOKENS = "atom:mtp_draft_tokens_total"
+ATOM_STEPS = "atom:mtp_decode_steps_total"
+KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                   "atom:kv_cache_usage_ratio", "sglang:token_usage")
+PREEMPTION_COUNTERS = ("vllm:num_preemptions_total", "atom:preemptions_total",
+                       "sglang:num_preemptions_total")
+
+
+class MissingPrometheusParser(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    counters: dict[str, float] = field(default_factory=dict)  # summed over label sets
+    gauges: dict[str, float] = field(default_factory=dict)
+    mtp_stats: dict[str, Any] | None = None
+    error: str = ""
+
+
+def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Counter samples (`*_total`) and gauge samples, each summed over label sets."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError as exc:
+        raise MissingPrometheusParser(
+            "reading server /metrics needs prometheus_client: "
+            "pip install 'pytest-inferbench[server]'") from exc
+    counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type == "counter":
+            target = counters
+        elif family.type in ("gauge", "untyped", "unknown"):
+            target = gauges
+        else:
+            continue  # histogram and summary series are the server's, not a point delta
+        for sample in family.samples:
+            if family.type == "counter" and not sample.name.endswith("_total"):
+                continue  # `_created` timestamps
+            target[sample.name] = target.get(sample.name, 0.0) + float(sample.value)
+    return counters, gauges
+
+
+async def scrape(client: httpx.AsyncClient) -> Snapshot:
+    """Read `/metrics` and `/debug/mtp_stats`; a server without them gives an empty snapshot."""
+    try:
+        response = await client.get("/metrics", timeout=SCRAPE_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        return Snapshot(error=f"/metrics: {type(exc).__name__}: {exc}")
+    if response.status_code != 200:
+        return Snapshot(error=f"/metrics: HTTP {response.status_code}")
+    counters, gauges = parse_metrics(response.text)
+    mtp: dict[str, Any] | None = None
+    if any(name.startswith("atom:") for name in (*counters, *gauges)):
+        try:
+            stats = await client.get("/debug/mtp_stats", timeout=SCRAPE_TIMEOUT_S)
+            if stats.status_code == 200 and isinstance(stats.json(), dict):
+                mtp = stats.json()
+        except (httpx.HTTPError, ValueError):
+            mtp = None
+    return Snapshot(counters=counters, gauges=gauges, mtp_stats=mtp)
+
+
+def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
+    if name not in after:
+        return None
+    return after[name] - before.get(name, 0.0)
+
+
+def _mtp_al(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> float | None:
+    if not after or not after.get("enabled", True):
+        return None
+    before = before or {}
+
+    def steps(stats: Mapping[str, Any]) -> float:
+        dist = stats.get("distribution") or {}
+        return float(sum(float(v) for v in dist.values())) if isinstance(dist, dict) else 0.0
+
+    d_steps = steps(after) - steps(before)
+    d_acc = float(after.get("total_accepted_tokens", 0)) - float(
+        before.get("total_accepted_tokens", 0))
+    return 1.0 + d_acc / d_steps if d_steps > 0 else None
+
+
+def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, Any]:
+    """Counter deltas, gauges after, acceptance length, KV usage and preemptions."""
+    out: dict[str, Any] = {}
+    if before.error or after.error:
+        out["scrape_error"] = before.error or after.error
+    deltas = {name: after.counters[name] - before.counters.get(name, 0.0)
+              for name in after.counters}
+    out["counter_deltas"] = deltas
+    out["gauges"] = dict(after.gauges)
+
+    al = None
+    source = None
+    accepted, drafts = _delta(before.counters, after.counters, VLLM_ACCEPTED), _delta(
+        before.counters, after.counters, VLLM_DRAFTS)
+    if accepted is not None and drafts:
+        al, source = 1.0 + accepted / drafts, "vllm:spec_decode_*"
+        draft_tokens = _delta(before.counters, after.counters, VLLM_DRAFT_TOKENS)
+        if draft_tokens:
+            out["acceptance_rate"] = accepted / draft_tokens
+    atom_acc = _delta(before.counters, after.counters, ATOM_ACCEPTED)
+    atom_steps = _delta(before.counters, after.counters, ATOM_STEPS)
+    if al is None and atom_acc is not None and atom_steps:
+        al, source = 1.0 + atom_acc / atom_steps, "atom:mtp_*"
+        atom_drafted = _delta(before.counters, after.counters, ATOM_DRAFT_TOKENS)
+        if atom_drafted:
+            out["acceptance_rate"] = atom_acc / atom_drafted
+    mtp_al = _mtp_al(before.mtp_stats, after.mtp_stats)
+    if after.mtp_stats is not None:
+        out["mtp_stats_acceptance_length"] = mtp_al
+    if al is None and mtp_al is not None:
+        al, source = mtp_al, "/debug/mtp_stats"
+    if al is not None:
+        out["acceptance_length"] = al
+        out["acceptance_length_source"] = source
+
+    for gauge in KV_USAGE_GAUGES:
+        if gauge in after.gauges:
+            out["kv_cache_usage"] = after.gauges[gauge]
+            break
+    for counter in PREEMPTION_COUNTERS:
+        preempted = _delta(before.counters, after.counters, counter)
+        if preempted is not None:
+            out["preemptions"] = preempted
+            break
+    return out

@@ -1,0 +1,142 @@
+"""The result record of one point, and writing it atomically.
+
+`build_result()` merges, in this order: the identity of the point (InferenceX agg field names
+and readable aliases), the vLLM `benchmark_serving` keys with the per-token ITL, token
+accounting and InferenceX aggregate keys from `metrics.summarize()`, the acceptance length when
+the server is speculative, the server-side metrics, and the client self-check verdict.
+`measurement_failures()` says why such a record must fail its test even without any gate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import metrics
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .backends.base import PointMeasurement
+    from .launch import ServerSpec
+    from .recipe import BenchPoint
+
+SCHEMA_VERSION = 1
+
+
+def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
+             image: str | None, simulated: bool) -> dict[str, Any]:
+    s = point.server
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "config_key": s.config_key,
+        "server_node": s.node_name,
+        "model": s.model,
+        "served_model": spec.served_model if spec else s.model,
+        "model_prefix": s.model_prefix,
+        "infmax_model_prefix": s.model_prefix,
+        "exp_name": point.exp_name,
+        "framework": s.framework,
+        "hw": s.runner,  # InferenceX: hw is the runner type
+        "runner": s.runner,
+        "hardware": s.hardware,
+        "precision": s.precision,
+        "tp": s.tp,
+        "ep": s.ep,
+        "dp_attention": s.dp_attn,
+        "spec_decoding": s.spec_decoding,
+        "disagg": s.disagg,
+        "is_multinode": s.multinode,
+        "isl": point.isl,
+        "osl": point.osl,
+        "conc": point.conc,
+        "backend": backend,
+        "image": image if image is not None else (spec.image if spec else s.image),
+        "simulated": simulated,
+        "result_filename": point.result_filename(),
+        "recipe": f"{s.source}:{point.line}",
+    }
+
+
+def build_result(point: BenchPoint, measurement: PointMeasurement, *,
+                 spec: ServerSpec | None, backend: str, image: str | None = None,
+                 goodput_slos: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """One JSON-ready dict for one point. Per-GPU numbers divide by TP, as InferenceX does."""
+    result = identity(point, spec=spec, backend=backend, image=image,
+                      simulated=measurement.simulated)
+    summary = metrics.summarize(
+        measurement.records, duration_s=measurement.duration_s,
+        num_prompts=measurement.num_prompts, max_concurrency=measurement.max_concurrency,
+        num_gpus=point.server.tp, goodput_slos=goodput_slos)
+    result["date"] = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    # vLLM writes "inf" for a closed loop; an open loop reports its schedule's realized rate.
+    result["request_rate"] = "inf"
+    scheduled = [r.scheduled_time for r in measurement.records if r.scheduled_time is not None]
+    if len(scheduled) > 1 and max(scheduled) > min(scheduled):
+        result["request_rate"] = (len(scheduled) - 1) / (max(scheduled) - min(scheduled))
+    result.update(summary)
+    sources = sorted({r.token_source for r in measurement.records if r.token_source})
+    result["chunk_token_source"] = ",".join(sources)
+    server = dict(measurement.server_metrics)
+    al = server.get("acceptance_length")
+    if point.server.speculative or al is not None:
+        result["acceptance_length"] = al
+        result["acceptance_length_source"] = server.get("acceptance_length_source")
+        result["client_tokens_per_chunk"] = summary["mean_tokens_per_chunk"]
+    result["server_metrics"] = server
+    result["client_check"] = dict(measurement.client_check)
+    result["notes"] = list(measurement.notes)
+    return result
+
+
+def measurement_failures(result: Mapping[str, Any]) -> list[str]:
+    """Why the point's numbers cannot be trusted: client self-check, token accounting."""
+    failures: list[str] = []
+    check = result.get("client_check") or {}
+    if check and not check.get("ok", True):
+        failures.append(str(check.get("reason") or "client self-check failed"))
+    mismatched = result.get("token_mismatch_requests") or 0
+    if mismatched:
+        failures.append(
+            f"token accounting: {mismatched} request(s) where usage.completion_tokens differs "
+            "from the tokens streamed (chunk tokens counted by "
+            f"{result.get('chunk_token_source')})")
+    return failures
+
+
+def _jsonable(value: Any) -> Any:
+    """Builtin types only; non-finite floats become null (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_result_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write JSON to a temp file beside `path`, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(_jsonable(data), handle, indent=2, allow_nan=False)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
