@@ -1,0 +1,1 @@
+"""The simulated serving engine: catalogs, engine core, virtual-time driver, argv parsing."""

@@ -1,0 +1,260 @@
+"""Catalogs as data: hardware, model architectures, checkpoints, framework profiles.
+
+The YAML files in `sim/catalog/` hold only measured or published numbers; everything derived
+(weight bytes, active parameters, KV bytes per token) is computed here from the architecture,
+so a new model is a few lines of config, not a hand-typed size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+# Bytes per stored weight. MX formats carry one 8-bit scale per 32 elements.
+DTYPE_BYTES: dict[str, float] = {
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "mxfp8": 1.0 + 1.0 / 32,
+    "mxfp4": 0.5 + 1.0 / 32,
+    "fp4": 0.5 + 1.0 / 32,
+}
+# The tensor-core dtype a stored dtype computes in, when the hardware supports it.
+COMPUTE_DTYPE: dict[str, str] = {
+    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "mxfp4": "fp4", "fp4": "fp4",
+}
+KV_DTYPE_BYTES: dict[str, float] = {
+    "auto": 2.0, "bf16": 2.0, "fp16": 2.0, "float16": 2.0, "bfloat16": 2.0,
+    "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_e4m3fnuz": 1.0,
+}
+PARTS = ("attention", "dense_ffn", "shared_experts", "experts", "router", "embedding", "lm_head")
+
+
+class CatalogError(ValueError):
+    """An unknown name or a malformed catalog entry; the message lists the known names."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    peak_flops: dict[str, float]  # dtype -> FLOP/s
+    link_bytes_per_s: float
+    achievable_flops: float
+    achievable_hbm: float
+
+    def supports(self, compute_dtype: str) -> bool:
+        return compute_dtype in self.peak_flops
+
+
+@dataclass(frozen=True)
+class SparseAttention:
+    full_layers: int
+    window_tokens: int
+    indexer_heads: int
+    indexer_dim: int
+    index_topk_freq: int
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dense_layers: int
+    dense_ffn: int
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_experts: int
+    shared_ffn: int
+    vocab: int
+    tied_embeddings: bool
+    sparse: SparseAttention | None
+    eagle_fusion_inputs: int = 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert of one layer (gate, up, down)."""
+        return 3 * self.hidden * self.expert_ffn
+
+    def part_params(self) -> dict[str, int]:
+        """Parameter count of each part of the decoder."""
+        h = self.hidden
+        attn = h * self.heads * self.head_dim * 2 + 2 * h * self.kv_heads * self.head_dim
+        dense = self.dense_layers * 3 * h * self.dense_ffn + self.eagle_fusion_inputs * h * h
+        return {
+            "attention": self.layers * attn,
+            "dense_ffn": dense,
+            "shared_experts": self.moe_layers * self.shared_experts * 3 * h * self.shared_ffn,
+            "experts": self.moe_layers * self.experts * self.expert_params,
+            "router": self.moe_layers * h * self.experts,
+            "embedding": 0 if self.tied_embeddings else self.vocab * h,
+            "lm_head": self.vocab * h,
+        }
+
+    @property
+    def total_params(self) -> int:
+        return sum(self.part_params().values())
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token multiplies through (the embedding is a lookup)."""
+        p = self.part_params()
+        routed = self.moe_layers * self.top_k * self.expert_params
+        return p["attention"] + p["dense_ffn"] + p["shared_experts"] + p["router"] + routed + p[
+            "lm_head"]
+
+    def kv_elems_per_token_layer(self) -> int:
+        """K and V elements one token stores in one layer, over all KV heads."""
+        return 2 * self.kv_heads * self.head_dim
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
+        """KV bytes one token stores over all layers and all GPUs (no indexer cache)."""
+        return self.layers * self.kv_elems_per_token_layer() * kv_dtype_bytes
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    name: str
+    architecture: Architecture
+    dtypes: dict[str, str]  # part -> stored dtype
+    draft_for: str | None
+
+    def part_bytes(self) -> dict[str, float]:
+        params = self.architecture.part_params()
+        return {part: params[part] * DTYPE_BYTES[self.dtypes[part]] for part in PARTS}
+
+    @property
+    def weight_bytes(self) -> float:
+        return sum(self.part_bytes().values())
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    step_overhead_s: float
+    allreduce_latency_s: float
+    allreduce_bytes_per_elem: float
+    hbm_efficiency: float
+    compute_efficiency: float
+    defaults: dict[str, Any]
+
+
+@cache
+def _load(filename: str) -> dict[str, Any]:
+    folder = resources.files("pytest_inferbench.sim").joinpath("catalog")
+    text = folder.joinpath(filename).read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise CatalogError(f"catalog/{filename}: expected a mapping at the top")
+    return data
+
+
+def _pick(kind: str, table: dict[str, Any], name: str) -> tuple[str, Any]:
+    """Exact name first, then case-insensitive; else an error listing the known names."""
+    if name in table:
+        return name, table[name]
+    folded = {key.lower(): key for key in table}
+    key = folded.get(name.lower())
+    if key is None:
+        raise CatalogError(f"unknown {kind} {name!r}; known: {', '.join(sorted(table))}")
+    return key, table[key]
+
+
+def hardware_names() -> list[str]:
+    return sorted(_load("hardware.yaml")["hardware"])
+
+
+def checkpoint_names() -> list[str]:
+    return sorted(_load("models.yaml")["checkpoints"])
+
+
+def framework_names() -> list[str]:
+    return sorted(_load("frameworks.yaml")["frameworks"])
+
+
+@cache
+def hardware(name: str) -> Hardware:
+    key, d = _pick("hardware", _load("hardware.yaml")["hardware"], name)
+    return Hardware(
+        name=key,
+        hbm_bytes=float(d["hbm_gb"]) * 1e9,
+        hbm_bytes_per_s=float(d["hbm_tb_s"]) * 1e12,
+        peak_flops={k: float(v) * 1e12 for k, v in d["peak_tflops"].items()},
+        link_bytes_per_s=float(d["link_gb_s"]) * 1e9,
+        achievable_flops=float(d["achievable"]["flops"]),
+        achievable_hbm=float(d["achievable"]["hbm"]),
+    )
+
+
+@cache
+def architecture(name: str) -> Architecture:
+    key, d = _pick("architecture", _load("models.yaml")["architectures"], name)
+    sparse = d.get("sparse_attention")
+    return Architecture(
+        name=key,
+        layers=int(d["layers"]), hidden=int(d["hidden"]), heads=int(d["heads"]),
+        kv_heads=int(d["kv_heads"]), head_dim=int(d["head_dim"]),
+        dense_layers=int(d["dense_layers"]), dense_ffn=int(d["dense_ffn"]),
+        experts=int(d["experts"]), top_k=int(d["top_k"]), expert_ffn=int(d["expert_ffn"]),
+        shared_experts=int(d["shared_experts"]), shared_ffn=int(d["shared_ffn"]),
+        vocab=int(d["vocab"]), tied_embeddings=bool(d["tied_embeddings"]),
+        sparse=SparseAttention(**{k: int(v) for k, v in sparse.items()}) if sparse else None,
+        eagle_fusion_inputs=int(d.get("eagle_fusion_inputs", 0)),
+    )
+
+
+@cache
+def checkpoint(name: str) -> Checkpoint:
+    """A checkpoint by its hub name (`amd/MiniMax-M3-MXFP4`), or by the part after the `/`."""
+    table = _load("models.yaml")["checkpoints"]
+    by_base = {key.split("/")[-1].lower(): key for key in table}
+    base = name.rstrip("/").split("/")[-1].lower()
+    if name not in table and name.lower() not in {k.lower() for k in table} and base in by_base:
+        name = by_base[base]
+    key, d = _pick("model", table, name)
+    dtypes = {part: str(d["dtypes"].get(part, d["dtypes"]["default"])) for part in PARTS}
+    for part, dtype in dtypes.items():
+        if dtype not in DTYPE_BYTES:
+            raise CatalogError(f"checkpoint {key}: {part} dtype {dtype!r} unknown; "
+                               f"known: {', '.join(DTYPE_BYTES)}")
+    return Checkpoint(name=key, architecture=architecture(str(d["architecture"])),
+                      dtypes=dtypes, draft_for=d.get("draft_for"))
+
+
+@cache
+def framework(name: str) -> Framework:
+    key, d = _pick("framework", _load("frameworks.yaml")["frameworks"], name)
+    return Framework(
+        name=key,
+        step_overhead_s=float(d["step_overhead_ms"]) / 1e3,
+        allreduce_latency_s=float(d["allreduce_latency_us"]) / 1e6,
+        allreduce_bytes_per_elem=float(d["allreduce_bytes_per_elem"]),
+        hbm_efficiency=float(d["hbm_efficiency"]),
+        compute_efficiency=float(d["compute_efficiency"]),
+        defaults=dict(d["defaults"]),
+    )
+
+
+def golden_acceptance_length(architecture_name: str, k: int, *, thinking: bool = False) -> float:
+    """InferenceX golden EAGLE3 acceptance length for a target architecture and k."""
+    table = _load("models.yaml")["golden_acceptance_length"]
+    key, modes = _pick("architecture with a golden acceptance length", table, architecture_name)
+    curve = modes["thinking_on" if thinking else "thinking_off"]
+    if k not in curve:
+        raise CatalogError(f"no golden acceptance length for {key} with k={k}; "
+                           f"known k: {', '.join(str(x) for x in sorted(curve))}")
+    return float(curve[k])

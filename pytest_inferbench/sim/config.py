@@ -1,0 +1,49 @@
+"""`EngineConfig`: everything that decides how the simulated engine behaves, frozen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .spec_decode import SpecConfig
+
+__all__ = ["EngineConfig", "SpecConfig"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    hardware: str  # catalog name, e.g. "MI355X"
+    model: str  # checkpoint name, e.g. "amd/MiniMax-M3-MXFP4"
+    framework: str = "atom"  # atom | vllm | sglang
+    tp: int = 1
+    ep: int = 1  # expert-parallel degree (= tp when --enable-expert-parallel)
+    dp_attn: bool = False
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_cache_dtype: str = "auto"
+    max_model_len: int = 32768
+    online_quant: str | None = None  # "fp8": bf16 linear layers quantized at load (ATOM ptpc_fp8)
+    spec: SpecConfig | None = None
+    jitter: float = 0.0  # sigma of a multiplicative lognormal per-step jitter (0 = none)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.tp >= 1, f"tp must be >= 1, got {self.tp}"),
+            (self.ep >= 1, f"ep must be >= 1, got {self.ep}"),
+            (self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}"),
+            (self.max_num_batched_tokens >= 1,
+             f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"),
+            (self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}"),
+            (0.0 < self.gpu_memory_utilization <= 1.0,
+             f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
+            (self.max_model_len >= 2, f"max_model_len must be >= 2, got {self.max_model_len}"),
+            (0.0 <= self.jitter <= 0.3, f"jitter must be in [0, 0.3], got {self.jitter}"),
+        ]
+        if self.spec is not None:
+            checks.append((self.spec.num_speculative_tokens >= 1,
+                           "num_speculative_tokens must be >= 1"))
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)

@@ -1,0 +1,161 @@
+"""Virtual-time driver: one benchmark point's closed-loop load against the engine.
+
+It reproduces the InferenceX client (vLLM `benchmark_serving`, random dataset): input and output
+lengths uniform integers in [int(ratio x L), L] drawn with numpy seeded like the client; first
+`warmup_per_conc x C` copies of the first request under the same concurrency limit, excluded
+from the metrics; then `prompts_per_conc x C` requests, C in flight, each finish releasing the
+next send at that instant. Times are virtual seconds from the start of the measured phase; every
+token's time is the end of the engine step that produced it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..metrics import RequestRecord
+from .engine import Engine
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .config import EngineConfig
+    from .engine import Trace
+
+MAX_STRETCH = 1 << 20
+
+
+@dataclass(frozen=True)
+class PointLoad:
+    isl: int
+    osl: int
+    concurrency: int
+    num_prompts: int
+    num_warmups: int
+    range_ratio: float = 0.8
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SimulatedPoint:
+    records: list[RequestRecord]
+    duration_s: float
+    server_metrics: dict[str, Any]
+
+
+def draw_lengths(load: PointLoad) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Input and output lengths as `sample_random_requests` draws them (np.random.seed)."""
+    rng = np.random.RandomState(load.seed)
+    n = load.num_prompts
+    isl = rng.randint(int(load.isl * load.range_ratio), load.isl + 1, size=n)
+    osl = rng.randint(int(load.osl * load.range_ratio), load.osl + 1, size=n)
+    return isl.astype(np.int64), osl.astype(np.int64)
+
+
+class _Timeline:
+    """End time of every engine step, indexed by the engine's global step number."""
+
+    def __init__(self) -> None:
+        self.ends = np.zeros(4096)
+        self.n = 0
+        self.now = 0.0
+
+    def extend(self, durations: npt.NDArray[np.float64]) -> None:
+        k = len(durations)
+        if self.n + k > len(self.ends):
+            self.ends = np.concatenate([self.ends, np.zeros(max(len(self.ends), k))])
+        ends = self.now + np.cumsum(durations)
+        self.ends[self.n:self.n + k] = ends
+        self.n += k
+        self.now = float(ends[-1])
+
+
+def _closed_loop(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
+                 osl: npt.NDArray[np.int64], concurrency: int, first_id: int,
+                 ) -> list[tuple[int, float, Trace]]:
+    """Run requests i = 0..n-1 with `concurrency` in flight; returns (i, send time, trace)."""
+    pending = deque(range(len(isl)))
+    sent: dict[int, tuple[int, float]] = {}
+
+    def send() -> None:
+        i = pending.popleft()
+        engine.add_request(first_id + i, int(isl[i]), int(osl[i]))
+        sent[first_id + i] = (i, clock.now)
+
+    for _ in range(min(concurrency, len(isl))):
+        send()
+    done: list[tuple[int, float, Trace]] = []
+    while engine.has_work():
+        batch = engine.advance(MAX_STRETCH)
+        clock.extend(batch.durations)
+        for rid in batch.finished:
+            i, t_send = sent.pop(rid)
+            done.append((i, t_send, engine.pop_trace(rid)))
+            if pending:
+                send()
+    return done
+
+
+def simulate_point(config: EngineConfig, load: PointLoad,
+                   engine: Engine | None = None) -> SimulatedPoint:
+    """Simulate one point; `engine` may be reused across points (its state must be idle)."""
+    engine = engine or Engine(config, keep_traces=True)
+    engine.keep_traces = True
+    isl, osl = draw_lengths(load)
+    warm = _Timeline()
+    if load.num_warmups:
+        reps = np.full(load.num_warmups, isl[0]), np.full(load.num_warmups, osl[0])
+        warm.n = engine.steps_done
+        warm.ends = np.zeros(engine.steps_done + 4096)
+        _closed_loop(engine, warm, reps[0], reps[1], load.concurrency, first_id=1 << 40)
+    before = engine.counters()
+    clock = _Timeline()
+    clock.n = engine.steps_done
+    clock.ends = np.zeros(engine.steps_done + 4096)
+    done = _closed_loop(engine, clock, isl, osl, load.concurrency, first_id=0)
+    after = engine.counters()
+    records: list[RequestRecord | None] = [None] * len(isl)
+    queue_s = np.zeros(len(isl))
+    for i, t_send, trace in done:
+        times = clock.ends[trace.steps]
+        records[i] = RequestRecord(
+            send_time=t_send, end_time=float(times[-1]), input_tokens=int(isl[i]),
+            output_tokens=int(trace.tokens.sum()), success=True, chunk_times=times,
+            chunk_tokens=trace.tokens)
+        sched = trace.first_scheduled_step
+        queue_s[i] = (clock.ends[sched - 1] if sched > 0 else 0.0) - t_send
+    metrics = server_metrics(before, after, engine)
+    metrics["mean_queue_time_ms"] = float(np.maximum(queue_s, 0).mean() * 1e3) if len(isl) else 0.0
+    metrics["max_queue_time_ms"] = float(np.maximum(queue_s, 0).max() * 1e3) if len(isl) else 0.0
+    return SimulatedPoint([r for r in records if r is not None], clock.now, metrics)
+
+
+def server_metrics(before: Any, after: Any, engine: Engine) -> dict[str, Any]:
+    """What a scrape of the server's counters before and after the point would say."""
+    drafts = after.spec_num_drafts - before.spec_num_drafts
+    accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
+    out: dict[str, Any] = {
+        "source": "simulator",
+        "prompt_tokens": after.prompt_tokens - before.prompt_tokens,
+        "generation_tokens": after.generation_tokens - before.generation_tokens,
+        "preemptions": after.preemptions - before.preemptions,
+        "engine_steps": after.steps - before.steps,
+        "max_kv_cache_usage": after.peak_kv_cache_usage,
+        "max_num_requests_waiting": after.peak_num_requests_waiting,
+        "kv_cache_capacity_tokens": engine.kv_capacity_tokens,
+    }
+    if drafts:
+        hist = [a - b for a, b in zip(after.spec_accepted_histogram,
+                                      before.spec_accepted_histogram, strict=True)]
+        out.update({
+            "spec_num_drafts": drafts,
+            "spec_num_draft_tokens": after.spec_num_draft_tokens - before.spec_num_draft_tokens,
+            "spec_num_accepted_tokens": accepted,
+            "spec_accepted_histogram": hist,
+            "acceptance_length": 1.0 + accepted / drafts,
+            "acceptance_rate": accepted / (drafts * engine.k),
+        })
+    return out

@@ -1,0 +1,334 @@
+"""The simulated serving engine: iteration-level continuous batching, no I/O and no clock.
+
+Like vLLM V1 / ATOM: an FCFS waiting queue; a running set of at most `max_num_seqs`; each step
+spends a `max_num_batched_tokens` budget on decode tokens first, then chunked prefill of running
+and newly admitted requests; a paged KV cache of `block_size`-token blocks whose size is HBM x
+`gpu_memory_utilization` minus the weights (per GPU); when a decode step finds no free block the
+most recently admitted request is preempted and later recomputed. Each step's duration comes
+from `physics.StepCost`. The running set lives in numpy slot arrays so `advance()` can price and
+apply a whole stretch of identical decode steps at once (see `sim/stretch.py`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import catalog
+from .config import EngineConfig
+from .physics import StepCost, kv_capacity_tokens, shard_model, windowed_sum
+from .spec_decode import AcceptanceSampler, resolve_distribution
+from .state import CounterState, EngineCounters, Request, SlotTable, StepBatch, StepResult
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+__all__ = ["Engine", "EngineConfig", "EngineCounters", "RequestRejectedError", "StepBatch",
+           "StepResult"]
+
+
+class RequestRejectedError(ValueError):
+    """The request can never run (too long for max_model_len or the KV cache)."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Where a finished request's tokens went: global step indices and tokens per step."""
+
+    steps: npt.NDArray[np.int64]
+    tokens: npt.NDArray[np.int64]
+    arrival_step: int  # steps completed when the request was added
+    first_scheduled_step: int  # index of the step that first computed part of its prompt
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, *, keep_traces: bool = False) -> None:
+        self.config = config
+        hw = catalog.hardware(config.hardware)
+        fw = catalog.framework(config.framework)
+        ckpt = catalog.checkpoint(config.model)
+        self.target = shard_model(ckpt, hw, tp=config.tp, dp_attn=config.dp_attn,
+                                  kv_dtype=config.kv_cache_dtype, online_quant=config.online_quant)
+        spec = config.spec
+        self.k = spec.num_speculative_tokens if spec else 0
+        draft = None
+        probs: tuple[float, ...] = (1.0,)
+        if spec:
+            draft_name = spec.draft_model or config.model
+            draft = shard_model(catalog.checkpoint(draft_name), hw, tp=config.tp,
+                                dp_attn=config.dp_attn, kv_dtype=config.kv_cache_dtype,
+                                online_quant=None)
+            golden = catalog.golden_acceptance_length(ckpt.architecture.name, self.k,
+                                                      thinking=spec.thinking)
+            probs = resolve_distribution(spec, golden)
+        self.accepted_distribution = probs
+        self.cost = StepCost.build(target=self.target, draft=draft, k=self.k, tp=config.tp,
+                                   ep=config.ep > 1, hw=hw, fw=fw)
+        models = [self.target] + ([draft] if draft else [])
+        self.kv_capacity_tokens = kv_capacity_tokens(
+            hw=hw, models=models, gpu_memory_utilization=config.gpu_memory_utilization,
+            max_num_batched_tokens=config.max_num_batched_tokens)
+        self.block_size = config.block_size
+        self.num_blocks = self.kv_capacity_tokens // config.block_size
+        self.window = self.target.window
+        rng = np.random.default_rng(config.seed)
+        self._sampler = AcceptanceSampler(probs, np.random.default_rng(rng.integers(2**63)))
+        self._jitter_rng = np.random.default_rng(rng.integers(2**63))
+        self.slots = SlotTable(config.max_num_seqs, self.k)
+        self.requests: dict[int, Request] = {}
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []  # slot indices in admission order
+        self.free_blocks = self.num_blocks
+        self.steps_done = 0
+        self.counters_state = CounterState.zero(self.k)
+        self.keep_traces = keep_traces
+        self.traces: dict[int, Trace] = {}
+
+    # ----------------------------------------------------------------- requests
+    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
+        cfg = self.config
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id} is already in the engine")
+        if prompt_tokens < 1 or max_tokens < 1:
+            raise RequestRejectedError("prompt_tokens and max_tokens must be at least 1")
+        if prompt_tokens + max_tokens > cfg.max_model_len:
+            raise RequestRejectedError(
+                f"This model's maximum context length is {cfg.max_model_len} tokens. However, "
+                f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+                f"messages, {max_tokens} in the completion).")
+        if prompt_tokens + max_tokens + self.k > self.kv_capacity_tokens:
+            raise RequestRejectedError(
+                f"request of {prompt_tokens + max_tokens} tokens exceeds the KV cache "
+                f"({self.kv_capacity_tokens} tokens)")
+        self.requests[request_id] = Request(request_id, prompt_tokens, max_tokens,
+                                            arrival_step=self.steps_done)
+        self.waiting.append(request_id)
+
+    def abort_request(self, request_id: int) -> None:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return
+        if req.slot >= 0:
+            self._release(req.slot)
+        else:
+            self.waiting.remove(request_id)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def counters(self) -> EngineCounters:
+        used = self.num_blocks - self.free_blocks
+        return self.counters_state.snapshot(
+            running=len(self.running), waiting=len(self.waiting), blocks_used=used,
+            blocks_total=self.num_blocks, steps=self.steps_done)
+
+    def pop_trace(self, request_id: int) -> Trace:
+        return self.traces.pop(request_id)
+
+    # ----------------------------------------------------------------- internals
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def _release(self, slot: int) -> None:
+        self.free_blocks += int(self.slots.blocks[slot])
+        self.running.remove(slot)
+        self.slots.free(slot)
+
+    def _end_admission(self, req: Request) -> None:
+        """Close the request's run of consecutive emitting steps into its trace."""
+        s = req.slot
+        req.generated = int(self.slots.gen[s])
+        if self.slots.decoding[s] and self.keep_traces:
+            req.add_segment(int(self.slots.first_step[s]), self.slots.emitted_tokens(s))
+
+    def _preempt(self, slot: int) -> None:
+        req = self.requests[int(self.slots.rid[slot])]
+        self._end_admission(req)
+        self._release(slot)
+        req.slot = -1
+        self.waiting.appendleft(req.rid)
+        self.counters_state.preemptions += 1
+
+    def _finish(self, slot: int, finished: list[int]) -> None:
+        req = self.requests.pop(int(self.slots.rid[slot]))
+        self._end_admission(req)
+        self._release(slot)
+        self.counters_state.requests_finished += 1
+        finished.append(req.rid)
+        if self.keep_traces:
+            steps, tokens = req.trace_arrays()
+            self.traces[req.rid] = Trace(steps, tokens, req.arrival_step, req.first_scheduled)
+
+    def finish_done(self) -> list[int]:
+        """Retire every decoding request whose plan is complete (after a step)."""
+        st = self.slots
+        finished: list[int] = []
+        if not self.running:
+            return finished
+        run = np.asarray(self.running, dtype=np.int64)
+        done = run[st.decoding[run] & (st.p[run] >= st.plan_steps[run])]
+        for slot in done.tolist():
+            self._finish(slot, finished)
+        return finished
+
+    def _start_decoding(self, slot: int, req: Request) -> None:
+        """Prefill done: its step emitted one token; draw the rest of this admission's plan."""
+        remaining = req.max_tokens - int(self.slots.gen[slot])
+        accepted = self._sampler.draw(max(remaining, 1)) if self.k else np.zeros(0, np.int64)
+        self.slots.start_decode(slot, remaining, accepted, first_step=self.steps_done)
+
+    def jitter(self, n: int) -> npt.NDArray[np.float64]:
+        sigma = self.config.jitter
+        if sigma <= 0:
+            return np.ones(n)
+        return np.clip(self._jitter_rng.lognormal(0.0, sigma, n), 0.3, 3.0)
+
+    def note_usage(self) -> None:
+        self.counters_state.note_usage(self.num_blocks - self.free_blocks, self.num_blocks,
+                                       len(self.waiting))
+
+    # ----------------------------------------------------------------- one step
+    def _schedule_decode(self) -> tuple[list[int], int]:
+        """Decode first, in admission order; preempt from the back when blocks run out."""
+        st = self.slots
+        q = self.k + 1
+        budget = self.config.max_num_batched_tokens
+        run = np.asarray(self.running, dtype=np.int64)
+        dec = run[st.decoding[run]] if len(run) else run
+        if len(dec) * q <= budget:
+            need = -(-(st.ctx[dec] + q) // self.block_size) - st.blocks[dec]
+            need = np.maximum(need, 0)
+            total = int(need.sum())
+            if total <= self.free_blocks:  # the common case: everyone fits
+                self.free_blocks -= total
+                st.blocks[dec] += need
+                return dec.tolist(), budget - len(dec) * q
+        decode: list[int] = []
+        for slot in dec.tolist():
+            if st.rid[slot] < 0 or budget < q:
+                continue
+            need1 = max(self._blocks_for(int(st.ctx[slot]) + q) - int(st.blocks[slot]), 0)
+            while need1 > self.free_blocks and self.running[-1] != slot:
+                self._preempt(self.running[-1])
+            if need1 > self.free_blocks:
+                self._preempt(slot)
+                continue
+            self.free_blocks -= need1
+            st.blocks[slot] += need1
+            decode.append(slot)
+            budget -= q
+        return decode, budget
+
+    def step(self) -> StepResult:
+        """Schedule and run one iteration; returns its duration and what it emitted."""
+        st = self.slots
+        decode, budget = self._schedule_decode()
+        # Chunked prefill: running requests still prefilling, then admissions (FCFS).
+        chunks: list[tuple[int, int]] = []
+        for slot in [s for s in self.running if not st.decoding[s]]:
+            if budget <= 0:
+                break
+            budget -= self._schedule_prefill(slot, budget, chunks)
+        while self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
+            req = self.requests[self.waiting[0]]
+            target = req.prompt_tokens + req.generated
+            if self._blocks_for(min(target, budget)) > self.free_blocks:
+                break
+            self.waiting.popleft()
+            slot = st.admit(req.rid, target, req.generated)
+            req.slot = slot
+            if req.first_scheduled < 0:
+                req.first_scheduled = self.steps_done
+            self.running.append(slot)
+            budget -= self._schedule_prefill(slot, budget, chunks)
+        duration = self._price(decode, chunks) * float(self.jitter(1)[0])
+        # Apply: the step's tokens exist when it ends.
+        c = self.counters_state
+        emitted: list[tuple[int, int]] = []
+        if decode:
+            idx = np.asarray(decode, dtype=np.int64)
+            tokens = st.advance_decode(idx, 1, c)
+            emitted = list(zip(st.rid[idx].tolist(), tokens.tolist(), strict=True))
+        for slot, n in chunks:
+            st.ctx[slot] += n
+            st.prefilled[slot] += n
+            if st.prefilled[slot] == st.target[slot]:
+                req = self.requests[int(st.rid[slot])]
+                if st.gen[slot] == 0:
+                    c.prompt_tokens += req.prompt_tokens
+                st.gen[slot] += 1
+                c.generation_tokens += 1
+                emitted.append((req.rid, 1))
+                self._start_decoding(slot, req)
+        self.steps_done += 1
+        finished = self.finish_done()
+        self.note_usage()
+        return StepResult(duration, emitted, finished)
+
+    def _schedule_prefill(self, slot: int, budget: int, chunks: list[tuple[int, int]]) -> int:
+        st = self.slots
+        done = int(st.prefilled[slot])
+        chunk = min(int(st.target[slot]) - done, budget)
+        fits = (int(st.blocks[slot]) + self.free_blocks) * self.block_size - done
+        chunk = min(chunk, fits)
+        if chunk <= 0:
+            return 0
+        need = self._blocks_for(done + chunk) - int(st.blocks[slot])
+        self.free_blocks -= need
+        st.blocks[slot] += need
+        chunks.append((slot, chunk))
+        return chunk
+
+    def _price(self, decode: list[int], chunks: list[tuple[int, int]]) -> float:
+        st = self.slots
+        w = self.window
+        ctx = st.ctx[decode].astype(np.float64) if decode else np.zeros(0)
+        p_tok = p_seqs = p_ctx = p_win = pairs = win_pairs = 0.0
+        for slot, n in chunks:
+            c0 = float(st.ctx[slot])
+            c1 = c0 + n
+            p_tok += n
+            p_seqs += 1.0 if st.prefilled[slot] + n == st.target[slot] else 0.0
+            p_ctx += c1
+            p_win += min(c1, w)
+            a, b = windowed_sum(c0, c1, w)
+            pairs += a
+            win_pairs += b
+        return float(self.cost.step(
+            decode_seqs=float(len(decode)), decode_ctx=float(ctx.sum()),
+            decode_ctx_win=float(np.minimum(ctx, w).sum()), prefill_tokens=p_tok,
+            prefill_seqs=p_seqs, prefill_ctx=p_ctx, prefill_ctx_win=p_win,
+            prefill_pairs=pairs, prefill_win_pairs=win_pairs))
+
+    # ----------------------------------------------------------------- fast path
+    def advance(self, max_steps: int) -> StepBatch:
+        """Run up to `max_steps` steps at once when nothing can change the batch.
+
+        When every running request is decoding and no waiting request can be admitted, the
+        batch stays the same until one finishes or the KV cache runs out, so the whole stretch
+        is priced in one vectorized call. Otherwise it runs one ordinary `step()`.
+        """
+        from .stretch import run_stretch
+
+        batch = run_stretch(self, max_steps)
+        if batch is not None:
+            return batch
+        result = self.step()
+        return StepBatch(np.array([result.duration_s]), result.finished)
+
+    def can_admit(self) -> bool:
+        """Would the next step admit (part of) the first waiting request?"""
+        if not self.waiting or len(self.running) >= self.config.max_num_seqs:
+            return False
+        req = self.requests[self.waiting[0]]
+        budget = self.config.max_num_batched_tokens - len(self.running) * (self.k + 1)
+        if budget <= 0:
+            return False
+        grow = sum(self._blocks_for(int(self.slots.ctx[s]) + self.k + 1) - int(self.slots.blocks[s])
+                   for s in self.running)
+        first = self._blocks_for(min(req.prompt_tokens + req.generated, budget))
+        return first + max(grow, 0) <= self.free_blocks
+

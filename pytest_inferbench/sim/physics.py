@@ -1,0 +1,243 @@
+"""Step time from the roofline: weights and KV over HBM, FLOPs over tensor cores, all-reduces.
+
+`StepCost` is built once per engine from the catalogs and the engine arguments; its methods
+take per-step aggregates (plain floats or numpy arrays of many steps at once, so the fast
+decode path prices a whole stretch of steps in one call). Equations: docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .catalog import (
+    COMPUTE_DTYPE,
+    DTYPE_BYTES,
+    KV_DTYPE_BYTES,
+    PARTS,
+    Architecture,
+    CatalogError,
+    Checkpoint,
+    Framework,
+    Hardware,
+)
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+
+LOGIT_BYTES = 4.0  # fp32 logits read by the sampler / rejection sampler
+ACTIVATION_BUFFERS = 8  # live bf16 hidden-size buffers per batched token (profiled peak)
+
+
+class EngineConfigError(ValueError):
+    """The engine arguments cannot work (e.g. the weights do not fit); a clear message."""
+
+
+def served_dtypes(ckpt: Checkpoint, hw: Hardware, online_quant: str | None) -> dict[str, str]:
+    """Stored dtype of each part as served: online quantization, then hardware fallbacks."""
+    dtypes = dict(ckpt.dtypes)
+    if online_quant:
+        for part in ("attention", "dense_ffn", "shared_experts"):
+            if dtypes[part] == "bf16":
+                dtypes[part] = online_quant
+    for part, dtype in dtypes.items():
+        if not hw.supports(COMPUTE_DTYPE[dtype]):
+            # No fp4 tensor cores (MI300X, MI325X, Hopper): weights are upcast to fp8 at load.
+            dtypes[part] = "fp8" if hw.supports("fp8") else "bf16"
+    return dtypes
+
+
+@dataclass(frozen=True)
+class ModelOnGpus:
+    """One model (target or draft) sharded over the TP group, as per-GPU coefficients."""
+
+    base_bytes: float  # per-GPU bytes read every step regardless of routing
+    expert_bytes: float  # per-GPU bytes of one routed expert of one layer
+    moe_layers: int
+    experts: int
+    top_k: int
+    resident_bytes: float  # per-GPU bytes held in HBM
+    linear_s_per_token: float  # GEMM time per token at 100% of peak, lm_head excluded
+    lm_head_s_per_token: float
+    kv_a: float  # per-GPU KV bytes read per context token (full layers + indexer)
+    kv_b: float  # per-GPU KV bytes read per windowed context token (sparse layers)
+    attn_a_s: float  # attention time per (query, context token) pair, full layers + indexer
+    attn_b_s: float  # same for the sparse layers' windowed context
+    window: float  # sparse-attention window (inf when the model has none)
+    kv_store_per_token: float  # per-GPU bytes one token occupies in the KV cache
+    layers: int
+    hidden: int
+    vocab: int
+
+
+def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dtype: str,
+                online_quant: str | None) -> ModelOnGpus:
+    arch: Architecture = ckpt.architecture
+    dtypes = served_dtypes(ckpt, hw, online_quant)
+    params = arch.part_params()
+    part_bytes = {p: params[p] * DTYPE_BYTES[dtypes[p]] for p in PARTS}
+    # DP attention replicates the attention weights and splits sequences instead of heads.
+    attn_shards = 1 if dp_attn else tp
+    resident = sum(part_bytes.values()) / tp + part_bytes["attention"] * (1 / attn_shards - 1 / tp)
+    base = (part_bytes["attention"] / attn_shards + (part_bytes["dense_ffn"]
+            + part_bytes["shared_experts"] + part_bytes["router"] + part_bytes["lm_head"]) / tp)
+    expert_bytes = arch.expert_params * DTYPE_BYTES[dtypes["experts"]] / tp if arch.experts else 0.0
+
+    def gemm_s(part: str, active: float) -> float:
+        return 2.0 * active / (tp * hw.peak_flops[COMPUTE_DTYPE[dtypes[part]]])
+
+    linear = (gemm_s("attention", params["attention"]) + gemm_s("dense_ffn", params["dense_ffn"])
+              + gemm_s("shared_experts", params["shared_experts"])
+              + gemm_s("router", params["router"]))
+    if arch.experts:
+        linear += gemm_s("experts", arch.moe_layers * arch.top_k * arch.expert_params)
+    kv_b_per_elem = KV_DTYPE_BYTES.get(kv_dtype)
+    if kv_b_per_elem is None:
+        raise EngineConfigError(f"kv cache dtype {kv_dtype!r} unknown; "
+                                f"known: {', '.join(KV_DTYPE_BYTES)}")
+    per_layer_kv = arch.kv_elems_per_token_layer() * kv_b_per_elem
+    per_layer_kv_gpu = (per_layer_kv / tp if dp_attn else
+                        2 * math.ceil(arch.kv_heads / tp) * arch.head_dim * kv_b_per_elem)
+    sparse = arch.sparse
+    full_layers = sparse.full_layers if sparse else arch.layers
+    sparse_layers = arch.layers - full_layers
+    idx_bytes = idx_flops = 0.0
+    if sparse:
+        index_layers = sparse_layers / sparse.index_topk_freq
+        idx_bytes = index_layers * sparse.indexer_dim * kv_b_per_elem  # one key per token
+        idx_flops = 2.0 * index_layers * sparse.indexer_heads * sparse.indexer_dim
+    # q.k and p.v: 4 FLOPs per head-dim element per (query, key) pair, heads split over TP.
+    pair_flops = 4.0 * arch.heads * arch.head_dim / tp
+    bf16 = hw.peak_flops["bf16"]
+    return ModelOnGpus(
+        base_bytes=base, expert_bytes=expert_bytes, moe_layers=arch.moe_layers,
+        experts=arch.experts, top_k=arch.top_k, resident_bytes=resident,
+        linear_s_per_token=linear, lm_head_s_per_token=gemm_s("lm_head", params["lm_head"]),
+        kv_a=full_layers * per_layer_kv_gpu + idx_bytes,
+        kv_b=sparse_layers * per_layer_kv_gpu,
+        attn_a_s=(full_layers * pair_flops + idx_flops) / bf16,
+        attn_b_s=sparse_layers * pair_flops / bf16,
+        window=float(sparse.window_tokens) if sparse else math.inf,
+        kv_store_per_token=arch.layers * per_layer_kv_gpu + idx_bytes,
+        layers=arch.layers, hidden=arch.hidden, vocab=arch.vocab,
+    )
+
+
+def windowed_sum(c0: float, c1: float, window: float) -> tuple[float, float]:
+    """(sum of c, sum of min(c, window)) for integer positions c in (c0, c1]."""
+    full = (c1 * (c1 + 1) - c0 * (c0 + 1)) / 2.0
+    if window >= c1:
+        return full, full
+    lo = min(c0, window)
+    part = (window * (window + 1) - lo * (lo + 1)) / 2.0 if window > c0 else 0.0
+    return full, part + (c1 - max(c0, window)) * window
+
+
+@dataclass(frozen=True)
+class StepCost:
+    target: ModelOnGpus
+    draft: ModelOnGpus | None
+    k: int  # speculative tokens (0 without speculative decoding)
+    tp: int
+    ep: bool
+    overhead_s: float
+    allreduce_latency_s: float
+    allreduce_bytes_per_elem: float
+    link_bytes_per_s: float
+    mem_bytes_per_s: float  # hbm_efficiency x peak bandwidth
+    eta_flops: float
+
+    @classmethod
+    def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
+              hw: Hardware, fw: Framework) -> StepCost:
+        # The framework's compute efficiency was fitted on MI355X; scale it by how much of its
+        # peak each chip realizes relative to MI355X (0.65).
+        eta = fw.compute_efficiency * hw.achievable_flops / 0.65
+        return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=fw.step_overhead_s,
+                   allreduce_latency_s=fw.allreduce_latency_s,
+                   allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
+                   link_bytes_per_s=hw.link_bytes_per_s,
+                   mem_bytes_per_s=fw.hbm_efficiency * hw.hbm_bytes_per_s, eta_flops=eta)
+
+    def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float) -> FloatArray | float:
+        if self.tp == 1:
+            return 0.0
+        t = self.tp
+        bytes_per_token = m.hidden * self.allreduce_bytes_per_elem
+        volume = 2.0 * (t - 1) / t * bytes_per_token / self.link_bytes_per_s
+        # Per layer: one all-reduce after attention, one after the FFN; under EP the MoE
+        # layers' all-reduce becomes a dispatch and a combine all-to-all of top_k copies.
+        collectives = 2 * m.layers + (m.moe_layers if self.ep else 0)
+        per_token = 2 * m.layers * volume
+        if self.ep:
+            per_token += m.moe_layers * (m.top_k - 1) * volume
+        return collectives * self.allreduce_latency_s + per_token * n_tok
+
+    def forward(self, m: ModelOnGpus, n_tok: FloatArray | float, n_sampled: FloatArray | float,
+                ctx_sum: FloatArray | float, ctx_win_sum: FloatArray | float,
+                attn_pairs: FloatArray | float, attn_win_pairs: FloatArray | float,
+                ) -> FloatArray | float:
+        """One forward pass of `m` (no fixed overhead): max(memory, compute) + communication."""
+        touched = m.experts * (1.0 - (1.0 - m.top_k / m.experts) ** n_tok) if m.experts else 0.0
+        mem = (m.base_bytes + m.moe_layers * touched * m.expert_bytes + m.kv_a * ctx_sum
+               + m.kv_b * ctx_win_sum + n_sampled * m.vocab * LOGIT_BYTES / self.tp)
+        cmp = (n_tok * m.linear_s_per_token + n_sampled * m.lm_head_s_per_token
+               + m.attn_a_s * attn_pairs + m.attn_b_s * attn_win_pairs) / self.eta_flops
+        return np.maximum(mem / self.mem_bytes_per_s, cmp) + self._comm(m, n_tok)
+
+    def step(self, *, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
+             decode_ctx_win: FloatArray | float, prefill_tokens: float = 0.0,
+             prefill_seqs: float = 0.0, prefill_ctx: float = 0.0, prefill_ctx_win: float = 0.0,
+             prefill_pairs: float = 0.0, prefill_win_pairs: float = 0.0) -> FloatArray | float:
+        """Duration of one engine step.
+
+        decode_ctx / decode_ctx_win: sums over decode sequences of c and min(c, window);
+        prefill_ctx*: the same for the prefill chunks' final context; prefill_*pairs: their
+        (query, key) pairs. Under speculative decoding every decode sequence verifies k+1
+        tokens and the draft runs k chained forwards.
+        """
+        q = self.k + 1
+        n_tok = decode_seqs * q + prefill_tokens
+        t = self.overhead_s + self.forward(
+            self.target, n_tok, decode_seqs * q + prefill_seqs,
+            decode_ctx + prefill_ctx, decode_ctx_win + prefill_ctx_win,
+            decode_ctx * q + prefill_pairs, decode_ctx_win * q + prefill_win_pairs)
+        if self.draft is not None and self.k:
+            d = self.draft
+            # Each draft forward pays the launch overhead of its share of layers.
+            per_draft = self.overhead_s * d.layers / self.target.layers
+            # The draft also consumes the prompt's hidden states once (its own KV fill).
+            t = t + self.k * (per_draft + self.forward(
+                d, decode_seqs, decode_seqs, decode_ctx, decode_ctx_win, decode_ctx,
+                decode_ctx_win))
+            if prefill_tokens:
+                t = t + self.forward(d, prefill_tokens, prefill_seqs, prefill_ctx,
+                                     prefill_ctx_win, prefill_pairs, prefill_win_pairs)
+        return t
+
+
+def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_utilization: float,
+                       max_num_batched_tokens: int) -> int:
+    """Tokens the KV cache holds: HBM x utilization - weights - activations, per GPU."""
+    target = models[0]
+    budget = hw.hbm_bytes * gpu_memory_utilization
+    weights = sum(m.resident_bytes for m in models)
+    activations = ACTIVATION_BUFFERS * 2.0 * target.hidden * max_num_batched_tokens
+    free = budget - weights - activations
+    if free <= 0:
+        raise EngineConfigError(
+            f"the weights do not fit: {weights / 1e9:.1f} GB per GPU of weights plus "
+            f"{activations / 1e9:.1f} GB activations exceed {budget / 1e9:.1f} GB "
+            f"({hw.name} {hw.hbm_bytes / 1e9:.0f} GB x gpu_memory_utilization "
+            f"{gpu_memory_utilization}); use more tensor parallelism")
+    per_token = sum(m.kv_store_per_token for m in models)
+    return int(free // per_token)
+
+
+__all__ = ["CatalogError", "EngineConfigError", "ModelOnGpus", "StepCost", "kv_capacity_tokens",
+           "served_dtypes", "shard_model", "windowed_sum"]

@@ -1,0 +1,109 @@
+"""Speculative decoding: the configuration and the accepted-draft-count schedule.
+
+Engines that force acceptance (vLLM `synthetic_acceptance_length`, SGLang
+`SGLANG_SIMULATE_ACC_LEN`, ATOM `--spec-decode-acceptance-length`) use the same
+minimum-variance schedule: per-position unconditional acceptance rates
+`[1.0] * floor(AL - 1) + [frac] + [0.0] * rest`, so every verify step accepts floor(AL - 1) or
+floor(AL - 1) + 1 drafts. An explicit distribution over 0..k accepted drafts (e.g. ATOM's
+measured {0: .144, 1: .120, 2: .127, 3: .609}) can replace it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy.typing as npt
+
+
+class SpecConfigError(ValueError):
+    """Inconsistent speculative-decoding settings; the message says which."""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    method: str  # "eagle3" (EAGLE/MTP-style chain drafting)
+    draft_model: str | None  # checkpoint name; None = the target's own MTP head
+    num_speculative_tokens: int
+    acceptance_length: float | None = None  # forced AL (1 + accepted / verify steps)
+    acceptance_rate: float | None = None  # forced per-draft rate, AL = 1 + rate * k
+    accepted_distribution: tuple[float, ...] | None = None  # P(accepted = 0..k)
+    thinking: bool = False  # pick the thinking_on golden AL when no AL is forced
+
+
+def min_variance_distribution(acceptance_length: float, k: int) -> tuple[float, ...]:
+    """P(accepted = 0..k) of the minimum-variance schedule for a mean acceptance length."""
+    if not 1.0 <= acceptance_length <= k + 1:
+        raise SpecConfigError(
+            f"acceptance length {acceptance_length} out of range [1, {k + 1}] for k={k}")
+    mean_accepted = acceptance_length - 1.0
+    low = min(math.floor(mean_accepted), k)
+    frac = mean_accepted - low
+    probs = [0.0] * (k + 1)
+    probs[low] += 1.0 - frac
+    if frac > 0:
+        probs[low + 1] += frac
+    return tuple(probs)
+
+
+def distribution_from_position_rates(rates: Sequence[float]) -> tuple[float, ...]:
+    """vLLM `synthetic_acceptance_rates` (P(position i accepted), non-increasing) -> P(count)."""
+    r = [1.0, *(float(x) for x in rates), 0.0]
+    if any(b > a + 1e-12 for a, b in itertools.pairwise(r)) or not 0.0 <= r[-2] <= 1.0:
+        raise SpecConfigError(f"acceptance rates must be non-increasing in [0, 1]: {list(rates)}")
+    return tuple(r[i] - r[i + 1] for i in range(len(r) - 1))
+
+
+def check_distribution(probs: Sequence[float], k: int) -> tuple[float, ...]:
+    if len(probs) != k + 1:
+        raise SpecConfigError(
+            f"accepted-count distribution needs {k + 1} probabilities (0..{k}), got {len(probs)}")
+    if any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-3:
+        raise SpecConfigError(f"accepted-count distribution must be >= 0 and sum to 1: "
+                              f"{list(probs)}")
+    total = sum(probs)
+    return tuple(p / total for p in probs)
+
+
+def resolve_distribution(spec: SpecConfig, golden_al: float) -> tuple[float, ...]:
+    """The accepted-count distribution the engine samples from (golden AL when nothing forced)."""
+    k = spec.num_speculative_tokens
+    given = [x is not None for x in
+             (spec.acceptance_length, spec.acceptance_rate, spec.accepted_distribution)]
+    if sum(given) > 1:
+        raise SpecConfigError("give only one of acceptance length, acceptance rate and "
+                              "accepted-count distribution")
+    if spec.accepted_distribution is not None:
+        return check_distribution(spec.accepted_distribution, k)
+    if spec.acceptance_rate is not None:
+        if not 0.0 <= spec.acceptance_rate <= 1.0:
+            raise SpecConfigError(f"acceptance rate {spec.acceptance_rate} not in [0, 1]")
+        return min_variance_distribution(1.0 + spec.acceptance_rate * k, k)
+    al = spec.acceptance_length if spec.acceptance_length is not None else golden_al
+    return min_variance_distribution(min(al, k + 1.0), k)
+
+
+def mean_acceptance_length(probs: Sequence[float]) -> float:
+    return 1.0 + float(sum(i * p for i, p in enumerate(probs)))
+
+
+class AcceptanceSampler:
+    """Draws accepted-draft counts; a two-point schedule needs one uniform per step."""
+
+    def __init__(self, probs: Sequence[float], rng: np.random.Generator) -> None:
+        self.probs = np.asarray(probs, dtype=np.float64)
+        self.k = len(self.probs) - 1
+        self._cdf = np.cumsum(self.probs)
+        self._cdf[-1] = 1.0
+        self._rng = rng
+
+    def draw(self, n: int) -> npt.NDArray[np.int64]:
+        u = self._rng.random(n)
+        return np.searchsorted(self._cdf, u, side="right").astype(np.int64)

@@ -1,0 +1,222 @@
+"""The engine's state: per-request bookkeeping, numpy slot arrays, counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    duration_s: float
+    emitted: list[tuple[int, int]]  # (request_id, tokens) incl. first tokens
+    finished: list[int]
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One or more consecutive steps: their durations and who finished at the last one."""
+
+    durations: npt.NDArray[np.float64]
+    finished: list[int]
+
+
+@dataclass
+class Request:
+    rid: int
+    prompt_tokens: int
+    max_tokens: int
+    arrival_step: int
+    first_scheduled: int = -1
+    slot: int = -1
+    generated: int = 0
+    segments: list[tuple[int, IntArray]] = field(default_factory=list)
+
+    def add_segment(self, first_step: int, tokens: IntArray) -> None:
+        self.segments.append((first_step, tokens))
+
+    def trace_arrays(self) -> tuple[IntArray, IntArray]:
+        if not self.segments:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        steps = np.concatenate([np.arange(s, s + len(t), dtype=np.int64)
+                                for s, t in self.segments])
+        tokens = np.concatenate([t for _, t in self.segments])
+        return steps, tokens
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    """A snapshot of the engine's counters, named like the engines' own."""
+
+    num_requests_running: int
+    num_requests_waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    peak_kv_cache_usage: float  # simulator extra: highest usage seen so far
+    peak_num_requests_waiting: int  # simulator extra
+    prompt_tokens: int
+    generation_tokens: int
+    preemptions: int
+    requests_finished: int
+    steps: int
+    spec_num_drafts: int
+    spec_num_draft_tokens: int
+    spec_num_accepted_tokens: int
+    spec_accepted_histogram: tuple[int, ...]  # verify steps that accepted 0..k drafts
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
+
+    @property
+    def spec_accepted_per_pos(self) -> tuple[int, ...]:
+        """Accepted drafts at position i (vLLM num_accepted_tokens_per_pos)."""
+        h = self.spec_accepted_histogram
+        return tuple(sum(h[i + 1:]) for i in range(len(h) - 1))
+
+    @property
+    def acceptance_length(self) -> float | None:
+        if not self.spec_num_drafts:
+            return None
+        return 1.0 + self.spec_num_accepted_tokens / self.spec_num_drafts
+
+
+@dataclass
+class CounterState:
+    """The mutable counters behind `EngineCounters`."""
+
+    k: int
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    preemptions: int = 0
+    requests_finished: int = 0
+    drafts: int = 0
+    accepted: int = 0
+    histogram: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    peak_usage: float = 0.0
+    peak_waiting: int = 0
+
+    @classmethod
+    def zero(cls, k: int) -> CounterState:
+        return cls(k=k, histogram=np.zeros(k + 1 if k else 0, dtype=np.int64))
+
+    def note_usage(self, used: int, total: int, waiting: int) -> None:
+        if total:
+            self.peak_usage = max(self.peak_usage, used / total)
+        self.peak_waiting = max(self.peak_waiting, waiting)
+
+    def snapshot(self, *, running: int, waiting: int, blocks_used: int, blocks_total: int,
+                 steps: int) -> EngineCounters:
+        return EngineCounters(
+            num_requests_running=running, num_requests_waiting=waiting,
+            kv_blocks_used=blocks_used, kv_blocks_total=blocks_total,
+            peak_kv_cache_usage=self.peak_usage, peak_num_requests_waiting=self.peak_waiting,
+            prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens,
+            preemptions=self.preemptions, requests_finished=self.requests_finished,
+            steps=steps, spec_num_drafts=self.drafts, spec_num_draft_tokens=self.drafts * self.k,
+            spec_num_accepted_tokens=self.accepted,
+            spec_accepted_histogram=tuple(int(x) for x in self.histogram))
+
+
+class SlotTable:
+    """The running set as parallel arrays, one row per slot (at most max_num_seqs rows)."""
+
+    def __init__(self, capacity: int, k: int) -> None:
+        self.k = k
+        z = np.zeros(capacity, dtype=np.int64)
+        self.rid = np.full(capacity, -1, dtype=np.int64)
+        self.ctx, self.blocks, self.prefilled, self.target = z.copy(), z.copy(), z.copy(), z.copy()
+        self.p, self.plan_steps, self.first_step, self.gen = z.copy(), z.copy(), z.copy(), z.copy()
+        self.decoding = np.zeros(capacity, dtype=bool)
+        self._free = list(range(capacity - 1, -1, -1))
+        # Speculative plans: cumulative emitted tokens / accepted drafts / histogram after j
+        # decode steps of the current admission.
+        self.width = 1
+        self.cum = np.zeros((capacity, 1), dtype=np.int64)
+        self.acc_cum = np.zeros((capacity, 1), dtype=np.int64)
+        self.hist_cum = np.zeros((capacity, 1, k + 1), dtype=np.int32)
+
+    def admit(self, rid: int, target: int, generated: int) -> int:
+        slot = self._free.pop()
+        self.rid[slot] = rid
+        self.target[slot] = target
+        self.gen[slot] = generated
+        self.ctx[slot] = self.blocks[slot] = self.prefilled[slot] = 0
+        self.p[slot] = self.plan_steps[slot] = 0
+        self.decoding[slot] = False
+        return slot
+
+    def free(self, slot: int) -> None:
+        self.rid[slot] = -1
+        self.decoding[slot] = False
+        self.blocks[slot] = 0
+        self._free.append(slot)
+
+    def _grow(self, width: int) -> None:
+        new = max(width, 2 * self.width)
+        cap = len(self.rid)
+        pad = new - self.width
+        self.cum = np.concatenate([self.cum, np.zeros((cap, pad), dtype=np.int64)], axis=1)
+        self.acc_cum = np.concatenate([self.acc_cum, np.zeros((cap, pad), dtype=np.int64)], axis=1)
+        self.hist_cum = np.concatenate(
+            [self.hist_cum, np.zeros((cap, pad, self.k + 1), dtype=np.int32)], axis=1)
+        self.width = new
+
+    def start_decode(self, slot: int, remaining: int, accepted: IntArray, first_step: int) -> None:
+        """Plan the decode steps that emit `remaining` more tokens (accepted drafts per step)."""
+        self.decoding[slot] = True
+        self.first_step[slot] = first_step
+        self.p[slot] = 0
+        if not self.k:
+            self.plan_steps[slot] = remaining
+            return
+        emitted = np.cumsum(accepted + 1)
+        steps = int(np.searchsorted(emitted, remaining)) + 1 if remaining > 0 else 0
+        if steps + 1 > self.width:
+            self._grow(steps + 1)
+        self.plan_steps[slot] = steps
+        row = np.zeros(self.width, dtype=np.int64)
+        row[1:steps + 1] = np.minimum(emitted[:steps], remaining)
+        row[steps + 1:] = remaining
+        self.cum[slot] = row
+        acc = np.zeros(self.width, dtype=np.int64)
+        acc[1:steps + 1] = np.cumsum(accepted[:steps])
+        acc[steps + 1:] = acc[steps]
+        self.acc_cum[slot] = acc
+        onehot = np.zeros((self.width, self.k + 1), dtype=np.int32)
+        onehot[np.arange(1, steps + 1), accepted[:steps]] = 1
+        self.hist_cum[slot] = np.cumsum(onehot, axis=0)
+
+    def emitted_tokens(self, slot: int) -> IntArray:
+        """Tokens of this admission: 1 at prefill completion, then each decode step's."""
+        p = int(self.p[slot])
+        if not self.k:
+            return np.ones(p + 1, dtype=np.int64)
+        tokens: IntArray = np.concatenate([[1], np.diff(self.cum[slot, :p + 1])]).astype(np.int64)
+        return tokens
+
+    def advance_decode(self, idx: IntArray, n: int, c: CounterState) -> IntArray:
+        """Apply `n` decode steps to slots `idx`; returns tokens emitted per slot."""
+        p0 = self.p[idx]
+        p1 = p0 + n
+        tokens: IntArray
+        if self.k:
+            tokens = self.cum[idx, p1] - self.cum[idx, p0]
+            c.drafts += len(idx) * n
+            c.accepted += int((self.acc_cum[idx, p1] - self.acc_cum[idx, p0]).sum())
+            c.histogram += (self.hist_cum[idx, p1] - self.hist_cum[idx, p0]).sum(axis=0)
+        else:
+            tokens = np.full(len(idx), n, dtype=np.int64)
+        self.ctx[idx] += tokens
+        self.gen[idx] += tokens
+        self.p[idx] = p1
+        c.generation_tokens += int(tokens.sum())
+        return tokens

@@ -1,0 +1,63 @@
+"""The fast path: a stretch of identical decode steps priced and applied in one go.
+
+Between scheduling events (an admission, a prefill chunk, a finish, the KV cache running out)
+every step decodes the same sequences, so the only things that change are the context lengths.
+With each sequence's emissions planned ahead (`SlotTable.start_decode`), the stretch's length
+is the smallest number of planned steps left, cut where the KV blocks would run out, and its
+step durations are one vectorized `StepCost.step` over a (sequences x steps) context matrix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .state import StepBatch
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+def run_stretch(engine: Engine, max_steps: int) -> StepBatch | None:
+    """Run the stretch if the engine is in one (at least 2 steps); else None."""
+    st = engine.slots
+    if not engine.running or max_steps < 2:
+        return None
+    idx = np.asarray(engine.running, dtype=np.int64)
+    q = engine.k + 1
+    if not st.decoding[idx].all() or len(idx) * q > engine.config.max_num_batched_tokens:
+        return None
+    if engine.can_admit():
+        return None
+    p0 = st.p[idx]
+    n = min(int((st.plan_steps[idx] - p0).min()), max_steps)
+    if n < 2:
+        return None
+    steps = np.arange(n, dtype=np.int64)
+    if engine.k:
+        cols = p0[:, None] + steps[None, :]
+        ctx = st.ctx[idx, None] + (st.cum[idx[:, None], cols] - st.cum[idx, p0][:, None])
+    else:
+        ctx = st.ctx[idx, None] + steps[None, :]
+    # Blocks each step must hold before it runs: the context plus the q tokens it writes.
+    need = -(-(ctx + q) // engine.block_size) - st.blocks[idx, None]
+    extra = np.maximum(need, 0).sum(axis=0)
+    over = np.nonzero(extra > engine.free_blocks)[0]
+    if len(over):
+        n = int(over[0])
+        if n < 2:
+            return None
+        ctx, need, extra = ctx[:, :n], need[:, :n], extra[:n]
+    ctxf = ctx.astype(np.float64)
+    durations = np.asarray(engine.cost.step(
+        decode_seqs=float(len(idx)), decode_ctx=ctxf.sum(axis=0),
+        decode_ctx_win=np.minimum(ctxf, engine.window).sum(axis=0)), dtype=np.float64)
+    durations = np.broadcast_to(durations, (n,)) * engine.jitter(n)
+    engine.free_blocks -= int(extra[-1])
+    st.blocks[idx] += np.maximum(need[:, -1], 0)
+    st.advance_decode(idx, n, engine.counters_state)
+    engine.steps_done += n
+    finished = engine.finish_done()
+    engine.note_usage()
+    return StepBatch(durations, finished)
