@@ -1,0 +1,183 @@
+"""`perf-changelog.yaml` checks (InferenceX format, inferencex-formats.md §7).
+
+For the collection code: `load_changelog(path) -> Changelog` (entries with their lines, plus
+file-level problems), `known_config_keys(directory, globs)`, `added_indices(path, base_rev)`
+(entries new relative to a git revision) and `check_entry(entry, known_keys, pr_number,
+added) -> list[str]`. Each entry becomes one item; file-level problems belong to the first.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+PR_URL = re.compile(r"https://github\.com/SemiAnalysisAI/InferenceX/pull/(\d+)")
+PLACEHOLDERS = ("XXX", "https://github.com/SemiAnalysisAI/InferenceX/pull/XXX")
+FIELDS = (
+    "config-keys",
+    "description",
+    "pr-link",
+    "evals-only",
+    "all-evals",
+    "scenario-type",
+    "append-only",
+    "eval-min-prefill-ep",
+)
+
+
+class ChangelogError(Exception):
+    """The changelog or its git base cannot be read at all; the message says why."""
+
+
+@dataclass(frozen=True)
+class ChangelogEntry:
+    index: int  # 0-based position in the file
+    line: int  # 1-based line of the entry's "- config-keys:"
+    config_keys: tuple[str, ...]
+    description: tuple[str, ...]
+    pr_link: str
+    problems: tuple[str, ...] = ()  # schema problems found while parsing
+
+    @property
+    def identity(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.config_keys, self.description
+
+
+@dataclass(frozen=True)
+class Changelog:
+    path: Path
+    entries: tuple[ChangelogEntry, ...]
+    problems: tuple[str, ...]  # file-level: trailing newline, tabs, CR, root type
+
+
+def _strings(node: yaml.Node | None) -> tuple[tuple[str, ...], bool]:
+    if isinstance(node, yaml.SequenceNode) and all(
+        isinstance(n, yaml.ScalarNode) for n in node.value
+    ):
+        return tuple(str(n.value) for n in node.value), True
+    return (), False
+
+
+def parse_changelog(text: str, path: Path) -> Changelog:
+    problems: list[str] = []
+    if text and not text.endswith("\n"):
+        problems.append(f"{path}: the file must end with a newline")
+    for char, name in (("\r", "carriage returns"), ("\t", "tabs"), ("\0", "NUL bytes")):
+        if char in text:
+            line = text[: text.index(char)].count("\n") + 1
+            problems.append(f"{path}:{line}: {name} are not allowed")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise ChangelogError(f"{path}: invalid YAML: {exc}") from None
+    if root is None:
+        return Changelog(path, (), tuple(problems))
+    if not isinstance(root, yaml.SequenceNode):
+        problems.append(f"{path}:1: the changelog must be a list of entries")
+        return Changelog(path, (), tuple(problems))
+    entries = tuple(_entry(i, node, path) for i, node in enumerate(root.value))
+    return Changelog(path, entries, tuple(problems))
+
+
+def _entry(index: int, node: yaml.Node, path: Path) -> ChangelogEntry:
+    line = node.start_mark.line + 1
+    where = f"{path}:{line}"
+    if not isinstance(node, yaml.MappingNode):
+        return ChangelogEntry(index, line, (), (), "", (f"{where}: an entry must be a mapping",))
+    problems: list[str] = []
+    fields: dict[str, yaml.Node] = {}
+    for key_node, value in node.value:
+        key = str(key_node.value)
+        if key in fields:
+            problems.append(f"{path}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
+        elif key not in FIELDS:
+            problems.append(f"{path}:{key_node.start_mark.line + 1}: unknown field {key!r}")
+        fields[key] = value
+    keys, ok = _strings(fields.get("config-keys"))
+    if not ok or not keys:
+        problems.append(f"{where}: config-keys must be a non-empty list of config keys")
+    description, ok = _strings(fields.get("description"))
+    if not ok or not any(d.strip() for d in description):
+        problems.append(f"{where}: description must be a non-empty list of lines")
+    link_node = fields.get("pr-link")
+    link = str(link_node.value) if isinstance(link_node, yaml.ScalarNode) else ""
+    if not link:
+        problems.append(f"{where}: pr-link is missing")
+    return ChangelogEntry(index, line, keys, description, link, tuple(problems))
+
+
+def load_changelog(path: Path) -> Changelog:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ChangelogError(f"{path}: cannot read as UTF-8: {exc}") from None
+    return parse_changelog(text, path)
+
+
+def known_config_keys(directory: Path, globs: tuple[str, ...] = ("*-master.yaml",)) -> set[str]:
+    """Top-level keys of the master configs in `directory`."""
+    keys: set[str] = set()
+    for pattern in globs:
+        for master in sorted(directory.glob(pattern)):
+            data = yaml.safe_load(master.read_text(encoding="utf-8"))
+            if isinstance(data, dict):
+                keys.update(str(k) for k in data)
+    return keys
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
+def added_indices(path: Path, base_rev: str) -> set[int]:
+    """Indices of entries that are not in the file at `base_rev` (all, if it did not exist)."""
+    directory = path.resolve().parent
+    top = _git(directory, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise ChangelogError(f"{path}: not in a git repository ({top.stderr.strip()})")
+    relative = path.resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
+    if _git(directory, "rev-parse", "--verify", "--quiet", f"{base_rev}^{{commit}}").returncode:
+        raise ChangelogError(f"--inferbench-changelog-base {base_rev!r}: no such git revision")
+    shown = _git(directory, "show", f"{base_rev}:{relative}")
+    head = load_changelog(path)
+    if shown.returncode != 0:
+        return {e.index for e in head.entries}  # the file is new on this branch
+    base = {e.identity for e in parse_changelog(shown.stdout, path).entries}
+    return {e.index for e in head.entries if e.identity not in base}
+
+
+def check_entry(
+    entry: ChangelogEntry, known_keys: set[str], pr_number: int | None, added: bool
+) -> list[str]:
+    """Everything wrong with one entry, one line each."""
+    where = f"entry at line {entry.line}"
+    failures = list(entry.problems)
+    for key in entry.config_keys:
+        if "*" in key:
+            if not any(fnmatch.fnmatchcase(k, key) for k in known_keys):
+                failures.append(
+                    f"{where}: no config keys matched the wildcard pattern "
+                    f"{key!r} in master configs"
+                )
+        elif key not in known_keys:
+            failures.append(f"{where}: config key {key!r} not found in master configs")
+    link = entry.pr_link
+    found = PR_URL.fullmatch(link)
+    if link and not found and link not in PLACEHOLDERS:
+        failures.append(
+            f"{where}: pr-link {link!r} is not a canonical PR URL "
+            "(https://github.com/SemiAnalysisAI/InferenceX/pull/N) or XXX"
+        )
+    if pr_number is not None and added and found and int(found.group(1)) != pr_number:
+        failures.append(
+            f"{where}: new entry links PR {found.group(1)}, but it is added by "
+            f"PR {pr_number}: use .../pull/{pr_number} or XXX"
+        )
+    return failures

@@ -1,0 +1,108 @@
+"""perf-changelog.yaml checks, including the PR-number rule against a real git base."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_inferbench.changelog import (
+    ChangelogError,
+    added_indices,
+    check_entry,
+    known_config_keys,
+    load_changelog,
+    parse_changelog,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+MASTER = "minimaxm3-fp4-mi355x-atom:\n  image: x\nminimaxm3-fp4-mi355x-atom-mtp:\n  image: x\n"
+OLD_ENTRY = """\
+- config-keys:
+    - minimaxm3-fp4-mi355x-atom
+  description:
+    - "Add minimaxm3-fp4-mi355x-atom"
+  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/1900
+"""
+NEW_ENTRY = """
+- config-keys:
+    - minimaxm3-fp4-*-atom-mtp
+  description:
+    - "Add minimaxm3-fp4-mi355x-atom-mtp: EAGLE3, k=3"
+  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/{pr}
+"""
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "config", "user.email", "dev@example.com")
+    git(tmp_path, "config", "user.name", "dev")
+    (tmp_path / "amd-master.yaml").write_text(MASTER)
+    (tmp_path / "perf-changelog.yaml").write_text(OLD_ENTRY)
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "base")
+    return tmp_path
+
+
+def check_all(repo: Path, pr: int, base: str = "main") -> list[list[str]]:
+    path = repo / "perf-changelog.yaml"
+    changelog = load_changelog(path)
+    keys = known_config_keys(repo)
+    added = added_indices(path, base)
+    return [check_entry(e, keys, pr, e.index in added) for e in changelog.entries]
+
+
+def test_new_entry_linking_another_pr_fails_naming_both(repo: Path) -> None:
+    (repo / "perf-changelog.yaml").write_text(OLD_ENTRY + NEW_ENTRY.format(pr=1850))
+    old, new = check_all(repo, pr=1917)
+    assert old == []  # existing entries are not held to this PR's number
+    assert new == [
+        "entry at line 7: new entry links PR 1850, but it is added by PR 1917: "
+        "use .../pull/1917 or XXX"
+    ]
+
+
+@pytest.mark.parametrize("link", ["1917", "XXX"])
+def test_new_entry_linking_this_pr_or_placeholder_passes(repo: Path, link: str) -> None:
+    (repo / "perf-changelog.yaml").write_text(OLD_ENTRY + NEW_ENTRY.format(pr=link))
+    assert check_all(repo, pr=1917) == [[], []]
+
+
+def test_unknown_base_revision_is_a_clear_error(repo: Path) -> None:
+    with pytest.raises(ChangelogError, match="'origin/nope': no such git revision"):
+        added_indices(repo / "perf-changelog.yaml", "origin/nope")
+
+
+def test_entry_problems(tmp_path: Path) -> None:
+    text = """\
+- config-keys: [minimaxm3-fp4-mi355x-atom, nosuch-key, gptoss-*]
+  description: []
+  pr-link: https://github.com/someone/fork/pull/3
+  colour: blue
+"""
+    changelog = parse_changelog(text, tmp_path / "perf-changelog.yaml")
+    (entry,) = changelog.entries
+    failures = check_entry(entry, {"minimaxm3-fp4-mi355x-atom"}, None, added=False)
+    where = tmp_path / "perf-changelog.yaml"
+    assert failures == [
+        f"{where}:4: unknown field 'colour'",
+        f"{where}:1: description must be a non-empty list of lines",
+        "entry at line 1: config key 'nosuch-key' not found in master configs",
+        "entry at line 1: no config keys matched the wildcard pattern 'gptoss-*' in master configs",
+        "entry at line 1: pr-link 'https://github.com/someone/fork/pull/3' is not a canonical "
+        "PR URL (https://github.com/SemiAnalysisAI/InferenceX/pull/N) or XXX",
+    ]
+
+
+def test_file_must_end_with_newline(tmp_path: Path) -> None:
+    changelog = parse_changelog(OLD_ENTRY.rstrip("\n"), tmp_path / "c.yaml")
+    assert changelog.problems == (f"{tmp_path / 'c.yaml'}: the file must end with a newline",)
+    assert parse_changelog(OLD_ENTRY, tmp_path / "c.yaml").problems == ()
