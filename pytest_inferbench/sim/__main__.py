@@ -1,0 +1,27 @@
+"""`python -m pytest_inferbench.sim serve ...` (also the `inferbench-sim` script and a container
+entrypoint): the simulated engine served over OpenAI-compatible HTTP. See `sim/cli.py`."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+USAGE = ("usage: python -m pytest_inferbench.sim serve [SIMULATOR OPTIONS] [--] <server argv>\n"
+         "       python -m pytest_inferbench.sim serve --help")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if not words or words[0] != "serve":
+        print(USAGE, file=sys.stderr)
+        return 2
+    from .cli import serve
+
+    return serve(words[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""`python -m pytest_inferbench.sim serve [SIMULATOR OPTIONS] [--] <server argv>`.
+
+The server argv is a real server's command line -- ATOM (`python3 -m
+atom.entrypoints.openai_server ...`), vLLM (`vllm serve MODEL ...`) or SGLang (`python -m
+sglang.launch_server ...`) -- handed over unchanged from a launch spec; `sim/args.py` reads
+it into the engine configuration. Simulator options come first; the first word that is not a
+simulator option (or everything after `--`) starts the server argv. The port comes from the
+argv (`--server-port` / `--port`) unless `--port` is given before it; 0 picks a free port,
+which `--port-file` reports. The server binds 127.0.0.1 unless `--host` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .faults import FaultConfig
+from .oracle import EvalOracle, OracleError
+from .prom import PERSONAS, snapshot_from_engine
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .server import ServeConfig
+
+PROG = "python -m pytest_inferbench.sim serve"
+DEFAULT_PORT = 8000
+DEFAULT_HARDWARE_ENV = "INFERBENCH_SIM_HARDWARE"
+_SWITCHES = {"--never-ready"}
+_VALUED = {"--hardware", "--persona", "--time-scale", "--seed", "--eval-oracle",
+           "--eval-accuracy", "--fail-after-requests", "--error-rate", "--truncate-rate",
+           "--startup-delay", "--stall-after-tokens", "--host", "--port", "--port-file",
+           "--log-level"}
+
+
+class UsageError(Exception):
+    """Bad simulator options or server argv; the message is printed, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, usage=f"{PROG} [SIMULATOR OPTIONS] [--] <server argv>",
+        description="Serve the simulated engine over OpenAI-compatible HTTP. The numbers it "
+                    "produces are simulated, not measured on any GPU.")
+    p.add_argument("--hardware", default=os.environ.get(DEFAULT_HARDWARE_ENV, "MI355X"),
+                   help=f"accelerator from the catalog (default ${DEFAULT_HARDWARE_ENV} or MI355X)")
+    p.add_argument("--persona", choices=PERSONAS, default=None,
+                   help="metric names and debug endpoints to mimic (default: the argv's program)")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="1.0 = real time, 0.5 = twice as fast, 0 = as fast as possible")
+    p.add_argument("--seed", type=int, default=None, help="engine and fault seed (default 0)")
+    p.add_argument("--eval-oracle", type=Path, default=None, metavar="FILE",
+                   help="GSM8K jsonl: answer its questions with --eval-accuracy")
+    p.add_argument("--eval-accuracy", type=float, default=0.937, metavar="P",
+                   help="probability an oracle answer is right, per question (default 0.937)")
+    p.add_argument("--fail-after-requests", type=int, default=None, metavar="N",
+                   help="exit once N completion requests have finished")
+    p.add_argument("--error-rate", type=float, default=0.0, metavar="R",
+                   help="answer this share of completion requests with HTTP 500")
+    p.add_argument("--truncate-rate", type=float, default=0.0, metavar="R",
+                   help="cut this share of streams after half their tokens, without [DONE]")
+    p.add_argument("--never-ready", action="store_true", help="/health answers 503 forever")
+    p.add_argument("--startup-delay", type=float, default=0.0, metavar="S",
+                   help="/health answers 503 for S seconds after start")
+    p.add_argument("--stall-after-tokens", type=int, default=None, metavar="N",
+                   help="streams stop sending after N tokens and stay open")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None,
+                   help="port to bind, overriding the argv's (0 = any free port)")
+    p.add_argument("--port-file", type=Path, default=None, metavar="FILE",
+                   help="write the bound port to FILE once listening")
+    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    return p
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(simulator options, server argv): options until `--` or the first unknown word."""
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name = word.split("=", 1)[0]
+        if word == "--":
+            return words[:i], words[i + 1:]
+        if name in _SWITCHES or word in ("-h", "--help"):
+            i += 1
+        elif name in _VALUED:
+            i += 1 if "=" in word else 2
+        else:
+            break
+    return words[:i], words[i:]
+
+
+def flag_values(argv: Sequence[str], *names: str) -> list[str]:
+    """Values of `--flag V...` / `--flag=V` in a server argv (all words up to the next flag)."""
+    values: list[str] = []
+    for i, word in enumerate(argv):
+        name, eq, value = word.partition("=")
+        if name not in names:
+            continue
+        if eq:
+            values.append(value)
+            continue
+        for follower in argv[i + 1:]:
+            if follower.startswith("-"):
+                break
+            values.append(follower)
+    return values
+
+
+def argv_port(server_argv: Sequence[str]) -> int:
+    ports = flag_values(server_argv, "--server-port", "--port")
+    if not ports:
+        return DEFAULT_PORT
+    if not ports[-1].isdigit():
+        raise UsageError(f"server argv: port {ports[-1]!r} is not a number")
+    return int(ports[-1])
+
+
+def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> ServeConfig:
+    """The server's configuration from simulator options and the real server's argv."""
+    from .args import engine_config_from_argv
+    from .engine import Engine
+    from .server import ServeConfig
+
+    if not server_argv:
+        raise UsageError("no server argv: give the real server's command line, e.g. "
+                         "-- vllm serve MODEL --port 8000")
+    faults = FaultConfig(
+        fail_after_requests=options.fail_after_requests, error_rate=options.error_rate,
+        truncate_rate=options.truncate_rate, never_ready=options.never_ready,
+        startup_delay_s=options.startup_delay, stall_after_tokens=options.stall_after_tokens)
+    problems = faults.problems()
+    if options.time_scale < 0:
+        problems.append(f"--time-scale {options.time_scale}: expected >= 0")
+    if problems:
+        raise UsageError("; ".join(problems))
+    try:
+        engine_config, ignored = engine_config_from_argv(
+            list(server_argv), hardware=options.hardware, env=dict(os.environ))
+        if options.seed is not None:
+            engine_config = dataclasses.replace(engine_config, seed=options.seed)
+        Engine(engine_config)  # fail now, with the reason, rather than at the first request
+        oracle = None
+        if options.eval_oracle is not None:
+            oracle = EvalOracle.from_jsonl(options.eval_oracle, options.eval_accuracy,
+                                           engine_config.seed)
+    except (ValueError, OracleError) as exc:
+        raise UsageError(str(exc)) from exc
+    served = flag_values(server_argv, "--served-model-name") or [engine_config.model]
+    persona = options.persona or engine_config.framework
+    if persona not in PERSONAS:
+        persona = "vllm"  # trt and others expose vLLM-style names closest to theirs
+    return ServeConfig(
+        persona=persona, hardware=options.hardware, time_scale=options.time_scale,
+        seed=engine_config.seed, served_models=tuple(served),
+        max_model_len=engine_config.max_model_len,
+        make_engine=lambda: Engine(engine_config), snapshot=snapshot_from_engine,
+        faults=faults, oracle=oracle,
+        info={"engine": _engine_facts(engine_config), "ignored_flags": list(ignored)})
+
+
+def _engine_facts(config: object) -> dict[str, object]:
+    facts = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(
+        config, type) else {}
+    return {key: value if isinstance(value, (int, float, str, bool, type(None))) else repr(value)
+            for key, value in facts.items()}
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    return sock
+
+
+def banner(config: ServeConfig, host: str, port: int) -> str:
+    engine = dict(config.info or {}).get("engine", {})
+    assert isinstance(engine, dict)
+    lines = [
+        f"inferbench-sim: SIMULATED {config.persona} server -- no GPU, every number it "
+        f"produces is simulated",
+        f"inferbench-sim: model {', '.join(config.served_models)} on {engine.get('tp', '?')}x "
+        f"{config.hardware}, time scale {config.time_scale}, seed {config.seed}",
+        f"inferbench-sim: listening on http://{host}:{port}",
+    ]
+    ignored = dict(config.info or {}).get("ignored_flags")
+    if ignored:
+        lines.append(f"inferbench-sim: server flags with no effect on the simulation: {ignored}")
+    if config.faults.active:
+        lines.append(f"inferbench-sim: fault injection: {', '.join(config.faults.active)}")
+    if config.oracle is not None:
+        lines.append(f"inferbench-sim: eval oracle with {len(config.oracle)} questions, "
+                     f"accuracy {config.oracle.accuracy}")
+    return "\n".join(lines)
+
+
+def serve(argv: Sequence[str]) -> int:
+    import uvicorn
+
+    from .server import build_app
+
+    sim_words, server_argv = split_argv(argv)
+    options = build_parser().parse_args(sim_words)
+    try:
+        config = serve_config(options, server_argv)
+        port = options.port if options.port is not None else argv_port(server_argv)
+        sock = bind(options.host, port)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    port = int(sock.getsockname()[1])
+    print(banner(config, options.host, port), flush=True)
+    if options.port_file is not None:
+        tmp = options.port_file.with_name(options.port_file.name + ".tmp")
+        tmp.write_text(str(port))
+        tmp.replace(options.port_file)
+    server = uvicorn.Server(uvicorn.Config(
+        build_app(config), log_level=options.log_level, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=1))
+    server.run(sockets=[sock])
+    return 0

@@ -1,0 +1,163 @@
+"""One background asyncio task that runs the simulated engine on the server's clock.
+
+The engine core has no clock: `step()` says how long the step takes and who got tokens. The
+loop calls `step()` at the step's start, sleeps until the step's end on the server clock
+(absolute targets scaled by `time_scale`, so lateness never accumulates; at 0 it only yields),
+then hands each request its tokens as one delivery -- an EAGLE3 step that accepts three tokens
+delivers three tokens at once, as real engines do. Requests that arrive while a step runs are
+added to the engine right away and join the next step, like a real scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+TIMELINE_KEEP = 100_000  # finished requests kept for /debug/inferbench/timeline
+
+
+class StepLike(Protocol):
+    duration_s: float
+    emitted: Sequence[tuple[int, int]]
+    finished: Sequence[int]
+
+
+class EngineLike(Protocol):
+    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None: ...
+    def abort_request(self, request_id: int) -> None: ...
+    def has_work(self) -> bool: ...
+    def step(self) -> Any: ...
+    def counters(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Tokens of one engine step for one request; `step_end` is the model's time for them."""
+
+    tokens: int
+    step_end: float
+    finished: bool
+
+
+@dataclass
+class RequestTrace:
+    """Server-side truth about one request, on the server's monotonic clock."""
+
+    request_id: int
+    response_id: str
+    arrival: float
+    prompt_tokens: int
+    max_tokens: int
+    emissions: list[tuple[float, int]] = field(default_factory=list)  # (sent at, tokens)
+    finish: float | None = None
+    outcome: str = "running"  # finished | aborted | truncated | stalled | error
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.response_id, "request_id": self.request_id, "arrival": self.arrival,
+            "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,
+            "emissions": [[t, n] for t, n in self.emissions],
+            "completion_tokens": sum(n for _, n in self.emissions),
+            "finish": self.finish, "outcome": self.outcome,
+        }
+
+
+class EngineLoop:
+    """Owns the engine, the step task, and each request's delivery queue."""
+
+    def __init__(self, engine: EngineLike, time_scale: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if time_scale < 0:
+            raise ValueError(f"time scale must be >= 0, got {time_scale}")
+        self.engine = engine
+        self.time_scale = time_scale
+        self.clock = clock
+        self._queues: dict[int, asyncio.Queue[Delivery]] = {}
+        self._wake = asyncio.Event()
+        self._next_id = 0
+        self._task: asyncio.Task[None] | None = None
+        self.steps = 0
+        self.timeline: deque[RequestTrace] = deque(maxlen=TIMELINE_KEEP)
+        self.failure: BaseException | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def submit(self, prompt_tokens: int, max_tokens: int) -> tuple[int, asyncio.Queue[Delivery]]:
+        """Add a request; its tokens arrive on the returned queue."""
+        request_id = self._next_id
+        self._next_id += 1
+        queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        self.engine.add_request(request_id, prompt_tokens, max_tokens)
+        self._queues[request_id] = queue
+        self._wake.set()
+        return request_id, queue
+
+    def abort(self, request_id: int) -> None:
+        """Stop generating for a request (client gone, stream cut); idempotent."""
+        if self._queues.pop(request_id, None) is not None:
+            self.engine.abort_request(request_id)
+
+    def record(self, trace: RequestTrace) -> None:
+        self.timeline.append(trace)
+
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # reported on /health; waiting requests are released
+            self.failure = exc
+            now = self.clock()
+            for queue in self._queues.values():
+                queue.put_nowait(Delivery(0, now, True))
+            self._queues.clear()
+            raise
+
+    async def _loop(self) -> None:
+        step_start = self.clock()
+        while True:
+            if not self.engine.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                # An idle engine starts its next step when work arrives, not in the past.
+                step_start = max(step_start, self.clock())
+            result = self.engine.step()
+            self.steps += 1
+            step_end = step_start + float(result.duration_s) * self.time_scale
+            if self.time_scale > 0:
+                delay = step_end - self.clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                else:
+                    await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(0)
+                step_end = self.clock()
+            self._deliver(result, step_end)
+            step_start = step_end
+
+    def _deliver(self, result: StepLike, step_end: float) -> None:
+        finished = set(result.finished)
+        for request_id, tokens in result.emitted:
+            queue = self._queues.get(request_id)
+            if queue is not None:
+                queue.put_nowait(Delivery(int(tokens), step_end, request_id in finished))
+        emitted = {request_id for request_id, _ in result.emitted}
+        for request_id in finished:
+            queue = self._queues.pop(request_id, None)
+            if queue is not None and request_id not in emitted:
+                queue.put_nowait(Delivery(0, step_end, True))

@@ -1,0 +1,127 @@
+"""Eval oracle: answers GSM8K questions with a configurable, deterministic accuracy.
+
+`--eval-oracle FILE` loads a GSM8K-style jsonl (``question``, ``answer`` ending ``#### N``).
+A prompt whose LAST question matches an entry (few-shot prompts carry earlier solved
+questions; the one to answer comes last) is answered with the entry's worked solution
+(calculator marks ``<<...>>`` removed), ending ``#### <gold>`` with probability
+`accuracy`, otherwise the same text ending in a wrong number. The verdict is drawn once per
+question from (seed, question), so the same question always gets the same verdict and a run
+over N questions scores ``accuracy`` within its binomial error. Prompts that match nothing get
+filler text. Accuracy is independent of every speed setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+_CALC_MARK = re.compile(r"<<[^>]*>>")
+_QUESTION_MARK = "Question:"
+_ANSWER_MARK = "Answer:"
+
+
+class OracleError(ValueError):
+    """The oracle file cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class OracleEntry:
+    question: str  # whitespace-normalized
+    solution: str  # worked solution without calculator marks and without the final line
+    gold: str
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _parse_answer(answer: str) -> tuple[str, str]:
+    head, sep, gold = answer.rpartition("####")
+    if not sep or not gold.strip():
+        raise ValueError("answer does not end with '#### <number>'")
+    return _normalize(_CALC_MARK.sub("", head)), gold.strip()
+
+
+def wrong_answer(gold: str, key: str) -> str:
+    """A number different from `gold`, deterministic per key."""
+    digest = hashlib.sha256(key.encode()).digest()
+    offset = 1 + digest[0] % 9
+    sign = -1 if digest[1] % 2 else 1
+    try:
+        value = int(gold.replace(",", ""))
+    except ValueError:
+        return gold.replace(",", "") + "1"
+    return str(value + sign * offset)
+
+
+class EvalOracle:
+    """Gold answers by question, and the per-question verdict."""
+
+    def __init__(self, entries: Mapping[str, OracleEntry], accuracy: float, seed: int) -> None:
+        if not 0.0 <= accuracy <= 1.0:
+            raise OracleError(f"eval accuracy must be within [0, 1], got {accuracy}")
+        self._entries = dict(entries)
+        self.accuracy = accuracy
+        self.seed = seed
+
+    @classmethod
+    def from_jsonl(cls, path: Path, accuracy: float, seed: int) -> EvalOracle:
+        entries: dict[str, OracleEntry] = {}
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise OracleError(f"{path}: cannot read eval oracle file: {exc.strerror}") from exc
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                question = _normalize(str(item["question"]))
+                solution, gold = _parse_answer(str(item["answer"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise OracleError(
+                    f"{path}:{lineno}: not a GSM8K item ({exc}; expected a JSON object with "
+                    "'question' and an 'answer' ending '#### <number>')") from exc
+            entries[question] = OracleEntry(question, solution, gold)
+        if not entries:
+            raise OracleError(f"{path}: no GSM8K items")
+        return cls(entries, accuracy, seed)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def match(self, prompt: str) -> OracleEntry | None:
+        """The entry whose question occurs last in `prompt`, if any."""
+        text = _normalize(prompt)
+        # Fast path: lm-eval's "Question: ... Answer:" framing puts the asked question last.
+        _, sep, tail = text.rpartition(_QUESTION_MARK)
+        if sep:
+            candidate = tail.split(_ANSWER_MARK, 1)[0].strip()
+            entry = self._entries.get(candidate)
+            if entry is not None:
+                return entry
+        best: OracleEntry | None = None
+        best_end = -1
+        for question, entry in self._entries.items():
+            pos = text.rfind(question)
+            if pos >= 0 and pos + len(question) > best_end:
+                best, best_end = entry, pos + len(question)
+        return best
+
+    def is_correct(self, entry: OracleEntry) -> bool:
+        digest = hashlib.sha256(f"{self.seed}\x00{entry.question}".encode()).digest()
+        draw = int.from_bytes(digest[:8], "big") / 2.0**64
+        return draw < self.accuracy
+
+    def answer(self, entry: OracleEntry) -> str:
+        """The worked solution ending in the gold number, or in a wrong one."""
+        number = entry.gold if self.is_correct(entry) else wrong_answer(
+            entry.gold, f"{self.seed}\x00{entry.question}")
+        return f"{entry.solution} #### {number}".strip()

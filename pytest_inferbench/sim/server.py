@@ -1,0 +1,282 @@
+"""The simulator as an OpenAI-compatible HTTP server (starlette ASGI app, served by uvicorn).
+
+Routes: `/health`, `/v1/models`, `/v1/completions`, `/v1/chat/completions` (SSE streaming and
+plain JSON), `/metrics` (persona names), `/debug/mtp_stats` (ATOM), and
+`/debug/inferbench/timeline` + `/debug/inferbench/info` (server-side truth for tests). Every
+response carries `x-inferbench-simulated: true`; every error is an OpenAI-style JSON body.
+Streaming and token timing live in `sim/streaming.py`; this module is routing and policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .engine_loop import EngineLoop, RequestTrace
+from .faults import FAULT_EXIT_CODE, FaultConfig, FaultInjector
+from .openai_api import ApiError, Kind, parse_generation, parse_json_object, resolve_max_tokens
+from .output_plan import plan_output
+from .prom import exposition, metrics_registry, mtp_stats
+from .streaming import Generation, collect_response, stream_events
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Mapping
+
+    from starlette.requests import Request
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from .engine_loop import EngineLike
+    from .oracle import EvalOracle
+    from .prom import MetricsSnapshot
+
+SIMULATED_HEADER = (b"x-inferbench-simulated", b"true")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    persona: str  # atom | vllm | sglang: metric names and /debug/mtp_stats
+    hardware: str
+    time_scale: float  # 1.0 real time; 0 = as fast as possible
+    seed: int
+    served_models: tuple[str, ...]  # the first is the name reported in metrics
+    max_model_len: int
+    make_engine: Callable[[], EngineLike]
+    snapshot: Callable[[EngineLike], MetricsSnapshot]  # engine counters -> metrics
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    oracle: EvalOracle | None = None
+    info: Mapping[str, Any] | None = None  # facts shown on /debug/inferbench/info
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+class SimulatedHeader:
+    """ASGI middleware: every response says its numbers are simulated."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), SIMULATED_HEADER]
+            await send(message)
+
+        await self.app(scope, receive, send_marked if scope["type"] == "http" else send)
+
+
+class SimServer:
+    """State of one simulated server: engine loop, faults, counters."""
+
+    def __init__(self, config: ServeConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self.started_at = clock()
+        self.faults = FaultInjector(config.faults, config.seed, self.started_at)
+        self.engine = config.make_engine()
+        self.loop: EngineLoop | None = None
+        self._arrivals = itertools.count()
+        self._crashing = False
+        self.registry = metrics_registry(config.persona, config.served_models[0],
+                                         lambda: config.snapshot(self.engine))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.loop = EngineLoop(self.engine, self.config.time_scale, self.clock)
+        self.loop.start()
+        try:
+            yield
+        finally:
+            await self.loop.stop()
+
+    def app(self) -> ASGIApp:
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/debug/mtp_stats", self.mtp_stats, methods=["GET"]),
+            Route("/debug/inferbench/timeline", self.timeline, methods=["GET", "DELETE"]),
+            Route("/debug/inferbench/info", self.info, methods=["GET"]),
+        ]
+        app = Starlette(routes=routes, lifespan=self.lifespan, exception_handlers={
+            HTTPException: self._http_error, Exception: self._unexpected})
+        return SimulatedHeader(app)
+
+    # -- policy -------------------------------------------------------------------------------
+
+    def _ensure_serving(self) -> None:
+        now = self.clock()
+        if self.loop is not None and self.loop.failure is not None:
+            raise ApiError(500, f"simulated engine failed: {self.loop.failure!r}")
+        if not self.faults.is_ready(now):
+            raise ApiError(503, self.faults.not_ready_reason(now))
+
+    def _check_model(self, model: str) -> None:
+        if model not in self.config.served_models:
+            raise ApiError(404, f"The model `{model}` does not exist; this server serves "
+                                f"{', '.join(self.config.served_models)}.",
+                           param="model", code="model_not_found")
+
+    def _request_done(self) -> None:
+        if self.faults.request_finished() and not self._crashing:
+            self._crashing = True
+            # Leave the last response a moment to flush, then die like a crashed engine.
+            asyncio.get_running_loop().call_later(0.1, _crash, self.config.faults)
+
+    # -- routes -------------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        try:
+            self._ensure_serving()
+        except ApiError as error:
+            status = "error" if error.status == 500 else "loading"
+            return JSONResponse({"status": status, "message": error.message},
+                                status_code=error.status)
+        return JSONResponse({"status": "ok"})
+
+    async def models(self, request: Request) -> Response:
+        try:
+            self._ensure_serving()
+        except ApiError as error:
+            return error_response(error)
+        created = int(time.time())
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "inferbench-sim",
+             "root": name, "max_model_len": self.config.max_model_len, "simulated": True}
+            for name in self.config.served_models]})
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, "completion")
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: Request, kind: Kind) -> Response:
+        assert self.loop is not None, "lifespan starts the engine loop before any request"
+        try:
+            self._ensure_serving()
+            parsed = parse_generation(kind, parse_json_object(await request.body()))
+            self._check_model(parsed.model)
+            max_tokens = resolve_max_tokens(parsed, self.config.max_model_len)
+        except ApiError as error:
+            return error_response(error)
+        arrival_number = next(self._arrivals)
+        arrival = self.clock()
+        plan = plan_output(parsed, max_tokens, self.config.oracle,
+                           f"{self.config.seed}:{arrival_number}")
+        faults = self.faults.for_request(arrival_number, plan.tokens, parsed.stream)
+        if faults.error:
+            self._request_done()
+            return error_response(ApiError(
+                500, "simulated internal server error (fault injection: --error-rate)"))
+        try:
+            request_id, queue = self.loop.submit(parsed.prompt_tokens, plan.tokens)
+        except ValueError as exc:  # the engine refuses what it can never schedule
+            return error_response(ApiError(400, str(exc), param="prompt"))
+        prefix = "cmpl" if kind == "completion" else "chatcmpl"
+        trace = RequestTrace(request_id, f"{prefix}-{uuid.uuid4().hex}", arrival,
+                             parsed.prompt_tokens, plan.tokens)
+        generation = Generation(parsed, plan, faults, trace, queue, int(time.time()))
+        if not parsed.stream:
+            try:
+                body = await collect_response(generation, self.loop)
+            finally:
+                self._finish(generation)
+            if body is None:
+                return error_response(ApiError(500, f"simulated engine failed: "
+                                                    f"{self.loop.failure!r}"))
+            return JSONResponse(body)
+        return StreamingResponse(self._stream(generation), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache"})
+
+    async def _stream(self, generation: Generation) -> AsyncIterator[str]:
+        assert self.loop is not None
+        try:
+            async for event in stream_events(generation, self.loop):
+                yield event
+        finally:
+            self._finish(generation)
+
+    def _finish(self, generation: Generation) -> None:
+        assert self.loop is not None
+        trace = generation.trace
+        if trace.outcome == "running":
+            trace.outcome = "aborted"  # the client went away or the task was cancelled
+        if trace.finish is None:
+            trace.finish = self.clock()
+        self.loop.abort(trace.request_id)
+        self.loop.record(trace)
+        if trace.outcome != "aborted":
+            self._request_done()
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(exposition(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def mtp_stats(self, request: Request) -> Response:
+        return JSONResponse(mtp_stats(self.config.snapshot(self.engine)))
+
+    async def timeline(self, request: Request) -> Response:
+        assert self.loop is not None
+        if request.method == "DELETE":
+            self.loop.timeline.clear()
+            return JSONResponse({"cleared": True})
+        since = request.query_params.get("since", "0")
+        if not since.isdigit():
+            return error_response(ApiError(400, f"'since' must be a request id (integer >= 0), "
+                                                f"got {since!r}", param="since"))
+        wall, mono, perf = time.time(), self.clock(), time.perf_counter()
+        return JSONResponse({
+            "clock": "time.monotonic", "now": mono,
+            "wall_minus_monotonic": wall - mono, "perf_counter_minus_monotonic": perf - mono,
+            "time_scale": self.config.time_scale, "engine_steps": self.loop.steps,
+            "simulated": True,
+            "requests": [t.as_json() for t in self.loop.timeline if t.request_id >= int(since)],
+        })
+
+    async def info(self, request: Request) -> Response:
+        return JSONResponse({
+            "simulated": True, "persona": self.config.persona, "hardware": self.config.hardware,
+            "time_scale": self.config.time_scale, "seed": self.config.seed,
+            "served_models": list(self.config.served_models),
+            "max_model_len": self.config.max_model_len,
+            "faults": list(self.config.faults.active),
+            "eval_oracle": len(self.config.oracle) if self.config.oracle else None,
+            **dict(self.config.info or {}),
+        })
+
+    # -- errors -------------------------------------------------------------------------------
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return error_response(ApiError(exc.status_code, message))
+
+    async def _unexpected(self, request: Request, exc: Exception) -> Response:
+        print(f"inferbench-sim: internal error on {request.url.path}: {exc!r}", file=sys.stderr)
+        return error_response(ApiError(500, f"internal error in the simulator: {exc!r}"))
+
+
+def _crash(faults: FaultConfig) -> None:
+    print(f"inferbench-sim: fault injection: exiting after {faults.fail_after_requests} "
+          f"requests (--fail-after-requests)", file=sys.stderr, flush=True)
+    os._exit(FAULT_EXIT_CODE)
+
+
+def build_app(config: ServeConfig) -> ASGIApp:
+    return SimServer(config).app()
