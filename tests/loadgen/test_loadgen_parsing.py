@@ -1,0 +1,172 @@
+"""SSE parsing, Prometheus deltas and the self-check verdict, on real inputs.
+
+The stream bytes are what an OpenAI-compatible server writes; the Prometheus text is produced
+by `prometheus_client` itself, as the servers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from pytest_inferbench.loadgen.client import ClientConfig, _record, parse_stream
+from pytest_inferbench.loadgen.scrape import Snapshot, parse_metrics, point_metrics
+from pytest_inferbench.loadgen.selfcheck import LoopMonitor, verdict
+from pytest_inferbench.loadgen.workload import Prompt
+
+CFG = ClientConfig(base_url="http://127.0.0.1:1", model="m")
+
+
+def event(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def chunk(text: str, completion: int | None = None, finish: str | None = None) -> bytes:
+    obj: dict[str, object] = {"id": "cmpl-1", "choices": [
+        {"index": 0, "text": text, "finish_reason": finish}]}
+    if completion is not None:
+        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": completion}
+    return event(obj)
+
+
+def test_events_split_across_reads_get_the_time_of_the_completing_read() -> None:
+    first, second = chunk(" a b"), chunk(" c")
+    reads = [(1.0, first[:10]), (2.0, first[10:] + second[:5]), (3.0, second[5:]),
+             (4.0, event({"id": "cmpl-1", "choices": [], "usage": {
+                 "prompt_tokens": 7, "completion_tokens": 3}}) + b"data: [DONE]\n\n")]
+    parsed = parse_stream(reads, CFG)
+    assert parsed.chunk_times == [2.0, 3.0]
+    assert parsed.chunk_tokens == [2, 1]  # counted from the text: two words, then one
+    assert parsed.done
+    assert parsed.completion_tokens == 3
+    assert parsed.prompt_tokens == 7
+    assert parsed.response_id == "cmpl-1"
+
+
+def test_continuous_usage_gives_tokens_per_chunk() -> None:
+    # Text that would count differently: the usage deltas win.
+    reads = [(1.0, chunk("x", completion=1)), (1.5, chunk("yz", completion=4)),
+             (2.0, chunk("", completion=4, finish="length") + b"data: [DONE]\r\n\r\n")]
+    parsed = parse_stream(reads, CFG)
+    assert parsed.chunk_tokens == [1, 3]
+    assert parsed.all_from_usage
+    assert parsed.finish_reason == "length"
+    assert parsed.done
+
+
+def test_chat_deltas_skip_the_role_only_chunk() -> None:
+    chat = ClientConfig(base_url="http://x", model="m", endpoint="/v1/chat/completions")
+    role = event({"id": "c", "choices": [{"delta": {"role": "assistant", "content": ""}}]})
+    text = event({"id": "c", "choices": [{"delta": {"content": " hi there"}}]})
+    parsed = parse_stream([(1.0, role), (2.0, text + b"data: [DONE]\n\n")], chat)
+    assert parsed.chunk_times == [2.0]
+    assert parsed.chunk_tokens == [2]
+
+
+def prompt(out: int = 2) -> Prompt:
+    return Prompt(text="a b c", input_tokens=3, output_tokens=out)
+
+
+@pytest.mark.parametrize(("reads", "reason"), [
+    ([(1.0, chunk(" a")), (2.0, chunk(" b"))], "stream ended without [DONE]"),
+    ([(1.0, b"data: [DONE]\n\n")], "no token received"),
+    ([(1.0, chunk(" a")), (1.1, event({"error": {"message": "engine died"}}))],
+     "error in stream: engine died"),
+    ([(1.0, chunk(" a", completion=1)), (1.1, b"data: [DONE]\n\n")],
+     "output stopped early under ignore_eos (finish_reason=None)"),
+])
+def test_truncated_and_broken_streams_are_failures_with_reasons(
+        reads: list[tuple[float, bytes]], reason: str) -> None:
+    record = _record(prompt(), CFG, 0.5, 3.0, reads, "", None)
+    assert not record.success
+    assert record.error == reason
+
+
+def test_a_complete_stream_is_a_success() -> None:
+    reads = [(1.0, chunk(" a", completion=1)), (1.2, chunk(" b", completion=2)),
+             (1.3, b"data: [DONE]\n\n")]
+    record = _record(prompt(), CFG, 0.5, 1.4, reads, "", None)
+    assert record.success, record.error
+    assert record.output_tokens == 2
+    assert record.input_tokens == 7  # the server's usage.prompt_tokens, not the intended 3
+    assert record.token_source == "usage"
+    assert list(record.chunk_times) == [1.0, 1.2]
+
+
+def registry_text(drafts: float, accepted: float, draft_tokens: float, kv: float) -> str:
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    c_drafts = Counter("vllm:spec_decode_num_drafts", "drafts", labels, registry=registry)
+    c_acc = Counter("vllm:spec_decode_num_accepted_tokens", "acc", labels, registry=registry)
+    c_dt = Counter("vllm:spec_decode_num_draft_tokens", "dt", labels, registry=registry)
+    gauge = Gauge("vllm:kv_cache_usage_perc", "kv", registry=registry)
+    # Two engines (label sets): the counters are summed over them.
+    for engine, share in (("0", 0.25), ("1", 0.75)):
+        c_drafts.labels("m", engine).inc(drafts * share)
+        c_acc.labels("m", engine).inc(accepted * share)
+        c_dt.labels("m", engine).inc(draft_tokens * share)
+    gauge.set(kv)
+    return generate_latest(registry).decode()
+
+
+def test_acceptance_length_from_vllm_counter_deltas() -> None:
+    before = Snapshot(*parse_metrics(registry_text(100, 150, 300, 0.1)))
+    after = Snapshot(*parse_metrics(registry_text(1100, 2150, 3300, 0.4)))
+    out = point_metrics(before, after)
+    assert out["acceptance_length"] == pytest.approx(1 + 2000 / 1000)
+    assert out["acceptance_length_source"] == "vllm:spec_decode_*"
+    assert out["acceptance_rate"] == pytest.approx(2000 / 3000)
+    assert out["kv_cache_usage"] == pytest.approx(0.4)
+    assert out["counter_deltas"]["vllm:spec_decode_num_drafts_total"] == pytest.approx(1000)
+
+
+def test_acceptance_length_from_atom_mtp_stats() -> None:
+    before = Snapshot(mtp_stats={"enabled": True, "total_accepted_tokens": 10,
+                                 "distribution": {"0": 5, "3": 5}})
+    after = Snapshot(mtp_stats={"enabled": True, "total_accepted_tokens": 10 + 3 * 60 + 20,
+                                "distribution": {"0": 25, "3": 65}})
+    out = point_metrics(before, after)
+    assert out["acceptance_length"] == pytest.approx(1 + 200 / 80)
+    assert out["acceptance_length_source"] == "/debug/mtp_stats"
+
+
+def test_no_speculation_means_no_acceptance_length() -> None:
+    registry = CollectorRegistry()
+    Counter("vllm:num_preemptions", "p", registry=registry).inc(3)
+    text = generate_latest(registry).decode()
+    out = point_metrics(Snapshot(), Snapshot(*parse_metrics(text)))
+    assert "acceptance_length" not in out
+    assert out["preemptions"] == 3
+
+
+def test_event_loop_lag_fails_the_self_check() -> None:
+    async def blocked() -> dict[str, object]:
+        monitor = LoopMonitor(interval_s=0.002)
+        monitor.start()
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+            time.sleep(0.03)  # the client hogging its own loop, as heavy parsing would
+        stats = await monitor.stop()
+        return verdict(stats, median_itl_s=0.02, median_ttft_s=0.2)
+
+    check = asyncio.run(blocked())
+    assert check["ok"] is False
+    assert check["lag_max_ms"] >= 25
+    assert "event-loop lag" in str(check["reason"])
+
+
+def test_idle_loop_passes_against_a_generous_interval() -> None:
+    async def idle() -> dict[str, object]:
+        monitor = LoopMonitor(interval_s=0.002)
+        monitor.start()
+        await asyncio.sleep(0.1)
+        return verdict(await monitor.stop(), median_itl_s=0.0, median_ttft_s=1.0)
+
+    check = asyncio.run(idle())
+    assert check["lag_samples"] > 0
+    # The limit is 25% of the 1 s TTFT: only a badly stalled loop would miss it.
+    assert check["ok"] is True, check["reason"]

@@ -1,0 +1,81 @@
+"""The random dataset: InferenceX length semantics, exact token counts, determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_inferbench.backends.base import LoadSettings
+from pytest_inferbench.loadgen.workload import (
+    build_workload,
+    count_words,
+    poisson_offsets,
+    render_words_chat,
+)
+from pytest_inferbench.sim.tokenizer import count_tokens, render_chat
+
+
+def test_lengths_follow_inferencex_random_range_ratio() -> None:
+    load = LoadSettings(prompts_per_conc=10, warmup_per_conc=2, range_ratio=0.8, seed=0)
+    w = build_workload(1024, 256, 8, load)
+    # InferenceX sample_random_requests: np.random.seed(seed), then randint for the inputs,
+    # then for the outputs, each uniform in [int(L * ratio), L].
+    np.random.seed(0)
+    expect_in = np.random.randint(int(1024 * 0.8), 1024 + 1, size=80)
+    expect_out = np.random.randint(int(256 * 0.8), 256 + 1, size=80)
+    assert [p.input_tokens for p in w.prompts] == expect_in.tolist()
+    assert [p.output_tokens for p in w.prompts] == expect_out.tolist()
+    assert len(w.warmup) == 16
+    assert all(819 <= p.input_tokens <= 1024 for p in w.warmup)
+    assert w.send_offsets is None
+    assert w.token_source == "words"
+
+
+def test_prompt_text_has_exactly_the_intended_tokens_for_the_simulator() -> None:
+    w = build_workload(300, 16, 4, LoadSettings(prompts_per_conc=5, seed=3))
+    for p in (*w.prompts, *w.warmup):
+        assert count_words(p.text) == p.input_tokens
+        assert count_tokens(p.text) == p.input_tokens  # the simulated server's own count
+
+
+def test_prompts_do_not_share_a_prefix() -> None:
+    w = build_workload(64, 8, 64, LoadSettings(prompts_per_conc=10, seed=0))
+    heads = [tuple(p.text.split()[:8]) for p in (*w.prompts, *w.warmup)]
+    assert len(set(heads)) == len(heads)
+
+
+def test_chat_template_is_counted_inside_the_isl() -> None:
+    w = build_workload(200, 16, 2, LoadSettings(prompts_per_conc=4, seed=0, range_ratio=1.0),
+                       use_chat_template=True)
+    for p in w.prompts:
+        assert p.input_tokens == 200
+        assert count_tokens(p.text) == 200
+        body = p.text.removeprefix("<|im_start|>user ").removesuffix(
+            " <|im_end|> <|im_start|>assistant")
+        assert render_chat([("user", body)]) == p.text == render_words_chat(body)
+
+
+def test_same_seed_same_workload_other_seed_other_text() -> None:
+    load = LoadSettings(prompts_per_conc=3, seed=11)
+    a = build_workload(128, 32, 4, load)
+    b = build_workload(128, 32, 4, load)
+    c = build_workload(128, 32, 4, LoadSettings(prompts_per_conc=3, seed=12))
+    assert a == b
+    assert [p.text for p in a.prompts] != [p.text for p in c.prompts]
+
+
+def test_open_loop_schedule_is_absolute_and_poisson() -> None:
+    w = build_workload(32, 8, 4, LoadSettings(prompts_per_conc=10, request_rate=20.0, seed=0))
+    assert w.send_offsets is not None
+    assert len(w.send_offsets) == 40
+    assert w.send_offsets[0] == 0.0
+    assert all(b >= a for a, b in zip(w.send_offsets, w.send_offsets[1:], strict=False))
+    offsets = poisson_offsets(50.0, 20000, seed=5)
+    gaps = np.diff(offsets)
+    # Exponential gaps: mean 1/rate, coefficient of variation 1 (sampling error ~1% here).
+    assert gaps.mean() == pytest.approx(1 / 50.0, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)
+    with pytest.raises(ValueError, match="positive finite"):
+        poisson_offsets(math.inf, 3, 0)

@@ -1,0 +1,111 @@
+"""The result record: identity, metric keys, acceptance length, verdicts, atomic writing."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_inferbench.backends.base import PointMeasurement
+from pytest_inferbench.metrics import RequestRecord
+from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
+from pytest_inferbench.results import build_result, measurement_failures, write_result_atomic
+
+
+def server(spec_decoding: str = "mtp") -> ServerConfig:
+    return ServerConfig(
+        config_key="minimaxm3-fp4-mi355x-atom-mtp", image="rocm/atom:test", model="amd/M3",
+        model_prefix="minimaxm3", runner="mi355x", hardware="MI355X", precision="fp4",
+        framework="atom", multinode=False, disagg=False, tp=4, ep=1, dp_attn=False,
+        spec_decoding=spec_decoding, sweeps=(SeqLenSweep(1024, 256, (4,), 12),),
+        source=Path("amd-master.yaml"), line=10)
+
+
+def measurement(*, check_ok: bool = True, mismatch: bool = False) -> PointMeasurement:
+    records = [RequestRecord(send_time=i, end_time=i + 1.0, input_tokens=100,
+                             output_tokens=5 if mismatch and i == 0 else 4, success=True,
+                             chunk_times=np.array([i + 0.2, i + 0.5, i + 0.8]),
+                             chunk_tokens=np.array([1, 2, 1]), token_source="usage")
+               for i in range(4)]
+    return PointMeasurement(
+        records=records, duration_s=4.0, num_prompts=4, max_concurrency=4, simulated=True,
+        server_metrics={"acceptance_length": 2.5, "acceptance_length_source": "atom:mtp_*"},
+        client_check={"ok": check_ok, "reason": "" if check_ok else "client lag too high"},
+        notes=("simulated server",))
+
+
+def test_identity_and_metrics() -> None:
+    point = server().points()[0]
+    result = build_result(point, measurement(), spec=None, backend="sim-server")
+    assert result["config_key"] == "minimaxm3-fp4-mi355x-atom-mtp"
+    assert result["infmax_model_prefix"] == result["model_prefix"] == "minimaxm3"
+    assert result["hw"] == "mi355x"
+    assert result["hardware"] == "MI355X"
+    assert result["dp_attention"] is False
+    assert (result["tp"], result["ep"], result["isl"], result["osl"], result["conc"]) == (
+        4, 1, 1024, 256, 4)
+    assert result["image"] == "rocm/atom:test"
+    assert result["backend"] == "sim-server"
+    assert result["simulated"] is True
+    assert result["completed"] == 4
+    assert result["total_output_tokens"] == 16
+    # InferenceX single node: per-GPU numbers divide by TP.
+    assert result["tput_per_gpu"] == pytest.approx((400 + 16) / 4.0 / 4)
+    assert result["median_ttft_ms"] == pytest.approx(200.0)
+    assert result["median_ttft"] == pytest.approx(0.2)
+    assert result["acceptance_length"] == 2.5
+    assert result["client_tokens_per_chunk"] == pytest.approx(4 / 3)
+    assert result["request_rate"] == "inf"
+    assert result["result_filename"].startswith("minimaxm3_1024_256_fp4_atom_tp4-ep1")
+    assert measurement_failures(result) == []
+
+
+def test_no_acceptance_length_without_speculation() -> None:
+    point = server("none").points()[0]
+    m = measurement()
+    m = PointMeasurement(records=m.records, duration_s=4.0, num_prompts=4, max_concurrency=4,
+                         simulated=False)
+    result = build_result(point, m, spec=None, backend="external")
+    assert "acceptance_length" not in result
+
+
+def test_untrustworthy_measurements_fail() -> None:
+    point = server().points()[0]
+    result = build_result(point, measurement(check_ok=False, mismatch=True), spec=None,
+                          backend="sim-server")
+    failures = measurement_failures(result)
+    assert failures[0] == "client lag too high"
+    assert failures[1].startswith("token accounting: 1 request(s)")
+
+
+def test_atomic_write_never_shows_half_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "points" / "node.json"
+    big = {"values": list(range(200_000)), "nan": float("nan"), "np": np.float64(1.5)}
+    reads = 0
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            if path.exists():
+                text = path.read_text()
+                json.loads(text)  # a partial file would not parse
+                nonlocal reads
+                reads += 1
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for _ in range(5):
+            write_result_atomic(path, big)
+    finally:
+        stop.set()
+        thread.join()
+    data = json.loads(path.read_text())
+    assert data["nan"] is None
+    assert data["np"] == 1.5
+    assert [p.name for p in path.parent.iterdir()] == ["node.json"]  # no temp files left
+    assert not any(name.endswith(".tmp") for name in os.listdir(path.parent))
