@@ -1,0 +1,106 @@
+"""The default backend: the simulated engine in process, on a virtual clock.
+
+`start()` reads the launch spec's argv (what the real server would get) and the recipe runner's
+GPU into an `EngineConfig`, so a bad argv, an unknown model or weights that do not fit fail the
+server node's setup with a clear message. Every point runs on a fresh engine seeded from the
+load seed, so a point's numbers do not depend on which points ran before it. Results are
+simulated predictions and say so (`simulated=True` and a note).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..sim import catalog
+from ..sim.args import ArgvError, engine_config_from_argv
+from ..sim.config import EngineConfig, SpecConfig
+from ..sim.driver import PointLoad, simulate_point
+from ..sim.engine import Engine
+from ..sim.physics import EngineConfigError
+from ..sim.spec_decode import SpecConfigError
+from .base import Backend, PointMeasurement, ServerHandle, ServerStartError
+
+if TYPE_CHECKING:
+    from ..launch import ServerSpec
+    from ..recipe import BenchPoint, ServerConfig
+    from .base import LoadSettings, StartContext
+
+SIMULATED_NOTE = ("simulated prediction: virtual-time roofline model of the serving engine "
+                  "(pytest_inferbench.sim), not a measurement")
+CONFIG_ERRORS = (ArgvError, catalog.CatalogError, EngineConfigError, SpecConfigError, ValueError)
+
+
+def config_without_spec(server: ServerConfig) -> EngineConfig:
+    """Engine arguments from the recipe alone, for a node without a launch spec."""
+    spec = None
+    if server.speculative:
+        spec = SpecConfig(method="eagle3", draft_model=None, num_speculative_tokens=3)
+    return EngineConfig(hardware=server.hardware, model=server.model, framework=server.framework,
+                        tp=server.tp, ep=server.ep, dp_attn=server.dp_attn, spec=spec)
+
+
+class SimHandle(ServerHandle):
+    base_url = None
+
+    def __init__(self, name: str, config: EngineConfig, ignored: list[str]) -> None:
+        self.name = name
+        self.config = config
+        self.ignored = ignored
+        self._notes_given = False
+        self._log: list[str] = [f"{name}: {SIMULATED_NOTE}", f"engine config: {config}"]
+        if ignored:
+            self._log.append("ignored by the simulator: " + " ".join(ignored))
+
+    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+        if not math.isinf(load.request_rate):
+            raise ValueError("the sim backend runs closed-loop load only (request_rate = inf); "
+                             "use the sim-server backend for rate-limited arrivals")
+        config = self.config
+        if config.seed != load.seed:
+            config = replace(config, seed=load.seed)
+        num = load.prompts_per_conc * point.conc
+        outcome = simulate_point(
+            config,
+            PointLoad(isl=point.isl, osl=point.osl, concurrency=point.conc, num_prompts=num,
+                      num_warmups=load.warmup_per_conc * point.conc,
+                      range_ratio=load.range_ratio, seed=load.seed),
+            engine=Engine(config, keep_traces=True))
+        notes = [SIMULATED_NOTE]
+        if self.ignored and not self._notes_given:
+            notes.append("ignored by the simulator: " + " ".join(self.ignored))
+        self._notes_given = True
+        self._log.append(f"{point.name}: {len(outcome.records)} requests in "
+                         f"{outcome.duration_s:.1f} virtual s")
+        return PointMeasurement(
+            records=outcome.records, duration_s=outcome.duration_s, num_prompts=num,
+            max_concurrency=point.conc, simulated=True, server_metrics=outcome.server_metrics,
+            notes=tuple(notes))
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self._log[-lines:])
+
+    def stop(self) -> None:
+        """Nothing to release: the engine lives only during run_point."""
+
+
+class SimBackend(Backend):
+    name = "sim"
+
+    def start(self, server: ServerConfig, spec: ServerSpec | None,
+              ctx: StartContext) -> SimHandle:
+        ignored: list[str] = []
+        try:
+            if spec is None:
+                config = config_without_spec(server)
+            else:
+                config, ignored = engine_config_from_argv(
+                    spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
+                    framework=spec.framework or server.framework)
+            Engine(config)  # weights that do not fit, unknown dtypes: fail at setup
+        except CONFIG_ERRORS as exc:
+            where = f" ({spec.launch_file})" if spec is not None else ""
+            raise ServerStartError(f"{server.node_name}: simulator cannot start{where}: {exc}"
+                                   ) from None
+        return SimHandle(server.node_name, config, ignored)

@@ -1,0 +1,228 @@
+"""The real server's argv -> `EngineConfig`: ATOM, vLLM and SGLang spellings.
+
+The simulated server reads exactly what the real one would get, so one launch spec drives both.
+`--a_b` and `--a-b` are the same flag; `--flag=value` works; the argv may start with the
+program words (`python3 -m atom.entrypoints.openai_server`, `vllm serve MODEL`,
+`python -m sglang.launch_server`). Flags the simulator does not model are accepted and returned
+as "ignored" so the caller can report them once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import catalog
+from .config import EngineConfig
+from .spec_decode import SpecConfig, distribution_from_position_rates
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["ArgvError", "engine_config_from_argv", "framework_of_argv"]
+
+# Flags that take no value (store_true / BooleanOptionalAction), canonical spelling.
+BOOLEAN_FLAGS = frozenset({
+    "enable-expert-parallel", "enable-dp-attention", "trust-remote-code", "enforce-eager",
+    "no-enable-prefix-caching", "enable-prefix-caching", "disable-log-requests",
+    "disable-log-stats", "enable-chunked-prefill", "no-enable-chunked-prefill",
+    "disable-radix-cache", "enable-torch-compile", "disable-cuda-graph", "enable-ep-moe",
+    "enable-metrics", "enable-mixed-chunk", "disable-custom-all-reduce", "async-scheduling",
+    "no-async-scheduling", "enable-auto-tool-choice", "disable-uvicorn-access-log",
+    "sim-thinking",
+})
+# Served by the HTTP layer, not the engine: accepted, not reported as ignored.
+SERVER_FLAGS = frozenset({"port", "server-port", "host", "served-model-name", "api-key"})
+# canonical flag -> EngineConfig / spec field
+ALIASES: dict[str, str] = {
+    "model": "model", "model-path": "model",
+    "tp": "tp", "tensor-parallel-size": "tp", "tp-size": "tp",
+    "ep": "ep", "ep-size": "ep", "expert-parallel-size": "ep",
+    "max-num-seqs": "max_num_seqs", "max-running-requests": "max_num_seqs",
+    "max-num-batched-tokens": "max_num_batched_tokens", "chunked-prefill-size":
+    "max_num_batched_tokens",
+    "block-size": "block_size", "page-size": "block_size",
+    "gpu-memory-utilization": "gpu_memory_utilization", "mem-fraction-static":
+    "gpu_memory_utilization",
+    "kv-cache-dtype": "kv_cache_dtype",
+    "max-model-len": "max_model_len", "context-length": "max_model_len",
+    "online-quant-config": "online_quant",
+    "method": "spec_method", "speculative-algorithm": "spec_method",
+    "draft-model": "draft_model", "speculative-draft-model-path": "draft_model",
+    "num-speculative-tokens": "k", "speculative-num-steps": "k",
+    "spec-decode-acceptance-length": "acceptance_length",
+    "spec-decode-acceptance-rate": "acceptance_rate",
+    "speculative-config": "speculative_config",
+    "sim-accepted-distribution": "accepted_distribution",
+    "sim-jitter": "jitter", "sim-seed": "seed",
+}
+INT_FIELDS = {"tp", "ep", "max_num_seqs", "max_num_batched_tokens", "block_size",
+              "max_model_len", "k", "seed"}
+FLOAT_FIELDS = {"gpu_memory_utilization", "acceptance_length", "acceptance_rate", "jitter"}
+
+
+class ArgvError(ValueError):
+    """A flag value the simulator cannot read; the message names the flag."""
+
+
+@dataclass
+class _Parsed:
+    values: dict[str, Any]
+    flags: set[str]
+    ignored: list[str]
+    positional: list[str]
+
+
+def framework_of_argv(argv: Sequence[str]) -> str | None:
+    words = " ".join(argv[:4]).lower()
+    if "atom" in words:
+        return "atom"
+    if "sglang" in words:
+        return "sglang"
+    if "vllm" in words:
+        return "vllm"
+    return None
+
+
+def _strip_program(argv: Sequence[str]) -> list[str]:
+    """Drop `python3 -m module` / `vllm serve` so only the server's own arguments remain."""
+    args = list(argv)
+    if args and ("python" in args[0].rsplit("/", 1)[-1]):
+        args = args[1:]
+        if args[:1] == ["-m"]:
+            args = args[2:]
+    elif args and args[0].rsplit("/", 1)[-1] in {"vllm", "sglang", "atom"}:
+        args = args[1:]
+        if args[:1] == ["serve"]:
+            args = args[1:]
+    return args
+
+
+def _parse(args: list[str]) -> _Parsed:
+    out = _Parsed({}, set(), [], [])
+    i = 0
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if not word.startswith("-") or word in {"-", "--"}:
+            out.positional.append(word)
+            continue
+        name, eq, inline = word.lstrip("-").partition("=")
+        name = name.replace("_", "-")
+        value: str | None = inline if eq else None
+        if value is None and name not in BOOLEAN_FLAGS and i < len(args) and (
+                not args[i].startswith("-") or _is_number(args[i])):
+            value = args[i]
+            i += 1
+        field = ALIASES.get(name)
+        if field is not None:
+            if value is None:
+                raise ArgvError(f"--{name} needs a value")
+            out.values[field] = value
+        elif name in {"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe",
+                      "sim-thinking"}:
+            out.flags.add(name)
+        elif name not in SERVER_FLAGS:
+            out.ignored.append(word if value is None or eq else f"{word} {value}")
+    return out
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _typed(values: dict[str, Any]) -> dict[str, Any]:
+    typed: dict[str, Any] = {}
+    for key, raw in values.items():
+        try:
+            if key in INT_FIELDS:
+                typed[key] = int(raw)
+            elif key in FLOAT_FIELDS:
+                typed[key] = float(raw)
+            else:
+                typed[key] = raw
+        except ValueError:
+            raise ArgvError(f"{key.replace('_', '-')}: {raw!r} is not a number") from None
+    return typed
+
+
+def _spec(v: dict[str, Any], env: Mapping[str, str], flags: set[str]) -> SpecConfig | None:
+    cfg: dict[str, Any] = {}
+    if "speculative_config" in v:
+        try:
+            cfg = json.loads(v["speculative_config"])
+        except json.JSONDecodeError as exc:
+            raise ArgvError(f"--speculative-config is not JSON: {exc}") from None
+        if not isinstance(cfg, dict):
+            raise ArgvError("--speculative-config must be a JSON object")
+    method = str(cfg.get("method", v.get("spec_method", ""))).lower()
+    if not method:
+        return None
+    k = int(cfg.get("num_speculative_tokens", v.get("k", 0)) or 0)
+    if not k:
+        raise ArgvError(f"speculative method {method!r} needs the number of speculative tokens")
+    length = cfg.get("synthetic_acceptance_length", v.get("acceptance_length"))
+    if length is None and "SGLANG_SIMULATE_ACC_LEN" in env:
+        length = float(env["SGLANG_SIMULATE_ACC_LEN"])
+    dist: tuple[float, ...] | None = None
+    if "synthetic_acceptance_rates" in cfg:
+        dist = distribution_from_position_rates(cfg["synthetic_acceptance_rates"])
+    raw_dist = v.get("accepted_distribution") or env.get("INFERBENCH_SIM_ACCEPTED_DISTRIBUTION")
+    if raw_dist:
+        try:
+            parsed = json.loads(raw_dist)
+            if isinstance(parsed, dict):
+                parsed = [parsed.get(str(i), 0.0) for i in range(k + 1)]
+            dist = tuple(float(x) for x in parsed)
+        except (json.JSONDecodeError, TypeError, ValueError):
+            raise ArgvError(f"accepted-count distribution {raw_dist!r}: expected a JSON list "
+                            "or {\"0\": p0, ...}") from None
+    return SpecConfig(
+        method=method, draft_model=cfg.get("model", v.get("draft_model")),
+        num_speculative_tokens=k,
+        acceptance_length=float(length) if length is not None else None,
+        acceptance_rate=v.get("acceptance_rate"), accepted_distribution=dist,
+        thinking="sim-thinking" in flags or env.get("INFERBENCH_SIM_THINKING") == "1")
+
+
+def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
+                            env: Mapping[str, str] | None = None,
+                            framework: str | None = None) -> tuple[EngineConfig, list[str]]:
+    """Parse a launch argv; returns the config and the flags the simulator ignores."""
+    env = env or {}
+    fw_name = framework or framework_of_argv(argv) or "vllm"
+    fw = catalog.framework(fw_name)
+    parsed = _parse(_strip_program(argv))
+    v = _typed(parsed.values)
+    model = v.get("model") or (parsed.positional[0] if parsed.positional else None)
+    if not model:
+        raise ArgvError("no model in the argv (--model M, or `vllm serve M`)")
+    catalog.checkpoint(model)  # an unknown model fails here, listing the known ones
+    tp = v.get("tp", 1)
+    ep = v.get("ep", tp if parsed.flags & {"enable-expert-parallel", "enable-ep-moe"} else 1)
+    quant = v.get("online_quant")
+    defaults = fw.defaults
+    fields: dict[str, Any] = {
+        key: v.get(key, defaults[key]) for key in
+        ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
+         "kv_cache_dtype")}
+    jitter = v.get("jitter", float(env.get("INFERBENCH_SIM_JITTER", "0") or 0))
+    seed = v.get("seed", int(env.get("INFERBENCH_SIM_SEED", "0") or 0))
+    try:
+        config = EngineConfig(
+            hardware=catalog.hardware(hardware).name, model=catalog.checkpoint(model).name,
+            framework=fw.name, tp=tp, ep=ep, dp_attn="enable-dp-attention" in parsed.flags,
+            max_model_len=v.get("max_model_len", 32768),
+            online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
+            spec=_spec(v, env, parsed.flags), jitter=jitter, seed=seed, **fields)
+    except ValueError as exc:
+        if isinstance(exc, (ArgvError, catalog.CatalogError)):
+            raise
+        raise ArgvError(str(exc)) from None
+    ignored = parsed.ignored + parsed.positional[1 if not v.get("model") else 0:]
+    return config, ignored
