@@ -80,6 +80,7 @@ def run_eval_item(
             result = run_gsm8k_eval(url, spec, server, settings, settings.results_dir)
     except (EvalDataError, ThresholdsError) as exc:
         pytest.fail(str(exc), pytrace=False)
+    item.user_properties.append(("eval_node", server.node_name))
     item.user_properties.extend(result.properties())
     item.user_properties.append(("eval_threshold", threshold.value))
     if settings.backend in SIMULATED_BACKENDS:

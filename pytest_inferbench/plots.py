@@ -1,0 +1,79 @@
+"""PNG plots (optional `plot` extra): throughput per GPU against interactivity and E2E latency.
+
+One figure per (model prefix, ISL/OSL) with two panels, one curve per server node (points in
+concurrency order, each labelled with its concurrency), the way InferenceX charts its sweeps.
+Simulated results say so in the title.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+
+def _value(point: dict[str, Any], key: str) -> float | None:
+    value = point.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def plot_results(points: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
+    """Write the PNGs and return their paths (none when matplotlib is not installed)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for p in points:
+        if _value(p, "tput_per_gpu") is not None:
+            key = (str(p.get("model_prefix", "model")), int(p.get("isl", 0)), int(p.get("osl", 0)))
+            groups.setdefault(key, []).append(p)
+    written: list[Path] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for (model, isl, osl), group in sorted(groups.items()):
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True)
+        panels = (
+            ("median_intvty", "Interactivity, median (tok/s/user)"),
+            ("median_e2el", "End-to-end latency, median (s)"),
+        )
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for p in group:
+            by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
+        for ax, (x_key, x_label) in zip(axes, panels, strict=True):
+            for node, rows in sorted(by_node.items()):
+                rows = sorted(rows, key=lambda r: int(r.get("conc", 0)))
+                xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), r.get("conc")) for r in rows]
+                xy = [(x, y, c) for x, y, c in xy if x is not None and y is not None]
+                if not xy:
+                    continue
+                ax.plot([x for x, _, _ in xy], [y for _, y, _ in xy], marker="o", label=node)
+                for x, y, conc in xy:
+                    ax.annotate(
+                        str(conc), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+                    )
+            ax.set_xlabel(x_label)
+            ax.set_ylabel("Throughput per GPU (tok/s/GPU)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8, title="server node (labels: concurrency)", title_fontsize=8)
+        simulated = any(p.get("simulated") is True for p in group)
+        fig.suptitle(
+            f"{model} ISL {isl} / OSL {osl}"
+            + ("  -  SIMULATED (performance model, not hardware)" if simulated else "")
+        )
+        path = out_dir / f"{_slug(model)}_isl{isl}_osl{osl}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"

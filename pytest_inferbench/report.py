@@ -1,0 +1,216 @@
+"""Reporting: JUnit properties, per-node terminal tables, summary.json, step summary, plots.
+
+Everything the controller shows is built from test reports, which xdist forwards from the
+workers, so `-n 2` prints the same tables as a serial run. Hooks for `plugin.py`:
+
+- in the item body: `item.user_properties.extend(result_properties(result))`;
+- `pytest_configure`: `register(config)` (controller only; the collector is a plugin object
+  that implements `pytest_runtest_logreport`, `pytest_sessionfinish` and
+  `pytest_terminal_summary` itself);
+- `pytest_runtest_makereport` wrapper: `attach_result(item, report)` puts the full result on
+  the report (builtin types; travels through xdist) for summary.json and baselines.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .report_meta import run_metadata
+from .report_tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+RESULT_ATTR = "inferbench_result"
+COLLECTOR_NAME = "inferbench-report"
+
+# (result key, property name); the property names are what JUnit shows and the tables read.
+PROPERTY_KEYS: tuple[str, ...] = (
+    "server_node",
+    "config_key",
+    "model_prefix",
+    "hardware",
+    "framework",
+    "precision",
+    "tp",
+    "ep",
+    "dp_attention",
+    "spec_decoding",
+    "isl",
+    "osl",
+    "conc",
+    "backend",
+    "image",
+    "simulated",
+    "num_prompts",
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "tput_per_gpu",
+    "output_tput_per_gpu",
+    "input_tput_per_gpu",
+    "median_intvty",
+    "p99_intvty",
+    "median_ttft",
+    "p99_ttft",
+    "median_tpot",
+    "p99_tpot",
+    "median_itl",
+    "median_e2el",
+    "p99_e2el",
+    "acceptance_length",
+    "golden_acceptance_length",
+    "synthetic_acceptance_length",
+)
+
+
+def _builtin(value: Any) -> object:
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return round(value, 6)
+    return str(value)
+
+
+def result_properties(result: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """Key results as builtin-typed (name, value) pairs; absent or null keys are left out."""
+    return [(key, _builtin(result[key])) for key in PROPERTY_KEYS if result.get(key) is not None]
+
+
+def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Put this point's full result on its call report (for the controller's summary.json).
+
+    A point whose server never started gets its identity on the setup report, so the tables
+    still show it (as an error).
+    """
+    point = getattr(item, "point", None)
+    if report.when == "setup" and report.outcome != "passed" and point is not None:
+        report.user_properties.extend(
+            [
+                ("server_node", point.server.node_name),
+                ("config_key", point.server.config_key),
+                ("isl", point.isl),
+                ("osl", point.osl),
+                ("conc", point.conc),
+            ]
+        )
+    if report.when != "call":
+        return
+    from .state import STATE_KEY
+
+    state = item.config.stash.get(STATE_KEY, None)
+    if state is None:
+        return
+    for result in reversed(state.results):
+        if result.get("nodeid") == item.nodeid:
+            setattr(report, RESULT_ATTR, dict(result))
+            return
+
+
+def register(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # workers forward reports; the controller summarizes
+    config.pluginmanager.register(ReportCollector(config), COLLECTOR_NAME)
+
+
+class ReportCollector:
+    """Collects benchmark and eval reports on the controller and writes every summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.points: dict[str, dict[str, Any]] = {}  # nodeid -> row (properties + verdict)
+        self.results: dict[str, dict[str, Any]] = {}  # nodeid -> full result
+        self.started = time.time()
+        self.written: list[Path] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if "server_node" not in props and not any(k.startswith(EVAL_PREFIX) for k in props):
+            return
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            row = dict(props)
+            row["nodeid"] = report.nodeid
+            row["verdict"] = "error" if report.when == "setup" and report.failed else report.outcome
+            row["reason"] = _first_line(report) if report.outcome == "failed" else ""
+            self.points[report.nodeid] = row
+            result = getattr(report, RESULT_ATTR, None)
+            if isinstance(result, dict):
+                self.results[report.nodeid] = result
+
+    def summary_points(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for nodeid, row in self.points.items():
+            if "server_node" not in row:
+                continue
+            point = dict(self.results.get(nodeid, row))
+            point.update({"nodeid": nodeid, "verdict": row["verdict"], "reason": row["reason"]})
+            out.append(point)
+        return out
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from .gates_baseline import save_baseline, write_json_atomic
+
+        settings = _settings(self.config)
+        if settings is None or not self.points:
+            return
+        points = self.summary_points()
+        meta = run_metadata(self.config, settings, points, self.started)
+        summary_path = settings.results_dir / "summary.json"
+        evals = [row for row in self.points.values() if "server_node" not in row]
+        write_json_atomic(summary_path, {"metadata": meta, "points": points, "evals": evals})
+        self.written.append(summary_path)
+        if settings.save_baseline is not None:
+            save_baseline(settings.save_baseline, points, meta)
+            self.written.append(settings.save_baseline)
+        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if step_summary:
+            with open(step_summary, "a", encoding="utf-8") as out:
+                out.write(markdown_tables(node_rows(self.points.values()), meta))
+        if settings.plots and points:
+            from .plots import plot_results
+
+            self.written.extend(plot_results(points, settings.results_dir / "plots"))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        write_summary(terminalreporter, self)
+
+
+def write_summary(
+    terminalreporter: pytest.TerminalReporter, collector: ReportCollector | None = None
+) -> None:
+    """One table per server node, from the reports' user_properties (merged across workers)."""
+    if collector is None:
+        found = terminalreporter.config.pluginmanager.get_plugin(COLLECTOR_NAME)
+        if not isinstance(found, ReportCollector):
+            return
+        collector = found
+    if not collector.points:
+        return
+    terminalreporter.write_sep("=", "inferbench results")
+    for line in terminal_tables(node_rows(collector.points.values())):
+        terminalreporter.write_line(line)
+    for path in collector.written:
+        terminalreporter.write_line(f"inferbench: wrote {path}")
+
+
+def _settings(config: pytest.Config) -> Any:
+    from .state import STATE_KEY
+
+    state = config.stash.get(STATE_KEY, None)
+    return state.settings if state is not None else None
+
+
+def _first_line(report: pytest.TestReport) -> str:
+    text = str(report.longreprtext or "").strip()
+    if report.skipped and isinstance(report.longrepr, tuple):
+        text = str(report.longrepr[2])
+    return text.splitlines()[0] if text else ""

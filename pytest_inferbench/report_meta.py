@@ -1,0 +1,78 @@
+"""Run metadata for summary.json: plugin version, backend, git commit, host, engine, images."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pytest
+
+
+def git_commit(cwd: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", cwd, "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def docker_engine(host: str | None) -> dict[str, Any] | None:
+    """Version facts of the Docker Engine used, or None when it cannot be reached."""
+    try:
+        import docker
+
+        client = (
+            docker.DockerClient(base_url=host, timeout=5) if host else docker.from_env(timeout=5)
+        )
+        version = client.version()
+        client.close()
+    except Exception:  # metadata is best effort: any engine problem already failed the run
+        return None
+    return {
+        "version": version.get("Version"),
+        "api_version": version.get("ApiVersion"),
+        "os": version.get("Os"),
+        "arch": version.get("Arch"),
+    }
+
+
+def run_metadata(
+    config: pytest.Config, settings: Any, points: Sequence[dict[str, Any]], started: float
+) -> dict[str, Any]:
+    simulated = settings.backend in ("sim", "sim-server") or any(
+        p.get("simulated") is True for p in points
+    )
+    return {
+        "plugin": "pytest-inferbench",
+        "plugin_version": __version__,
+        "backend": settings.backend,
+        "simulated": simulated,
+        "git_commit": git_commit(str(config.rootpath)),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "docker_engine": docker_engine(settings.docker_host)
+        if settings.backend == "docker"
+        else None,
+        "images": sorted({str(p["image"]) for p in points if p.get("image")}),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "args": list(config.invocation_params.args),
+        "points": len(points),
+        "failed_points": sum(p.get("verdict") in ("failed", "error") for p in points),
+    }

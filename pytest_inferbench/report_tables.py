@@ -1,0 +1,114 @@
+"""Per-server-node tables (terminal text and GitHub markdown) from report property rows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+EVAL_PREFIX = "eval_"
+SIMULATED_NOTE = "SIMULATED: numbers predicted by the performance model, not measured on hardware"
+
+
+def _num(scale: float = 1.0, digits: int = 1) -> Callable[[Any], str]:
+    def render(value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "-"
+        return f"{value * scale:.{digits}f}"
+
+    return render
+
+
+# (header, property, renderer)
+COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("ISL/OSL", "", lambda row: f"{row.get('isl', '?')}/{row.get('osl', '?')}"),
+    ("conc", "conc", str),
+    ("tput/GPU tok/s", "tput_per_gpu", _num()),
+    ("out tput/GPU tok/s", "output_tput_per_gpu", _num()),
+    ("intvty tok/s/user", "median_intvty", _num()),
+    ("TTFT p50 s", "median_ttft", _num(digits=3)),
+    ("TTFT p99 s", "p99_ttft", _num(digits=3)),
+    ("TPOT p50 ms", "median_tpot", _num(1000.0, 2)),
+    ("E2EL p50 s", "median_e2el", _num(digits=2)),
+    ("AL", "acceptance_length", _num(digits=2)),
+    ("verdict", "verdict", str),
+)
+
+
+def node_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """{node: {"points": rows sorted by isl/osl/conc, "evals": eval rows}}, nodes in name order."""
+    nodes: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for row in rows:
+        node = str(row.get("server_node") or row.get("eval_node") or "?")
+        kind = "points" if "server_node" in row else "evals"
+        nodes.setdefault(node, {"points": [], "evals": []})[kind].append(dict(row))
+    for entry in nodes.values():
+        entry["points"].sort(key=lambda r: (r.get("isl", 0), r.get("osl", 0), r.get("conc", 0)))
+    return dict(sorted(nodes.items()))
+
+
+def _cells(row: Mapping[str, Any]) -> list[str]:
+    cells = []
+    for _, key, render in COLUMNS:
+        cells.append(render(row) if not key else render(row.get(key)))
+    return cells
+
+
+def _simulated(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
+    return any(r.get("simulated") is True for kind in ("points", "evals") for r in entry[kind])
+
+
+def _eval_line(row: Mapping[str, Any]) -> str:
+    scores = []
+    for name in ("strict-match", "flexible-extract"):
+        score = row.get(f"exact_match,{name}")
+        if isinstance(score, (int, float)):
+            stderr = row.get(f"exact_match_stderr,{name}", 0.0)
+            scores.append(f"{name} {score:.4f} ± {stderr:.4f}")
+    detail = ", ".join(scores) if scores else (row.get("reason") or "no scores")
+    threshold = row.get("eval_threshold")
+    bound = f", threshold {threshold:g}" if isinstance(threshold, (int, float)) else ""
+    samples = row.get("eval_samples")
+    count = f" (n={samples}{bound})" if samples is not None else ""
+    return f"eval {row.get('eval_task', 'gsm8k')}: {detail}{count}: {row.get('verdict')}"
+
+
+def terminal_tables(nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]]) -> list[str]:
+    lines: list[str] = []
+    for node, entry in nodes.items():
+        title = f"{node}" + (f"  [{SIMULATED_NOTE}]" if _simulated(entry) else "")
+        lines += ["", title]
+        if entry["points"]:
+            table = [[h for h, _, _ in COLUMNS]] + [_cells(r) for r in entry["points"]]
+            widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+            for index, row in enumerate(table):
+                lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+                if index == 0:
+                    lines.append("  ".join("-" * w for w in widths))
+            failed = [r for r in entry["points"] if r.get("verdict") in ("failed", "error")]
+            lines += [
+                f"  conc {r.get('conc')} isl {r.get('isl')}: {r.get('reason')}"
+                for r in failed
+                if r.get("reason")
+            ]
+        lines += [f"  {_eval_line(r)}" for r in entry["evals"]]
+    return lines
+
+
+def markdown_tables(
+    nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]], meta: Mapping[str, Any]
+) -> str:
+    out = [f"## inferbench results (backend {meta.get('backend')})", ""]
+    if meta.get("simulated"):
+        out += [f"> **{SIMULATED_NOTE}.**", ""]
+    for node, entry in nodes.items():
+        out += [f"### {node}" + (" (simulated)" if _simulated(entry) else ""), ""]
+        if entry["points"]:
+            out.append("| " + " | ".join(h for h, _, _ in COLUMNS) + " |")
+            out.append("|" + "---:|" * len(COLUMNS))
+            out += ["| " + " | ".join(_cells(r)) + " |" for r in entry["points"]]
+            out.append("")
+        out += [f"- {_eval_line(r)}" for r in entry["evals"]]
+        out.append("")
+    return "\n".join(out) + "\n"
