@@ -1,0 +1,52 @@
+"""At time scale 1 the server emits on the engine's step timeline (server clock, wall time)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.tokenizer import prompt_of_tokens
+
+from .conftest import ATOM_ARGV, MODEL
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pytest_inferbench.sim.launcher import SimServer
+
+PROMPT_TOKENS = 1000
+OUTPUT_TOKENS = 150  # ~1.1 s of decode at ~7.3 ms per step
+
+
+def predicted_decode_steps(prompt_tokens: int, output_tokens: int) -> list[float]:
+    """The engine model's own step durations for a lone request, after its prefill step."""
+    config, _ = engine_config_from_argv(ATOM_ARGV, hardware="MI355X")
+    engine = Engine(config)
+    engine.add_request(0, prompt_tokens, output_tokens)
+    durations = []
+    while engine.has_work():
+        durations.append(engine.step().duration_s)
+    return durations[1:]
+
+
+def test_lone_request_tpot_follows_the_engine_step_time(
+        start_server: Callable[..., SimServer]) -> None:
+    server = start_server(ATOM_ARGV, ("--hardware", "MI355X", "--time-scale", "1"))
+    body = {"model": MODEL, "prompt": prompt_of_tokens(PROMPT_TOKENS), "stream": True,
+            "max_tokens": OUTPUT_TOKENS, "ignore_eos": True}
+    with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
+                      timeout=30) as response:
+        assert response.status_code == 200
+        for _ in response.iter_lines():
+            pass
+    (record,) = httpx.get(server.base_url + "/debug/inferbench/timeline").json()["requests"]
+    times = [t for t, _ in record["emissions"]]
+    assert sum(n for _, n in record["emissions"]) == OUTPUT_TOKENS == len(times)
+    realized_tpot = (times[-1] - times[0]) / (OUTPUT_TOKENS - 1)
+    steps = predicted_decode_steps(PROMPT_TOKENS, OUTPUT_TOKENS)
+    predicted_tpot = sum(steps) / len(steps)
+    assert realized_tpot == pytest.approx(predicted_tpot, rel=0.05)
