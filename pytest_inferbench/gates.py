@@ -137,6 +137,8 @@ def evaluate_point(
 ) -> list[str]:
     """Every gate the point fails, one line each (empty list: the point passes).
 
+    A speculative point's result dict also gains `acceptance_fields()` (golden AL, method,
+    k, thinking mode), so the measured AL is written next to the golden one.
     Without `gates`, the gates of the point's recipe directory are loaded (cached); without
     `baseline`, `--inferbench-baseline` is loaded (cached). Pass `baseline=None` for none.
     """
@@ -145,10 +147,10 @@ def evaluate_point(
     if baseline is FROM_SETTINGS:
         baseline = load_baseline_for(settings)
     assert baseline is None or isinstance(baseline, Baseline)
-    values = dict(result)
-    values.update(
-        {k: v for k, v in acceptance_fields(point, spec, gates).items() if k not in values}
-    )
+    extra = {k: v for k, v in acceptance_fields(point, spec, gates).items() if k not in result}
+    if isinstance(result, dict):
+        result.update(extra)  # written with the result: the measured AL next to the golden AL
+    values = {**result, **extra}
     failures = _failure_ratio(values, settings.max_failure_ratio)
     failures += _speculative(values, point, spec)
     failures += _slo(values, point, gates.rules)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import collect, options, state, xdist_hooks
+from . import collect, options, report, state, xdist_hooks
 from .backends import reaper
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     state.create_session_state(config)
     xdist_hooks.register(config)
+    report.register(config)
     # CI cancels with SIGTERM, which would skip every teardown and leave servers running.
     reaper.install_sigterm_handler()
 
@@ -86,7 +87,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+    outcome = yield
     if isinstance(item, collect.BenchItem):
-        collect.clean_longrepr(call, report)
-    return report
+        collect.clean_longrepr(call, outcome)
+        report.attach_result(item, outcome)
+    return outcome

@@ -20,7 +20,13 @@ def _num(scale: float = 1.0, digits: int = 1) -> Callable[[Any], str]:
     return render
 
 
-# (header, property, renderer)
+def _al(row: Mapping[str, Any]) -> str:
+    measured = _num(digits=2)(row.get("acceptance_length"))
+    golden = row.get("golden_acceptance_length")
+    return f"{measured} ({golden:.2f})" if isinstance(golden, (int, float)) else measured
+
+
+# (header, property, renderer; an empty property means the renderer reads the whole row)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("ISL/OSL", "", lambda row: f"{row.get('isl', '?')}/{row.get('osl', '?')}"),
     ("conc", "conc", str),
@@ -31,7 +37,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("TTFT p99 s", "p99_ttft", _num(digits=3)),
     ("TPOT p50 ms", "median_tpot", _num(1000.0, 2)),
     ("E2EL p50 s", "median_e2el", _num(digits=2)),
-    ("AL", "acceptance_length", _num(digits=2)),
+    ("AL (golden)", "", lambda row: _al(row)),
     ("verdict", "verdict", str),
 )
 
