@@ -1,0 +1,93 @@
+"""Recipes and launch specs for the server-lifecycle tests (fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from pytest_inferbench.backends.base import StartContext
+from pytest_inferbench.backends.reaper import LABEL_RUN
+from pytest_inferbench.launch import resolve
+from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.testing import simimage
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pytest_inferbench.launch import ServerSpec
+    from pytest_inferbench.recipe import ServerConfig
+
+MODEL = "amd/MiniMax-M3-MXFP4"
+
+RECIPE = """\
+minimaxm3-{precision}-mi355x-atom:
+  image: {image}
+  model: {model}
+  model-prefix: minimaxm3
+  runner: mi355x
+  precision: {precision}
+  framework: atom
+  multinode: false
+  scenarios:
+    fixed-seq-len:
+      - isl: 128
+        osl: {osl}
+        search-space:
+{rows}
+"""
+
+# The simulator's `serve` command in front of the real ATOM argv: the docker and process
+# backends run this exactly as they would run ATOM.
+LAUNCH = """\
+command: [{command}]
+args: [python3, -m, atom.entrypoints.openai_server, --model, "{{model}}", --server-port,
+       "{{port}}", -tp, "{{tp}}", --max-model-len, "4096"]
+env: {{ INFERBENCH_TEST_ENV: visible }}
+health-path: /health
+startup-timeout: {timeout}
+"""
+
+# Prints HF_TOKEN to the server's log, then becomes the simulator: argv words, no shell.
+LEAKY_PREFIX = ('"python3", "-c", "import os, sys; print(\'token\', os.environ[\'HF_TOKEN\'], '
+                'flush=True); os.execvp(sys.argv[1], sys.argv[1:])", ')
+
+
+def sim_command(python: str = "python3", sim_options: tuple[str, ...] = ()) -> str:
+    words = [python, "-m", "pytest_inferbench.sim", "serve", "--hardware", "MI355X",
+             "--time-scale", "0", *sim_options, "--"]
+    return ", ".join(f'"{w}"' for w in words)
+
+
+def write_recipe(directory: Path, *, image: str = simimage.IMAGE, model: str = MODEL,
+                 tps: tuple[int, ...] = (1,), precisions: tuple[str, ...] = ("fp4",),
+                 sim_options: dict[str, tuple[str, ...]] | None = None,
+                 command: str | None = None, leak_token: bool = False, timeout: float = 60,
+                 osl: int = 16, python: str = "python3") -> Path:
+    """A master config (its name matches the default glob) and one launch spec per precision:
+    one server node per (precision, tp), concurrencies 1 and 2 each."""
+    rows = "\n".join(f"          - {{ tp: {tp}, conc-start: 1, conc-end: 2 }}" for tp in tps)
+    recipe = directory / "test-master.yaml"
+    recipe.write_text("\n".join(
+        RECIPE.format(precision=p, image=image, model=json.dumps(model), osl=osl, rows=rows)
+        for p in precisions))
+    launch = directory / "launch"
+    launch.mkdir(exist_ok=True)
+    for precision in precisions:
+        words = command or sim_command(python, (sim_options or {}).get(precision, ()))
+        (launch / f"minimaxm3_{precision}_mi355x_atom.yaml").write_text(LAUNCH.format(
+            command=(LEAKY_PREFIX if leak_token else "") + words, timeout=timeout))
+    return recipe
+
+
+def load_node(recipe: Path, index: int = 0) -> tuple[ServerConfig, ServerSpec]:
+    server = load_recipe(recipe).servers[index]
+    return server, resolve(server, recipe.parent / "launch")
+
+
+def with_settings(ctx: StartContext, **changes: Any) -> StartContext:
+    return dataclasses.replace(ctx, options=dataclasses.replace(ctx.options, **changes))
+
+
+def containers_of_run(client: Any, run_id: str) -> list[Any]:
+    return list(client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}))
