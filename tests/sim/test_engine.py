@@ -1,0 +1,176 @@
+"""Engine mechanics: FCFS, batch bounds, chunked prefill, KV blocks and preemption, counters,
+determinism, and the fast multi-step path agreeing exactly with step-by-step execution."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from pytest_inferbench.sim import catalog
+from pytest_inferbench.sim.config import EngineConfig, SpecConfig
+from pytest_inferbench.sim.engine import Engine, RequestRejectedError
+from pytest_inferbench.sim.physics import ACTIVATION_BUFFERS, shard_model
+
+BASE = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="atom", tp=4,
+                    max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
+                    gpu_memory_utilization=0.8, kv_cache_dtype="fp8")
+EAGLE = SpecConfig(method="eagle3", draft_model="Inferact/MiniMax-M3-EAGLE3",
+                   num_speculative_tokens=3)
+
+
+def with_kv_tokens(config: EngineConfig, tokens: int) -> EngineConfig:
+    """The same config with gpu_memory_utilization set so the KV cache holds ~`tokens`."""
+    hw = catalog.hardware(config.hardware)
+    models = [shard_model(catalog.checkpoint(config.model), hw, tp=config.tp, dp_attn=False,
+                          kv_dtype=config.kv_cache_dtype, online_quant=None)]
+    if config.spec:
+        models.append(shard_model(catalog.checkpoint(str(config.spec.draft_model)), hw,
+                                  tp=config.tp, dp_attn=False, kv_dtype=config.kv_cache_dtype,
+                                  online_quant=None))
+    fixed = sum(m.resident_bytes for m in models) + (
+        ACTIVATION_BUFFERS * 2.0 * models[0].hidden * config.max_num_batched_tokens)
+    per_token = sum(m.kv_store_per_token for m in models)
+    return replace(config, gpu_memory_utilization=(fixed + (tokens + 0.5) * per_token)
+                   / hw.hbm_bytes)
+
+
+def closed_loop(engine: Engine, lengths: list[tuple[int, int]], conc: int, *,
+                fast: bool) -> tuple[float, dict[int, tuple[list[int], list[int]]]]:
+    """Drive the engine like a closed-loop client; returns total time and each trace."""
+    pending = list(range(len(lengths)))[::-1]
+    for _ in range(min(conc, len(lengths))):
+        i = pending.pop()
+        engine.add_request(i, *lengths[i])
+    total = 0.0
+    traces: dict[int, tuple[list[int], list[int]]] = {}
+    while engine.has_work():
+        if fast:
+            batch = engine.advance(1 << 20)
+            total += float(batch.durations.sum())
+            finished = batch.finished
+        else:
+            result = engine.step()
+            total += result.duration_s
+            finished = result.finished
+        for rid in finished:
+            trace = engine.pop_trace(rid)
+            traces[rid] = (trace.steps.tolist(), trace.tokens.tolist())
+            if pending:
+                i = pending.pop()
+                engine.add_request(i, *lengths[i])
+    return total, traces
+
+
+def lengths_for(n: int, isl: int, osl: int, seed: int = 1) -> list[tuple[int, int]]:
+    rng = np.random.default_rng(seed)
+    return [(int(a), int(b)) for a, b in zip(rng.integers(isl // 2, isl + 1, n),
+                                             rng.integers(osl // 2, osl + 1, n), strict=True)]
+
+
+@pytest.mark.parametrize("spec", [None, EAGLE], ids=["plain", "eagle3"])
+def test_fast_path_equals_step_by_step(spec: SpecConfig | None) -> None:
+    config = with_kv_tokens(replace(BASE, spec=spec, max_num_seqs=8), 12_000)
+    work = lengths_for(24, 2000, 300)
+    t_slow, slow = closed_loop(Engine(config, keep_traces=True), work, 8, fast=False)
+    fast_engine = Engine(config, keep_traces=True)
+    t_fast, fast = closed_loop(fast_engine, work, 8, fast=True)
+    assert fast == slow
+    assert t_fast == pytest.approx(t_slow, rel=1e-9)
+    assert fast_engine.counters().preemptions > 0  # the small cache made it preempt
+
+
+def test_fcfs_and_max_num_seqs() -> None:
+    engine = Engine(replace(BASE, max_num_seqs=2), keep_traces=True)
+    for rid in range(4):
+        engine.add_request(rid, 100, 5)
+    engine.step()
+    c = engine.counters()
+    assert (c.num_requests_running, c.num_requests_waiting) == (2, 2)
+    order: list[int] = []
+    while engine.has_work():
+        order += engine.step().finished
+        assert engine.counters().num_requests_running <= 2
+    assert order == [0, 1, 2, 3]
+
+
+def test_chunked_prefill_spends_the_token_budget_decode_first() -> None:
+    engine = Engine(replace(BASE, max_num_batched_tokens=4096), keep_traces=True)
+    engine.add_request(0, 50, 100)
+    first = engine.step()
+    assert first.emitted == [(0, 1)]  # prefill done in one step: the first token
+    engine.add_request(1, 10_000, 10)
+    emitted_by_1 = []
+    for _ in range(3):
+        step = engine.step()
+        assert (0, 1) in step.emitted  # the decoding request is never starved
+        emitted_by_1 += [n for rid, n in step.emitted if rid == 1]
+    # 10000 prompt tokens with 4095 budget left per step: chunks 4095, 4095, 1810 -> token.
+    assert emitted_by_1 == [1]
+
+
+def test_preemption_recomputes_and_every_request_still_gets_its_tokens() -> None:
+    config = with_kv_tokens(BASE, 6_000)
+    engine = Engine(config, keep_traces=True)
+    work = [(1500, 800)] * 6
+    _, traces = closed_loop(engine, work, 6, fast=True)
+    c = engine.counters()
+    assert c.preemptions > 0
+    for rid, (steps, tokens) in traces.items():
+        assert sum(tokens) == work[rid][1]
+        assert all(b > a for a, b in itertools.pairwise(steps))
+    assert c.generation_tokens == sum(o for _, o in work)
+    assert c.prompt_tokens == sum(i for i, _ in work)  # counted once, not per recompute
+    assert c.kv_blocks_used == 0 and c.peak_kv_cache_usage > 0.9
+
+
+def test_spec_decode_counters_are_consistent_and_exact() -> None:
+    engine = Engine(replace(BASE, spec=replace(EAGLE, acceptance_length=2.5)), keep_traces=True)
+    work = lengths_for(16, 1000, 400)
+    _, traces = closed_loop(engine, work, 8, fast=True)
+    c = engine.counters()
+    decode_steps = sum(len(steps) - 1 for steps, _ in traces.values())
+    assert c.spec_num_drafts == decode_steps  # one draft per decoding sequence per step
+    assert c.spec_num_draft_tokens == 3 * decode_steps
+    assert sum(c.spec_accepted_histogram) == decode_steps
+    assert c.spec_num_accepted_tokens == sum(
+        a * n for a, n in enumerate(c.spec_accepted_histogram))
+    assert sum(c.spec_accepted_per_pos) == c.spec_num_accepted_tokens
+    # Minimum-variance schedule for AL 2.5: every step accepts 1 or 2 drafts.
+    assert c.spec_accepted_histogram[0] == c.spec_accepted_histogram[3] == 0
+    assert c.acceptance_length == pytest.approx(2.5, rel=0.02)
+    assert c.generation_tokens == sum(o for _, o in work)
+
+
+def test_same_seed_same_result_and_jitter_is_seeded() -> None:
+    work = lengths_for(12, 800, 200)
+    runs = [closed_loop(Engine(replace(BASE, spec=EAGLE, jitter=j, seed=s), keep_traces=True),
+                        work, 4, fast=True) for j, s in ((0.05, 7), (0.05, 7), (0.05, 8),
+                                                         (0.0, 7), (0.0, 8))]
+    assert runs[0] == runs[1]
+    assert runs[0][0] != runs[2][0]
+    assert runs[3][0] != runs[0][0]
+    assert runs[3][0] == pytest.approx(closed_loop(
+        Engine(replace(BASE, spec=EAGLE, seed=7), keep_traces=True), work, 4, fast=False)[0])
+
+
+def test_requests_longer_than_the_context_are_rejected() -> None:
+    engine = Engine(replace(BASE, max_model_len=4096))
+    with pytest.raises(RequestRejectedError, match="maximum context length is 4096"):
+        engine.add_request(0, 4000, 200)
+    assert not engine.has_work()
+
+
+def test_abort_frees_the_slot_and_blocks() -> None:
+    engine = Engine(BASE)
+    engine.add_request(0, 3000, 100)
+    engine.add_request(1, 3000, 100)
+    engine.step()
+    assert engine.counters().kv_blocks_used > 0
+    engine.abort_request(0)
+    engine.abort_request(1)
+    engine.abort_request(99)  # unknown ids are ignored
+    c = engine.counters()
+    assert (c.kv_blocks_used, c.num_requests_running, engine.has_work()) == (0, 0, False)

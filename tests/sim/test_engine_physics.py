@@ -1,0 +1,106 @@
+"""Physics sanity: the simulator's predictions move the way the hardware says they must."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from pytest_inferbench.metrics import summarize
+from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.config import EngineConfig
+from pytest_inferbench.sim.driver import PointLoad, simulate_point
+
+EAGLE3 = ["--method", "eagle3", "--draft-model", "Inferact/MiniMax-M3-EAGLE3",
+          "--num-speculative-tokens", "3"]
+
+
+def atom_argv(model: str = "amd/MiniMax-M3-MXFP4", tp: int = 4) -> list[str]:
+    """The shipped ATOM launch spec's server argv (benchmarks/launch/*_mi355x_atom.yaml)."""
+    return ["python3", "-m", "atom.entrypoints.openai_server", "--model", model,
+            "--server-port", "8888", "-tp", str(tp), "--block-size", "128",
+            "--gpu-memory-utilization", "0.8", "--max-model-len", "32768",
+            "--max-num-batched-tokens", "32768", "--max-num-seqs", "256",
+            "--kv_cache_dtype", "fp8", "--trust-remote-code", "--no-enable_prefix_caching"]
+
+
+def config(argv: list[str], hardware: str = "MI355X") -> EngineConfig:
+    return engine_config_from_argv(argv, hardware=hardware)[0]
+
+
+def predict(cfg: EngineConfig, isl: int, osl: int, conc: int, per_conc: int = 4
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    point = simulate_point(cfg, PointLoad(isl, osl, conc, per_conc * conc, conc))
+    s = summarize(point.records, duration_s=point.duration_s, num_prompts=per_conc * conc,
+                  max_concurrency=conc, num_gpus=cfg.tp)
+    assert s["completed"] == per_conc * conc
+    return s, point.server_metrics
+
+
+def test_tpot_grows_with_concurrency() -> None:
+    cfg = config(atom_argv())
+    tpots = [predict(cfg, 8192, 1024, c)[0]["mean_tpot_ms"] for c in (1, 4, 16, 64)]
+    assert tpots == sorted(tpots) and len(set(tpots)) == 4, tpots
+
+
+def test_more_tensor_parallelism_lowers_small_batch_tpot() -> None:
+    tpots = [predict(config(atom_argv(tp=tp)), 1024, 1024, 1)[0]["mean_tpot_ms"]
+             for tp in (2, 4, 8)]
+    assert tpots[0] > tpots[1] > tpots[2], tpots
+
+
+def test_eagle3_helps_at_low_concurrency_and_less_as_it_grows() -> None:
+    plain, spec = config(atom_argv()), config(atom_argv() + EAGLE3)
+    speedups = []
+    for conc in (1, 16, 128):
+        p, _ = predict(plain, 1024, 1024, conc, per_conc=2)
+        s, metrics = predict(spec, 1024, 1024, conc, per_conc=2)
+        assert metrics["acceptance_length"] == pytest.approx(2.93, rel=0.02)
+        speedups.append(p["mean_tpot_ms"] / s["mean_tpot_ms"])
+    assert speedups[0] > 1.5, speedups  # AL 2.93 tokens per step for a slightly dearer step
+    assert speedups[0] > speedups[1] > speedups[2], speedups
+
+
+def test_mi300x_without_fp4_is_slower_than_mi355x_on_the_fp4_recipe() -> None:
+    argv = atom_argv()
+    for conc in (1, 32):
+        on_355, _ = predict(config(argv, "MI355X"), 1024, 1024, conc)
+        on_300, _ = predict(config(argv, "MI300X"), 1024, 1024, conc)
+        assert on_300["mean_tpot_ms"] > on_355["mean_tpot_ms"]
+        assert on_300["mean_ttft_ms"] > on_355["mean_ttft_ms"]
+        assert on_300["output_throughput"] < on_355["output_throughput"]
+
+
+def test_8k_input_at_tp2_and_conc_256_runs_into_the_kv_cache() -> None:
+    tp2 = config(atom_argv("MiniMaxAI/MiniMax-M3-MXFP8", tp=2))
+    tp4 = config(atom_argv("MiniMaxAI/MiniMax-M3-MXFP8", tp=4))
+    s2, m2 = predict(tp2, 8192, 1024, 256, per_conc=1)
+    s4, m4 = predict(tp4, 8192, 1024, 256, per_conc=1)
+    demand = 256 * (8192 + 1024)
+    assert m2["kv_cache_capacity_tokens"] < demand <= m4["kv_cache_capacity_tokens"]
+    assert m2["preemptions"] > 0 and m2["max_kv_cache_usage"] > 0.95
+    assert m2["max_num_requests_waiting"] > 0
+    assert m4["preemptions"] == 0
+    assert s2["mean_ttft_ms"] > 2 * s4["mean_ttft_ms"]
+
+
+@pytest.mark.parametrize("forced", [None, "2.2", "3.6"])
+def test_acceptance_length_from_counters_matches_the_configured_one(forced: str | None) -> None:
+    argv = atom_argv() + EAGLE3
+    if forced:
+        argv += ["--spec-decode-acceptance-length", forced]
+    cfg = config(argv)
+    _, metrics = predict(cfg, 1024, 1024, 8)
+    assert metrics["acceptance_length"] == pytest.approx(float(forced or 2.93), rel=0.02)
+    assert metrics["spec_num_draft_tokens"] == 3 * metrics["spec_num_drafts"]
+
+
+def test_explicit_distribution_gives_its_mean() -> None:
+    # ATOM's measured distribution {0: .144, 1: .120, 2: .1273, 3: .6087} -> AL 3.20 (§A7).
+    cfg = config(atom_argv() + EAGLE3 + ["--sim-accepted-distribution",
+                                         "[0.144, 0.120, 0.1273, 0.6087]"])
+    _, metrics = predict(replace(cfg, seed=3), 1024, 1024, 8)
+    assert metrics["acceptance_length"] == pytest.approx(3.20, rel=0.02)
+    hist = metrics["spec_accepted_histogram"]
+    assert hist[3] / sum(hist) == pytest.approx(0.6087, abs=0.03)
