@@ -1,0 +1,98 @@
+"""The `sim` backend: a launch spec's argv in, simulated measurements out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_inferbench.backends import get_backend
+from pytest_inferbench.backends.base import LoadSettings, ServerStartError, StartContext
+from pytest_inferbench.launch import ClientOptions, ServerSpec
+from pytest_inferbench.metrics import summarize
+from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
+
+ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", "{model}",
+        "--server-port", "{port}", "-tp", "4", "--block-size", "128",
+        "--gpu-memory-utilization", "0.8", "--max-num-batched-tokens", "32768",
+        "--max-num-seqs", "256", "--kv_cache_dtype", "fp8", "--trust-remote-code")
+
+
+def server(model: str = "amd/MiniMax-M3-MXFP4", hardware: str = "MI355X",
+           tp: int = 4) -> ServerConfig:
+    return ServerConfig(
+        config_key="minimaxm3-fp4-mi355x-atom", image="rocm/atom-dev:test", model=model,
+        model_prefix="minimaxm3", runner=hardware.lower(), hardware=hardware, precision="fp4",
+        framework="atom", multinode=False, disagg=False, tp=tp, ep=1, dp_attn=False,
+        spec_decoding="none", sweeps=(SeqLenSweep(1024, 1024, (1, 8), line=1),),
+        source=Path("amd-master.yaml"), line=1)
+
+
+def spec(node: ServerConfig, argv: tuple[str, ...] = ARGV) -> ServerSpec:
+    return ServerSpec(
+        image=node.image, argv=tuple(a.replace("{model}", node.model) for a in argv), env=(),
+        port=8888, health_path="/health", startup_timeout_s=60.0, gpu_count=node.tp,
+        served_model=node.model, hardware=node.hardware, framework="atom",
+        client=ClientOptions(), launch_file=Path("launch/minimaxm3_fp4_mi355x_atom.yaml"))
+
+
+CTX = StartContext(results_dir=Path("."), run_id="t", worker_id="master", options=None)
+
+
+def test_default_backend_runs_points_and_says_they_are_simulated() -> None:
+    node = server()
+    backend = get_backend("sim")
+    handle = backend.start(node, spec(node), CTX)
+    try:
+        assert handle.base_url is None
+        load = LoadSettings(prompts_per_conc=3, warmup_per_conc=1)
+        first, second = (handle.run_point(p, load) for p in node.points())
+    finally:
+        handle.stop()
+        handle.stop()  # idempotent
+    for m, conc in ((first, 1), (second, 8)):
+        assert m.simulated and m.max_concurrency == conc and m.num_prompts == 3 * conc
+        assert len(m.records) == 3 * conc
+        assert any("simulated prediction" in note for note in m.notes)
+        for r in m.records:
+            assert r.success and r.output_tokens == int(r.chunk_tokens.sum())
+            assert 819 <= r.output_tokens <= 1024 and 819 <= r.input_tokens <= 1024
+            assert r.send_time <= r.chunk_times[0] and r.chunk_times[-1] == r.end_time
+            assert np.all(np.diff(r.chunk_times) > 0)
+        s = summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
+                      max_concurrency=conc, num_gpus=4)
+        assert s["completed"] == 3 * conc and s["mean_tpot_ms"] > 0
+    # The unmodelled flag is reported once, on the node's first point.
+    assert any("--trust-remote-code" in n for n in first.notes)
+    assert not any("--trust-remote-code" in n for n in second.notes)
+
+
+def test_points_do_not_depend_on_what_ran_before() -> None:
+    node = server()
+    load = LoadSettings(prompts_per_conc=2, warmup_per_conc=1)
+    point = node.points()[1]
+    alone = get_backend("sim").start(node, spec(node), CTX).run_point(point, load)
+    handle = get_backend("sim").start(node, spec(node), CTX)
+    handle.run_point(node.points()[0], load)
+    after = handle.run_point(point, load)
+    assert [r.end_time for r in alone.records] == [r.end_time for r in after.records]
+
+
+def test_weights_that_do_not_fit_fail_the_setup_with_the_reason() -> None:
+    node = server(model="MiniMaxAI/MiniMax-M3-MXFP8", hardware="H100")
+    with pytest.raises(ServerStartError, match="weights do not fit"):
+        get_backend("sim").start(node, spec(node), CTX)
+
+
+def test_bad_argv_fails_the_setup_naming_the_launch_file() -> None:
+    node = server()
+    with pytest.raises(ServerStartError, match=r"minimaxm3_fp4_mi355x_atom\.yaml.*not a number"):
+        get_backend("sim").start(node, spec(node, (*ARGV, "--max-num-seqs", "lots")), CTX)
+
+
+def test_rate_limited_load_is_refused_clearly() -> None:
+    node = server()
+    handle = get_backend("sim").start(node, spec(node), CTX)
+    with pytest.raises(ValueError, match="closed-loop load only"):
+        handle.run_point(node.points()[0], LoadSettings(request_rate=0.5))
