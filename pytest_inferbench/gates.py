@@ -55,8 +55,22 @@ class Gates:
     golden: GoldenAL = field(default_factory=GoldenAL)
 
 
+def _stamp(path: Path | None) -> tuple[int, int]:
+    """Modification time and size: cache keys that notice an edited file."""
+    try:
+        stat = path.stat() if path else None
+    except OSError:
+        return (0, 0)
+    return (stat.st_mtime_ns, stat.st_size) if stat else (0, 0)
+
+
 @functools.lru_cache(maxsize=64)
-def _gates_cached(gates_path: Path | None, golden_dir: Path) -> Gates:
+def _gates_cached(
+    gates_path: Path | None,
+    gates_stamp: tuple[int, int],
+    golden_dir: Path,
+    golden_stamp: tuple[int, int],
+) -> Gates:
     rules = load_gates_file(gates_path) if gates_path else GatesFile(None)
     return Gates(rules, load_golden_al(golden_dir))
 
@@ -68,15 +82,20 @@ def load_gates(recipe_path: Path, settings: Settings) -> Gates:
         gates_path = directory / "gates.yaml"
     elif gates_path is not None and not gates_path.is_file():
         raise GatesFileError(f"{gates_path}: gates file does not exist (--inferbench-gates)")
-    return _gates_cached(gates_path.resolve() if gates_path else None, directory / "golden_al")
+    resolved = gates_path.resolve() if gates_path else None
+    golden_dir = directory / "golden_al"
+    return _gates_cached(resolved, _stamp(resolved), golden_dir, _stamp(golden_dir))
 
 
 def load_baseline_for(settings: Settings) -> Baseline | None:
-    return _baseline_cached(settings.baseline) if settings.baseline else None
+    if settings.baseline is None:
+        return None
+    path = settings.baseline.resolve()
+    return _baseline_cached(path, _stamp(path))
 
 
 @functools.lru_cache(maxsize=8)
-def _baseline_cached(path: Path) -> Baseline:
+def _baseline_cached(path: Path, stamp: tuple[int, int]) -> Baseline:
     return load_baseline(path)
 
 

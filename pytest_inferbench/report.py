@@ -210,7 +210,8 @@ def _settings(config: pytest.Config) -> Any:
 
 
 def _first_line(report: pytest.TestReport) -> str:
-    text = str(report.longreprtext or "").strip()
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = str(getattr(crash, "message", "") or report.longreprtext or "").strip()
     if report.skipped and isinstance(report.longrepr, tuple):
         text = str(report.longrepr[2])
     return text.splitlines()[0] if text else ""
