@@ -1,4 +1,4 @@
-"""The official `openai` client against the simulator: models, streamed chat and completion, usage."""
+"""The official `openai` client against the simulator: models, streamed chat and completion."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def test_lists_the_served_model(client: openai.OpenAI) -> None:
 def test_streams_a_chat_completion_with_usage(client: openai.OpenAI) -> None:
     messages = [{"role": "system", "content": "be brief"},
                 {"role": "user", "content": "name three prime numbers"}]
-    stream = client.chat.completions.create(
-        model=MODEL, messages=messages, max_completion_tokens=12, stream=True,  # type: ignore[arg-type]
+    stream = client.chat.completions.create(  # type: ignore[call-overload]
+        model=MODEL, messages=messages, max_completion_tokens=12, stream=True,
         stream_options={"include_usage": True}, temperature=0.0)
     chunks = list(stream)
     content = [c for c in chunks if c.choices]
