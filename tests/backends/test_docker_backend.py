@@ -8,7 +8,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from lifecycle_helpers import containers_of_run, load_node, write_recipe
+from lifecycle_helpers import containers_of_run, load_node, with_settings, write_recipe
 
 from pytest_inferbench.backends.base import LoadSettings, ServerDiedError, ServerStartError
 from pytest_inferbench.backends.docker import DockerBackend, run_kwargs
@@ -126,3 +126,14 @@ def test_secret_values_never_reach_logs_or_errors(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert SECRET not in path.read_text(errors="replace"), path
+
+
+def test_missing_image_with_skip_pull_and_an_unreachable_registry_are_clear(
+        tmp_path: Path, start_context: StartContext) -> None:
+    server, spec = load_node(write_recipe(tmp_path, image="inferbench-absent:none"))
+    with pytest.raises(ServerStartError, match="not present and --inferbench-skip-pull"):
+        DockerBackend().start(server, spec, with_settings(start_context, skip_pull=True))
+    unreachable = "127.0.0.1:9/inferbench/none:tag"
+    server, spec = load_node(write_recipe(tmp_path, image=unreachable))
+    with pytest.raises(ServerStartError, match=re.escape(f"cannot pull image {unreachable}")):
+        DockerBackend().start(server, spec, start_context)

@@ -108,8 +108,10 @@ def test_xdist_loadscope_runs_each_node_once_on_one_worker_concurrently(
     # The startup delay keeps both containers up long enough to see them overlap.
     write_recipe(pytester.path, tps=(1, 2), sim_options={"fp4": ("--startup-delay", "2")})
     since = time.time() - 1
+    engine = "unix:///var/run/docker.sock"  # one engine per worker; here both are the local one
     result = pytester.runpytest_subprocess(*FAST, "-n", "2", "--dist", "loadscope", "-v",
-                                           "--inferbench-results=results")
+                                           "--inferbench-results=results",
+                                           f"--inferbench-docker-hosts={engine},{engine}")
     until = time.time() + 1
     result.assert_outcomes(passed=4)
 

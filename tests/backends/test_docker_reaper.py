@@ -56,3 +56,18 @@ def test_stop_is_idempotent_and_tolerates_a_removed_container(
     stop_container(container, grace_s=1)
     stop_container(container, grace_s=1)  # already gone: no error
     assert not docker_client.containers.list(all=True, filters={"id": container.id})
+
+
+def test_plugin_sweeps_stale_containers_at_session_start(
+        docker_client: Any, sim_mounts: str, pytester: pytest.Pytester, run_id: str) -> None:
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    stale = start_sleeper(docker_client, sim_mounts, run_id,
+                          f"{socket.gethostname()}:{finished.pid}")
+    try:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                               "--inferbench-backend", "docker")
+        result.stdout.fnmatch_lines([f"inferbench: removed stale container {stale.name}*"])
+        assert not docker_client.containers.list(all=True, filters={"id": stale.id})
+    finally:
+        stop_container(stale, grace_s=0)

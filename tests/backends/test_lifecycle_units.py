@@ -9,7 +9,7 @@ import pytest
 
 from pytest_inferbench import gpu, xdist_hooks
 from pytest_inferbench.backends.base import ServerStartError
-from pytest_inferbench.backends.docker import parse_mounts
+from pytest_inferbench.backends.docker import CONTAINER_HF_CACHE, hf_cache_mount, parse_mounts
 from pytest_inferbench.backends.readiness import log_path_for
 from pytest_inferbench.backends.reaper import LABEL_OWNER, is_stale
 from pytest_inferbench.redact import Redactor
@@ -130,3 +130,10 @@ def test_log_paths_are_unique_per_node_and_worker(tmp_path: Path) -> None:
     assert first.parent == tmp_path / "server-logs"
     assert first != second
     assert "/" not in first.name.replace(str(tmp_path), "")
+
+
+def test_hf_cache_is_mounted_only_when_it_exists(tmp_path: Path) -> None:
+    volumes, env = hf_cache_mount({"HF_HUB_CACHE": str(tmp_path)})
+    assert volumes == {str(tmp_path): {"bind": CONTAINER_HF_CACHE, "mode": "rw"}}
+    assert env == {"HF_HUB_CACHE": CONTAINER_HF_CACHE}
+    assert hf_cache_mount({"HF_HUB_CACHE": str(tmp_path / "absent")}) == ({}, {})
