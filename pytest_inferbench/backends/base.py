@@ -88,7 +88,8 @@ class Backend(ABC):
     name: str
 
     @abstractmethod
-    def start(self, server: ServerConfig, spec: ServerSpec | None, ctx: StartContext) -> ServerHandle:
+    def start(self, server: ServerConfig, spec: ServerSpec | None,
+              ctx: StartContext) -> ServerHandle:
         """Start serving `server`; raise ServerStartError with the cause and log tail."""
 
     @property
