@@ -56,6 +56,7 @@ class RequestTrace:
     prompt_tokens: int
     max_tokens: int
     emissions: list[tuple[float, int]] = field(default_factory=list)  # (sent at, tokens)
+    planned: list[float] = field(default_factory=list)  # the model's time of each emission
     finish: float | None = None
     outcome: str = "running"  # finished | aborted | truncated | stalled | error
 
@@ -64,6 +65,7 @@ class RequestTrace:
             "id": self.response_id, "request_id": self.request_id, "arrival": self.arrival,
             "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,
             "emissions": [[t, n] for t, n in self.emissions],
+            "planned": self.planned,
             "completion_tokens": sum(n for _, n in self.emissions),
             "finish": self.finish, "outcome": self.outcome,
         }

@@ -112,6 +112,7 @@ async def stream_events(gen: Generation, loop: EngineLoop) -> AsyncIterator[str]
         if gen.request.continuous_usage:
             chunk["usage"] = gen.usage()
         trace.emissions.append((loop.clock(), count))
+        trace.planned.append(delivery.step_end)
         yield _sse(chunk)
         if finished:
             trace.outcome, trace.finish = "finished", loop.clock()
@@ -139,6 +140,7 @@ async def collect_response(gen: Generation, loop: EngineLoop) -> dict[str, Any] 
         if count > 0:
             gen.sent += count
             trace.emissions.append((loop.clock(), count))
+            trace.planned.append(delivery.step_end)
         if delivery.finished:
             trace.outcome, trace.finish = "finished", loop.clock()
             break
