@@ -80,8 +80,8 @@ def real_time(concurrencies: list[int], isl: int, osl: int) -> None:
             late, lag = [], []
             for record in records:
                 sent = [t for t, _ in record["emissions"]]
-                late += [s - p for s, p in zip(sent, record["planned"])]
-                lag += [c - s for c, s in zip(streams[record["id"]], sent)]
+                late += [s - p for s, p in zip(sent, record["planned"], strict=True)]
+                lag += [c - s for c, s in zip(streams[record["id"]], sent, strict=True)]
             planned_span = max(r["planned"][-1] for r in records) - min(
                 r["arrival"] for r in records)
             print(f"conc {conc:4d}: {len(late):6d} chunks in {wall:6.2f} s "
