@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .. import gpu
 from ..redact import Redactor
@@ -42,6 +43,21 @@ def make_client(host: str | None) -> Any:
     client = docker.DockerClient(base_url=host) if host else docker.from_env()
     client.ping()
     return client
+
+
+def server_address(docker_host: str | None) -> str:
+    """Where a host-network container's server is reached from here: the engine's machine.
+
+    A local engine (socket, None) shares this machine's loopback; a remote one
+    (tcp://gpu-box-3:2376, ssh://ci@gpu-box-3) serves on that box's address, so its launch
+    spec must bind an address reachable from here.
+    """
+    if not docker_host:
+        return "127.0.0.1"
+    parsed = urlsplit(docker_host)
+    if parsed.scheme in ("unix", "npipe", "") or not parsed.hostname:
+        return "127.0.0.1"
+    return parsed.hostname
 
 
 def parse_mounts(text: str) -> dict[str, dict[str, str]]:
@@ -151,7 +167,8 @@ class DockerBackend(Backend):
 
         log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id)
         return start_supervised(Container(server.node_name, client, container, log_path, redactor),
-                                base_url=f"http://127.0.0.1:{port}", spec=spec, ctx=ctx)
+                                base_url=f"http://{server_address(settings.docker_host)}:{port}",
+                                spec=spec, ctx=ctx)
 
 
 def create_and_start(client: Any, image: str, kwargs: dict[str, Any], node: str,

@@ -55,8 +55,9 @@ class LocalProcess:
         reaper.stop_process_group(self.process)
 
 
-def process_env(spec: ServerSpec, pass_env: Sequence[str]) -> dict[str, str]:
-    """The host environment, the spec's variables on top (pass_env is already in os.environ)."""
+def process_env(spec: ServerSpec) -> dict[str, str]:
+    """The host environment (a local server sees HF_TOKEN and friends as any local program
+    would), the spec's variables on top."""
     return {**os.environ, **spec.env_dict}
 
 
@@ -67,7 +68,7 @@ def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
     log_path = log_path_for(ctx.results_dir, name, ctx.worker_id)
     from .supervised import start_supervised
 
-    server = LocalProcess(name, argv, process_env(spec, settings.pass_env), log_path, redactor)
+    server = LocalProcess(name, argv, process_env(spec), log_path, redactor)
     return start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
                             simulated=simulated)
 

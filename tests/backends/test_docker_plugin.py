@@ -106,7 +106,7 @@ def junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
 def test_xdist_loadscope_runs_each_node_once_on_one_worker_concurrently(
         pytester: pytest.Pytester, docker_client: Any) -> None:
     # The startup delay keeps both containers up long enough to see them overlap.
-    write_recipe(pytester.path, tps=(1, 2), sim_options={"fp4": ("--startup-delay", "2")})
+    write_recipe(pytester.path, tps=(1, 2), sim_options={"fp4": ("--startup-delay", "3")})
     since = time.time() - 1
     engine = "unix:///var/run/docker.sock"  # one engine per worker; here both are the local one
     result = pytester.runpytest_subprocess(*FAST, "-n", "2", "--dist", "loadscope", "-v",

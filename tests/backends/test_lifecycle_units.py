@@ -9,7 +9,12 @@ import pytest
 
 from pytest_inferbench import gpu, xdist_hooks
 from pytest_inferbench.backends.base import ServerStartError
-from pytest_inferbench.backends.docker import CONTAINER_HF_CACHE, hf_cache_mount, parse_mounts
+from pytest_inferbench.backends.docker import (
+    CONTAINER_HF_CACHE,
+    hf_cache_mount,
+    parse_mounts,
+    server_address,
+)
 from pytest_inferbench.backends.readiness import log_path_for
 from pytest_inferbench.backends.reaper import LABEL_OWNER, is_stale
 from pytest_inferbench.redact import Redactor
@@ -137,3 +142,11 @@ def test_hf_cache_is_mounted_only_when_it_exists(tmp_path: Path) -> None:
     assert volumes == {str(tmp_path): {"bind": CONTAINER_HF_CACHE, "mode": "rw"}}
     assert env == {"HF_HUB_CACHE": CONTAINER_HF_CACHE}
     assert hf_cache_mount({"HF_HUB_CACHE": str(tmp_path / "absent")}) == ({}, {})
+
+
+@pytest.mark.parametrize(("host", "address"), [
+    (None, "127.0.0.1"), ("unix:///var/run/docker.sock", "127.0.0.1"),
+    ("tcp://gpu-box-3:2376", "gpu-box-3"), ("ssh://ci@10.0.0.7", "10.0.0.7"),
+])
+def test_servers_are_reached_on_the_engine_machine(host: str | None, address: str) -> None:
+    assert server_address(host) == address

@@ -55,7 +55,7 @@ def server_pid(handle: SupervisedHandle) -> int:
 
 
 def test_registry_covers_every_backend_name() -> None:
-    names = ("sim-server", "docker", "process", "external")
+    names = ("sim", "sim-server", "docker", "process", "external")
     assert [get_backend(n).name for n in names] == list(names)
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         get_backend("nope")
