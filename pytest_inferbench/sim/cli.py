@@ -25,6 +25,7 @@ from .prom import PERSONAS, snapshot_from_engine
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import FrameType
 
     from .server import ServeConfig
 
@@ -209,7 +210,7 @@ def banner(config: ServeConfig, host: str, port: int) -> str:
 def serve(argv: Sequence[str]) -> int:
     import uvicorn
 
-    from .server import build_app
+    from .server import SimServer
 
     sim_words, server_argv = split_argv(argv)
     options = build_parser().parse_args(sim_words)
@@ -226,8 +227,15 @@ def serve(argv: Sequence[str]) -> int:
         tmp = options.port_file.with_name(options.port_file.name + ".tmp")
         tmp.write_text(str(port))
         tmp.replace(options.port_file)
-    server = uvicorn.Server(uvicorn.Config(
-        build_app(config), log_level=options.log_level, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=1))
+    sim = SimServer(config)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            sim.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(
+        sim.app(), log_level=options.log_level, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=2))
     server.run(sockets=[sock])
     return 0

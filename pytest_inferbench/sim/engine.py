@@ -81,6 +81,7 @@ class Engine:
         self.requests: dict[int, Request] = {}
         self.waiting: deque[int] = deque()
         self.running: list[int] = []  # slot indices in admission order
+        self._run_cache: npt.NDArray[np.int64] | None = None
         self.free_blocks = self.num_blocks
         self.steps_done = 0
         self.counters_state = CounterState.zero(self.k)
@@ -121,7 +122,10 @@ class Engine:
 
     def counters(self) -> EngineCounters:
         used = self.num_blocks - self.free_blocks
+        running = self.run_array()
+        open_hist = self.slots.open_histogram(running[self.slots.decoding[running]])
         return self.counters_state.snapshot(
+            open_histogram=open_hist,
             running=len(self.running), waiting=len(self.waiting), blocks_used=used,
             blocks_total=self.num_blocks, steps=self.steps_done)
 
@@ -135,14 +139,17 @@ class Engine:
     def _release(self, slot: int) -> None:
         self.free_blocks += int(self.slots.blocks[slot])
         self.running.remove(slot)
+        self._run_cache = None
         self.slots.free(slot)
 
     def _end_admission(self, req: Request) -> None:
         """Close the request's run of consecutive emitting steps into its trace."""
         s = req.slot
         req.generated = int(self.slots.gen[s])
-        if self.slots.decoding[s] and self.keep_traces:
-            req.add_segment(int(self.slots.first_step[s]), self.slots.emitted_tokens(s))
+        if self.slots.decoding[s]:
+            self.slots.close_histogram(s, self.counters_state)
+            if self.keep_traces:
+                req.add_segment(int(self.slots.first_step[s]), self.slots.emitted_tokens(s))
 
     def _preempt(self, slot: int) -> None:
         req = self.requests[int(self.slots.rid[slot])]
@@ -168,7 +175,7 @@ class Engine:
         finished: list[int] = []
         if not self.running:
             return finished
-        run = np.asarray(self.running, dtype=np.int64)
+        run = self.run_array()
         done = run[st.decoding[run] & (st.p[run] >= st.plan_steps[run])]
         for slot in done.tolist():
             self._finish(slot, finished)
@@ -186,17 +193,23 @@ class Engine:
             return np.ones(n)
         return np.clip(self._jitter_rng.lognormal(0.0, sigma, n), 0.3, 3.0)
 
+    def run_array(self) -> npt.NDArray[np.int64]:
+        """The running slots as an array (cached until the running set changes)."""
+        if self._run_cache is None:
+            self._run_cache = np.asarray(self.running, dtype=np.int64)
+        return self._run_cache
+
     def note_usage(self) -> None:
         self.counters_state.note_usage(self.num_blocks - self.free_blocks, self.num_blocks,
                                        len(self.waiting))
 
     # ----------------------------------------------------------------- one step
-    def _schedule_decode(self) -> tuple[list[int], int]:
+    def _schedule_decode(self) -> tuple[npt.NDArray[np.int64], int]:
         """Decode first, in admission order; preempt from the back when blocks run out."""
         st = self.slots
         q = self.k + 1
         budget = self.config.max_num_batched_tokens
-        run = np.asarray(self.running, dtype=np.int64)
+        run = self.run_array()
         dec = run[st.decoding[run]] if len(run) else run
         if len(dec) * q <= budget:
             need = -(-(st.ctx[dec] + q) // self.block_size) - st.blocks[dec]
@@ -205,7 +218,7 @@ class Engine:
             if total <= self.free_blocks:  # the common case: everyone fits
                 self.free_blocks -= total
                 st.blocks[dec] += need
-                return dec.tolist(), budget - len(dec) * q
+                return dec, budget - len(dec) * q
         decode: list[int] = []
         for slot in dec.tolist():
             if st.rid[slot] < 0 or budget < q:
@@ -220,7 +233,7 @@ class Engine:
             st.blocks[slot] += need1
             decode.append(slot)
             budget -= q
-        return decode, budget
+        return np.asarray(decode, dtype=np.int64), budget
 
     def step(self) -> StepResult:
         """Schedule and run one iteration; returns its duration and what it emitted."""
@@ -228,7 +241,8 @@ class Engine:
         decode, budget = self._schedule_decode()
         # Chunked prefill: running requests still prefilling, then admissions (FCFS).
         chunks: list[tuple[int, int]] = []
-        for slot in [s for s in self.running if not st.decoding[s]]:
+        run = self.run_array()
+        for slot in run[~st.decoding[run]].tolist():
             if budget <= 0:
                 break
             budget -= self._schedule_prefill(slot, budget, chunks)
@@ -243,15 +257,15 @@ class Engine:
             if req.first_scheduled < 0:
                 req.first_scheduled = self.steps_done
             self.running.append(slot)
+            self._run_cache = None
             budget -= self._schedule_prefill(slot, budget, chunks)
         duration = self._price(decode, chunks) * float(self.jitter(1)[0])
         # Apply: the step's tokens exist when it ends.
         c = self.counters_state
         emitted: list[tuple[int, int]] = []
-        if decode:
-            idx = np.asarray(decode, dtype=np.int64)
-            tokens = st.advance_decode(idx, 1, c)
-            emitted = list(zip(st.rid[idx].tolist(), tokens.tolist(), strict=True))
+        if len(decode):
+            tokens = st.advance_decode(decode, 1, c)
+            emitted = list(zip(st.rid[decode].tolist(), tokens.tolist(), strict=True))
         for slot, n in chunks:
             st.ctx[slot] += n
             st.prefilled[slot] += n
@@ -282,10 +296,11 @@ class Engine:
         chunks.append((slot, chunk))
         return chunk
 
-    def _price(self, decode: list[int], chunks: list[tuple[int, int]]) -> float:
+    def _price(self, decode: npt.NDArray[np.int64], chunks: list[tuple[int, int]]) -> float:
         st = self.slots
         w = self.window
-        ctx = st.ctx[decode].astype(np.float64) if decode else np.zeros(0)
+        ctx = st.ctx[decode]
+        ctx_cap = float(self.config.max_model_len + self.k + 1)
         p_tok = p_seqs = p_ctx = p_win = pairs = win_pairs = 0.0
         for slot, n in chunks:
             c0 = float(st.ctx[slot])
@@ -299,7 +314,8 @@ class Engine:
             win_pairs += b
         return float(self.cost.step(
             decode_seqs=float(len(decode)), decode_ctx=float(ctx.sum()),
-            decode_ctx_win=float(np.minimum(ctx, w).sum()), prefill_tokens=p_tok,
+            decode_ctx_win=float(np.minimum(ctx, w).sum()) if w < ctx_cap else float(ctx.sum()),
+            prefill_tokens=p_tok,
             prefill_seqs=p_seqs, prefill_ctx=p_ctx, prefill_ctx_win=p_win,
             prefill_pairs=pairs, prefill_win_pairs=win_pairs))
 
@@ -327,8 +343,10 @@ class Engine:
         budget = self.config.max_num_batched_tokens - len(self.running) * (self.k + 1)
         if budget <= 0:
             return False
-        grow = sum(self._blocks_for(int(self.slots.ctx[s]) + self.k + 1) - int(self.slots.blocks[s])
-                   for s in self.running)
+        st = self.slots
+        run = self.run_array()
+        grow = int(np.maximum(-(-(st.ctx[run] + self.k + 1) // self.block_size) - st.blocks[run],
+                              0).sum())
         first = self._blocks_for(min(req.prompt_tokens + req.generated, budget))
-        return first + max(grow, 0) <= self.free_blocks
+        return first + grow <= self.free_blocks
 

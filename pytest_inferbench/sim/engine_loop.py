@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -88,6 +89,7 @@ class EngineLoop:
         self.steps = 0
         self.timeline: deque[RequestTrace] = deque(maxlen=TIMELINE_KEEP)
         self.failure: BaseException | None = None
+        self.closing = asyncio.Event()  # set at shutdown: open streams end, stalls let go
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
@@ -113,6 +115,24 @@ class EngineLoop:
         if self._queues.pop(request_id, None) is not None:
             self.engine.abort_request(request_id)
 
+    def close_streams(self) -> None:
+        """Server shutdown: release every waiting request so connections can close."""
+        if self.closing.is_set():
+            return
+        self.closing.set()
+        self._release_all()
+
+    def _release_all(self) -> None:
+        now = self.clock()
+        for queue in self._queues.values():
+            queue.put_nowait(Delivery(0, now, True))
+        self._queues.clear()
+
+    @property
+    def interrupted(self) -> bool:
+        """The engine failed or the server is shutting down: no more tokens will come."""
+        return self.failure is not None or self.closing.is_set()
+
     def record(self, trace: RequestTrace) -> None:
         self.timeline.append(trace)
 
@@ -123,10 +143,8 @@ class EngineLoop:
             raise
         except Exception as exc:  # reported on /health; waiting requests are released
             self.failure = exc
-            now = self.clock()
-            for queue in self._queues.values():
-                queue.put_nowait(Delivery(0, now, True))
-            self._queues.clear()
+            traceback.print_exc()
+            self._release_all()
             raise
 
     async def _loop(self) -> None:

@@ -89,6 +89,7 @@ class SimServer:
         self.faults = FaultInjector(config.faults, config.seed, self.started_at)
         self.engine = config.make_engine()
         self.loop: EngineLoop | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
         self._arrivals = itertools.count()
         self._crashing = False
         self.registry = metrics_registry(config.persona, config.served_models[0],
@@ -97,11 +98,17 @@ class SimServer:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.loop = EngineLoop(self.engine, self.config.time_scale, self.clock)
+        self._event_loop = asyncio.get_running_loop()
         self.loop.start()
         try:
             yield
         finally:
             await self.loop.stop()
+
+    def begin_shutdown(self) -> None:
+        """Called from the signal handler: end open streams so the shutdown is prompt."""
+        if self._event_loop is not None and self.loop is not None:
+            self._event_loop.call_soon_threadsafe(self.loop.close_streams)
 
     def app(self) -> ASGIApp:
         routes = [
@@ -199,6 +206,8 @@ class SimServer:
             finally:
                 self._finish(generation)
             if body is None:
+                if self.loop.failure is None:
+                    return error_response(ApiError(503, "simulated server is shutting down"))
                 return error_response(ApiError(500, f"simulated engine failed: "
                                                     f"{self.loop.failure!r}"))
             return JSONResponse(body)

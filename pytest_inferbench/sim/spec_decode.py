@@ -94,6 +94,9 @@ def mean_acceptance_length(probs: Sequence[float]) -> float:
     return 1.0 + float(sum(i * p for i, p in enumerate(probs)))
 
 
+POOL_SIZE = 1 << 16
+
+
 class AcceptanceSampler:
     """Draws accepted-draft counts; a two-point schedule needs one uniform per step."""
 
@@ -103,7 +106,16 @@ class AcceptanceSampler:
         self._cdf = np.cumsum(self.probs)
         self._cdf[-1] = 1.0
         self._rng = rng
+        self._pool = np.zeros(0, dtype=np.int64)
+        self._next = 0
 
     def draw(self, n: int) -> npt.NDArray[np.int64]:
-        u = self._rng.random(n)
-        return np.searchsorted(self._cdf, u, side="right").astype(np.int64)
+        """The next n counts of one seeded stream (drawn in blocks: one rng call per block)."""
+        if self._next + n > len(self._pool):
+            u = self._rng.random(max(n, POOL_SIZE))
+            fresh = np.searchsorted(self._cdf, u, side="right").astype(np.int64)
+            self._pool = np.concatenate([self._pool[self._next:], fresh])
+            self._next = 0
+        out = self._pool[self._next:self._next + n]
+        self._next += n
+        return out

@@ -113,8 +113,8 @@ class CounterState:
             self.peak_usage = max(self.peak_usage, used / total)
         self.peak_waiting = max(self.peak_waiting, waiting)
 
-    def snapshot(self, *, running: int, waiting: int, blocks_used: int, blocks_total: int,
-                 steps: int) -> EngineCounters:
+    def snapshot(self, *, open_histogram: IntArray, running: int, waiting: int,
+                 blocks_used: int, blocks_total: int, steps: int) -> EngineCounters:
         return EngineCounters(
             num_requests_running=running, num_requests_waiting=waiting,
             kv_blocks_used=blocks_used, kv_blocks_total=blocks_total,
@@ -123,7 +123,7 @@ class CounterState:
             preemptions=self.preemptions, requests_finished=self.requests_finished,
             steps=steps, spec_num_drafts=self.drafts, spec_num_draft_tokens=self.drafts * self.k,
             spec_num_accepted_tokens=self.accepted,
-            spec_accepted_histogram=tuple(int(x) for x in self.histogram))
+            spec_accepted_histogram=tuple(int(x) for x in self.histogram + open_histogram))
 
 
 class SlotTable:
@@ -137,12 +137,12 @@ class SlotTable:
         self.p, self.plan_steps, self.first_step, self.gen = z.copy(), z.copy(), z.copy(), z.copy()
         self.decoding = np.zeros(capacity, dtype=bool)
         self._free = list(range(capacity - 1, -1, -1))
-        # Speculative plans: cumulative emitted tokens / accepted drafts / histogram after j
-        # decode steps of the current admission.
+        # Speculative plans: cumulative emitted tokens and accepted drafts after j decode
+        # steps of the current admission, and the accepted count of each step.
         self.width = 1
         self.cum = np.zeros((capacity, 1), dtype=np.int64)
         self.acc_cum = np.zeros((capacity, 1), dtype=np.int64)
-        self.hist_cum = np.zeros((capacity, 1, k + 1), dtype=np.int32)
+        self.acc_raw = np.zeros((capacity, 1), dtype=np.int64)
 
     def admit(self, rid: int, target: int, generated: int) -> int:
         slot = self._free.pop()
@@ -166,8 +166,7 @@ class SlotTable:
         pad = new - self.width
         self.cum = np.concatenate([self.cum, np.zeros((cap, pad), dtype=np.int64)], axis=1)
         self.acc_cum = np.concatenate([self.acc_cum, np.zeros((cap, pad), dtype=np.int64)], axis=1)
-        self.hist_cum = np.concatenate(
-            [self.hist_cum, np.zeros((cap, pad, self.k + 1), dtype=np.int32)], axis=1)
+        self.acc_raw = np.concatenate([self.acc_raw, np.zeros((cap, pad), dtype=np.int64)], axis=1)
         self.width = new
 
     def start_decode(self, slot: int, remaining: int, accepted: IntArray, first_step: int) -> None:
@@ -191,16 +190,29 @@ class SlotTable:
         acc[1:steps + 1] = np.cumsum(accepted[:steps])
         acc[steps + 1:] = acc[steps]
         self.acc_cum[slot] = acc
-        onehot = np.zeros((self.width, self.k + 1), dtype=np.int32)
-        onehot[np.arange(1, steps + 1), accepted[:steps]] = 1
-        self.hist_cum[slot] = np.cumsum(onehot, axis=0)
+        self.acc_raw[slot, :steps] = accepted[:steps]
+
+    def close_histogram(self, slot: int, c: CounterState) -> None:
+        """Add this admission's accepted-count histogram to the counters (it is ending)."""
+        if self.k:
+            c.histogram += np.bincount(self.acc_raw[slot, :self.p[slot]], minlength=self.k + 1)
+
+    def open_histogram(self, slots: IntArray) -> IntArray:
+        """Accepted-count histogram of the decode steps of admissions still running."""
+        hist = np.zeros(self.k + 1 if self.k else 0, dtype=np.int64)
+        for slot in slots.tolist() if self.k else ():
+            hist += np.bincount(self.acc_raw[slot, :self.p[slot]], minlength=self.k + 1)
+        return hist
 
     def emitted_tokens(self, slot: int) -> IntArray:
         """Tokens of this admission: 1 at prefill completion, then each decode step's."""
         p = int(self.p[slot])
         if not self.k:
             return np.ones(p + 1, dtype=np.int64)
-        tokens: IntArray = np.concatenate([[1], np.diff(self.cum[slot, :p + 1])]).astype(np.int64)
+        row = self.cum[slot]
+        tokens: IntArray = np.empty(p + 1, dtype=np.int64)
+        tokens[0] = 1
+        np.subtract(row[1:p + 1], row[:p], out=tokens[1:])
         return tokens
 
     def advance_decode(self, idx: IntArray, n: int, c: CounterState) -> IntArray:
@@ -212,7 +224,6 @@ class SlotTable:
             tokens = self.cum[idx, p1] - self.cum[idx, p0]
             c.drafts += len(idx) * n
             c.accepted += int((self.acc_cum[idx, p1] - self.acc_cum[idx, p0]).sum())
-            c.histogram += (self.hist_cum[idx, p1] - self.hist_cum[idx, p0]).sum(axis=0)
         else:
             tokens = np.full(len(idx), n, dtype=np.int64)
         self.ctx[idx] += tokens

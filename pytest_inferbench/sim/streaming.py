@@ -9,12 +9,12 @@ faults end or freeze the stream at a token count, before `[DONE]`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import AsyncIterator
 
     from .engine_loop import Delivery, EngineLoop, RequestTrace
@@ -73,9 +73,10 @@ def _choice(gen: Generation, text: str, finish_reason: str | None) -> dict[str, 
             "stop_reason": None}
 
 
-async def _hold_forever() -> None:
-    """A stalled stream: keep the connection open, send nothing, until the client leaves."""
-    await asyncio.Event().wait()
+async def _hold(loop: EngineLoop) -> None:
+    """A stalled stream: keep the connection open, send nothing, until the client leaves
+    (the task is cancelled) or the server shuts down."""
+    await loop.closing.wait()
 
 
 async def stream_events(gen: Generation, loop: EngineLoop) -> AsyncIterator[str]:
@@ -86,12 +87,12 @@ async def stream_events(gen: Generation, loop: EngineLoop) -> AsyncIterator[str]
         trace.outcome = limit[1]
         loop.abort(trace.request_id)
         if limit[1] == "stalled":
-            await _hold_forever()
+            await _hold(loop)
         return
     while True:
         delivery = await gen.queue.get()
-        if loop.failure is not None:
-            trace.outcome = "error"  # engine died: the stream ends without [DONE]
+        if loop.interrupted:
+            trace.outcome = "error"  # engine died or shutdown: the stream ends without [DONE]
             return
         count = min(delivery.tokens, gen.plan.tokens - gen.sent)
         if limit is not None:
@@ -124,16 +125,16 @@ async def stream_events(gen: Generation, loop: EngineLoop) -> AsyncIterator[str]
             trace.outcome, trace.finish = limit[1], loop.clock()
             loop.abort(trace.request_id)
             if limit[1] == "stalled":
-                await _hold_forever()
+                await _hold(loop)
             return
 
 
 async def collect_response(gen: Generation, loop: EngineLoop) -> dict[str, Any] | None:
-    """The whole non-streamed response body, or None when the engine failed."""
+    """The whole non-streamed response body, or None when the engine failed or shut down."""
     trace = gen.trace
     while True:
         delivery = await gen.queue.get()
-        if loop.failure is not None:
+        if loop.interrupted:
             trace.outcome = "error"
             return None
         count = min(delivery.tokens, gen.plan.tokens - gen.sent)

@@ -24,7 +24,7 @@ def run_stretch(engine: Engine, max_steps: int) -> StepBatch | None:
     st = engine.slots
     if not engine.running or max_steps < 2:
         return None
-    idx = np.asarray(engine.running, dtype=np.int64)
+    idx = engine.run_array()
     q = engine.k + 1
     if not st.decoding[idx].all() or len(idx) * q > engine.config.max_num_batched_tokens:
         return None
