@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from pytest_inferbench.backends.base import StartContext
@@ -91,3 +92,13 @@ def with_settings(ctx: StartContext, **changes: Any) -> StartContext:
 
 def containers_of_run(client: Any, run_id: str) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}))
+
+
+def assert_never_ready_message(message: str, timeout_s: int) -> None:
+    """The timeout, the last health answer and the log tail are all in the message. The last
+    answer is the 503 of a server still loading -- or, on a machine so loaded that the server
+    was not serving yet, a refused or timed-out connection."""
+    head, _, tail = message.partition("--- last log lines ---")
+    assert f"not ready after {timeout_s}s (last health check http://127.0.0.1:" in head, message
+    assert re.search(r"/health: (HTTP 503|ConnectError|ReadTimeout)", head), message
+    assert tail.strip(), message
