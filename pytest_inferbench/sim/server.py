@@ -3,8 +3,18 @@
 Routes: `/health`, `/v1/models`, `/v1/completions`, `/v1/chat/completions` (SSE streaming and
 plain JSON), `/metrics` (persona names), `/debug/mtp_stats` (ATOM), and
 `/debug/inferbench/timeline` + `/debug/inferbench/info` (server-side truth for tests). Every
-response carries `x-inferbench-simulated: true`; every error is an OpenAI-style JSON body.
+response carries `x-inferbench-simulated: true`; every error is an OpenAI-style JSON body
+(`{"error": {"message", "type", "param", "code"}}`), never a traceback.
 Streaming and token timing live in `sim/streaming.py`; this module is routing and policy.
+
+`GET /debug/inferbench/timeline[?since=REQUEST_ID]` (`DELETE` clears it) returns
+`{"clock": "time.monotonic", "now", "wall_minus_monotonic", "perf_counter_minus_monotonic",
+"time_scale", "engine_steps", "requests": [...]}`; each finished (or aborted, truncated,
+stalled) request has `id` (the response id the client saw), `request_id`, `arrival`,
+`prompt_tokens`, `max_tokens`, `emissions` ([send time, tokens] per chunk), `planned` (the
+engine model's time for each emission), `completion_tokens`, `finish` and `outcome`. Times are
+on the server's `time.monotonic()`, the system-wide CLOCK_MONOTONIC on Linux, so a client on
+the same machine compares its own `time.monotonic()` stamps directly (or adds the offsets).
 """
 
 from __future__ import annotations
