@@ -9,7 +9,6 @@ simulated predictions and say so (`simulated=True` and a note).
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -54,9 +53,6 @@ class SimHandle(ServerHandle):
             self._log.append("ignored by the simulator: " + " ".join(ignored))
 
     def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
-        if not math.isinf(load.request_rate):
-            raise ValueError("the sim backend runs closed-loop load only (request_rate = inf); "
-                             "use the sim-server backend for rate-limited arrivals")
         config = self.config
         if config.seed != load.seed:
             config = replace(config, seed=load.seed)
@@ -65,7 +61,8 @@ class SimHandle(ServerHandle):
             config,
             PointLoad(isl=point.isl, osl=point.osl, concurrency=point.conc, num_prompts=num,
                       num_warmups=load.warmup_per_conc * point.conc,
-                      range_ratio=load.range_ratio, seed=load.seed),
+                      range_ratio=load.range_ratio, seed=load.seed,
+                      request_rate=load.request_rate),
             engine=Engine(config, keep_traces=True))
         notes = [SIMULATED_NOTE]
         if self.ignored and not self._notes_given:

@@ -4,12 +4,14 @@ It reproduces the InferenceX client (vLLM `benchmark_serving`, random dataset): 
 lengths uniform integers in [int(ratio x L), L] drawn with numpy seeded like the client; first
 `warmup_per_conc x C` copies of the first request under the same concurrency limit, excluded
 from the metrics; then `prompts_per_conc x C` requests, C in flight, each finish releasing the
-next send at that instant. Times are virtual seconds from the start of the measured phase; every
-token's time is the end of the engine step that produced it.
+next send at that instant (or, with a finite request rate, Poisson arrivals under the same
+concurrency cap). Times are virtual seconds from the start of the measured phase; every token's
+time is the end of the engine step that produced it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,7 @@ class PointLoad:
     num_warmups: int
     range_ratio: float = 0.8
     seed: int = 0
+    request_rate: float = math.inf  # requests/s; inf = all due at once (closed loop)
 
 
 @dataclass(frozen=True)
@@ -73,29 +76,54 @@ class _Timeline:
         self.now = float(ends[-1])
 
 
-def _closed_loop(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
-                 osl: npt.NDArray[np.int64], concurrency: int, first_id: int,
-                 ) -> list[tuple[int, float, Trace]]:
-    """Run requests i = 0..n-1 with `concurrency` in flight; returns (i, send time, trace)."""
+def arrival_times(load: PointLoad) -> npt.NDArray[np.float64]:
+    """When each request is due: all at 0 for rate inf (closed loop), else a Poisson process
+    (benchmark_serving's gamma intervals with burstiness 1), seeded apart from the lengths."""
+    if math.isinf(load.request_rate):
+        return np.zeros(load.num_prompts)
+    rng = np.random.RandomState(load.seed + 1)
+    gaps = rng.exponential(1.0 / load.request_rate, size=load.num_prompts)
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
+              osl: npt.NDArray[np.int64], arrivals: npt.NDArray[np.float64], concurrency: int,
+              first_id: int) -> list[tuple[int, float, Trace]]:
+    """Send request i when it is due and fewer than `concurrency` are in flight (the client's
+    semaphore); returns (i, send time, trace) per request.
+
+    The client sends at max(due time, when its semaphore slot freed); the engine sees the
+    request at the next step boundary, as a server that queues it until its next iteration.
+    """
+    start = clock.now
     pending = deque(range(len(isl)))
     sent: dict[int, tuple[int, float]] = {}
+    slot_free_at = deque([start] * concurrency)  # FIFO semaphore: when each permit came back
 
-    def send() -> None:
-        i = pending.popleft()
-        engine.add_request(first_id + i, int(isl[i]), int(osl[i]))
-        sent[first_id + i] = (i, clock.now)
+    def send_due() -> None:
+        while pending and len(sent) < concurrency and start + arrivals[pending[0]] <= clock.now:
+            i = pending.popleft()
+            engine.add_request(first_id + i, int(isl[i]), int(osl[i]))
+            sent[first_id + i] = (i, max(start + float(arrivals[i]), slot_free_at.popleft()))
 
-    for _ in range(min(concurrency, len(isl))):
-        send()
+    send_due()
     done: list[tuple[int, float, Trace]] = []
-    while engine.has_work():
-        batch = engine.advance(MAX_STRETCH)
+    while pending or engine.has_work():
+        if not engine.has_work():  # idle until the next arrival
+            clock.now = max(clock.now, start + float(arrivals[pending[0]]))
+            send_due()
+            continue
+        due = math.inf
+        if pending and len(sent) < concurrency:
+            due = start + float(arrivals[pending[0]]) - clock.now
+        batch = engine.advance(MAX_STRETCH, due)
         clock.extend(batch.durations)
         for rid in batch.finished:
             i, t_send = sent.pop(rid)
             done.append((i, t_send, engine.pop_trace(rid)))
-            if pending:
-                send()
+            slot_free_at.append(clock.now)
+        send_due()
     return done
 
 
@@ -110,12 +138,13 @@ def simulate_point(config: EngineConfig, load: PointLoad,
         reps = np.full(load.num_warmups, isl[0]), np.full(load.num_warmups, osl[0])
         warm.n = engine.steps_done
         warm.ends = np.zeros(engine.steps_done + 4096)
-        _closed_loop(engine, warm, reps[0], reps[1], load.concurrency, first_id=1 << 40)
+        _run_load(engine, warm, reps[0], reps[1], np.zeros(load.num_warmups), load.concurrency,
+                  first_id=1 << 40)
     before = engine.counters()
     clock = _Timeline()
     clock.n = engine.steps_done
     clock.ends = np.zeros(engine.steps_done + 4096)
-    done = _closed_loop(engine, clock, isl, osl, load.concurrency, first_id=0)
+    done = _run_load(engine, clock, isl, osl, arrival_times(load), load.concurrency, first_id=0)
     after = engine.counters()
     records: list[RequestRecord | None] = [None] * len(isl)
     queue_s = np.zeros(len(isl))

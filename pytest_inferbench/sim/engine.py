@@ -11,6 +11,7 @@ apply a whole stretch of identical decode steps at once (see `sim/stretch.py`).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -320,16 +321,17 @@ class Engine:
             prefill_pairs=pairs, prefill_win_pairs=win_pairs))
 
     # ----------------------------------------------------------------- fast path
-    def advance(self, max_steps: int) -> StepBatch:
+    def advance(self, max_steps: int, max_duration_s: float = math.inf) -> StepBatch:
         """Run up to `max_steps` steps at once when nothing can change the batch.
 
         When every running request is decoding and no waiting request can be admitted, the
         batch stays the same until one finishes or the KV cache runs out, so the whole stretch
-        is priced in one vectorized call. Otherwise it runs one ordinary `step()`.
+        is priced in one vectorized call, stopping after the step that reaches `max_duration_s`
+        (the next arrival). Otherwise it runs one ordinary `step()`.
         """
         from .stretch import run_stretch
 
-        batch = run_stretch(self, max_steps)
+        batch = run_stretch(self, max_steps, max_duration_s)
         if batch is not None:
             return batch
         result = self.step()

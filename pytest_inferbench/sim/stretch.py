@@ -9,6 +9,7 @@ step durations are one vectorized `StepCost.step` over a (sequences x steps) con
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,8 +20,13 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 
-def run_stretch(engine: Engine, max_steps: int) -> StepBatch | None:
-    """Run the stretch if the engine is in one (at least 2 steps); else None."""
+def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
+                ) -> StepBatch | None:
+    """Run the stretch if the engine is in one (at least 2 steps); else None.
+
+    It stops after the step that reaches `max_duration_s` (an arrival the caller must hand to
+    the engine before the next step is scheduled).
+    """
     st = engine.slots
     if not engine.running or max_steps < 2:
         return None
@@ -54,6 +60,11 @@ def run_stretch(engine: Engine, max_steps: int) -> StepBatch | None:
         decode_seqs=float(len(idx)), decode_ctx=ctxf.sum(axis=0),
         decode_ctx_win=np.minimum(ctxf, engine.window).sum(axis=0)), dtype=np.float64)
     durations = np.broadcast_to(durations, (n,)) * engine.jitter(n)
+    if math.isfinite(max_duration_s):
+        cut = int(np.searchsorted(np.cumsum(durations), max_duration_s)) + 1
+        if cut < n:
+            n = max(cut, 1)
+            durations, need, extra = durations[:n], need[:, :n], extra[:n]
     engine.free_blocks -= int(extra[-1])
     st.blocks[idx] += np.maximum(need[:, -1], 0)
     st.advance_decode(idx, n, engine.counters_state)

@@ -12,6 +12,7 @@ from pytest_inferbench.backends.base import LoadSettings, ServerStartError, Star
 from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.metrics import summarize
 from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
+from pytest_inferbench.sim.driver import PointLoad, arrival_times
 
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", "{model}",
         "--server-port", "{port}", "-tp", "4", "--block-size", "128",
@@ -91,8 +92,29 @@ def test_bad_argv_fails_the_setup_naming_the_launch_file() -> None:
         get_backend("sim").start(node, spec(node, (*ARGV, "--max-num-seqs", "lots")), CTX)
 
 
-def test_rate_limited_load_is_refused_clearly() -> None:
+def test_finite_request_rate_sends_on_poisson_arrivals_under_the_concurrency_cap() -> None:
     node = server()
     handle = get_backend("sim").start(node, spec(node), CTX)
-    with pytest.raises(ValueError, match="closed-loop load only"):
-        handle.run_point(node.points()[0], LoadSettings(request_rate=0.5))
+    slow = LoadSettings(prompts_per_conc=3, warmup_per_conc=0, request_rate=0.5)
+    m = handle.run_point(node.points()[1], slow)  # conc 8: a request lasts ~7 s, 0.5 req/s
+    due = arrival_times(PointLoad(1024, 1024, 8, 24, 0, seed=0, request_rate=0.5))
+    assert 1 / np.diff(due).mean() == pytest.approx(0.5, rel=0.5)
+    sends = np.array([r.send_time for r in m.records])
+    ends = np.array([r.end_time for r in m.records])
+    assert np.all(sends >= due - 1e-9)
+    waited = 0
+    for i, t in enumerate(sends):
+        others = np.arange(len(sends)) != i
+        assert np.sum(others & (sends <= t) & (ends > t)) < 8  # the cap holds at every send
+        busy_when_due = np.sum(others & (sends <= due[i]) & (ends > due[i]))
+        if busy_when_due < 8:
+            assert t == pytest.approx(due[i])  # a free permit: sent when due
+        else:
+            waited += 1
+            assert t == pytest.approx(ends[ends <= t].max())  # sent when a permit came back
+    assert waited > 0  # this rate does fill the 8 permits at times
+    # conc 1 and a rate far above what one stream serves: each send waits for the last finish.
+    busy = handle.run_point(node.points()[0], LoadSettings(prompts_per_conc=5, warmup_per_conc=0,
+                                                           request_rate=100.0))
+    busy_ends = [r.end_time for r in busy.records]
+    assert [r.send_time for r in busy.records][1:] == pytest.approx(busy_ends[:-1])
