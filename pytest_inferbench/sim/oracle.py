@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 _CALC_MARK = re.compile(r"<<[^>]*>>")
+_KEY_WORDS = 8  # questions are indexed by their first words
 _QUESTION_MARK = "Question:"
 _ANSWER_MARK = "Answer:"
 
@@ -68,6 +69,11 @@ class EvalOracle:
         if not 0.0 <= accuracy <= 1.0:
             raise OracleError(f"eval accuracy must be within [0, 1], got {accuracy}")
         self._entries = dict(entries)
+        self._by_start: dict[tuple[str, ...], list[OracleEntry]] = {}
+        for entry in self._entries.values():
+            key = tuple(entry.question.split()[:_KEY_WORDS])
+            self._by_start.setdefault(key, []).append(entry)
+        self._key_lengths = sorted({len(key) for key in self._by_start}, reverse=True)
         self.accuracy = accuracy
         self.seed = seed
 
@@ -100,11 +106,11 @@ class EvalOracle:
     def match(self, prompt: str) -> OracleEntry | None:
         """The entry whose question occurs last in `prompt`, if any."""
         text = _normalize(prompt)
-        # Fast path: lm-eval's "Question: ... Answer:" framing puts the asked question last.
+        # Fast path: the "Question: ... Answer:" framing puts the asked question right after the
+        # last "Question:", possibly followed by an instruction before "Answer:".
         _, sep, tail = text.rpartition(_QUESTION_MARK)
         if sep:
-            candidate = tail.split(_ANSWER_MARK, 1)[0].strip()
-            entry = self._entries.get(candidate)
+            entry = self._starting(tail.strip())
             if entry is not None:
                 return entry
         best: OracleEntry | None = None
@@ -114,6 +120,16 @@ class EvalOracle:
             if pos >= 0 and pos + len(question) > best_end:
                 best, best_end = entry, pos + len(question)
         return best
+
+    def _starting(self, text: str) -> OracleEntry | None:
+        """The longest question `text` starts with, found through the first-words index."""
+        words = tuple(text.split()[:_KEY_WORDS])
+        for length in self._key_lengths:
+            candidates = self._by_start.get(words[:length], [])
+            hits = [e for e in candidates if text.startswith(e.question)]
+            if hits:
+                return max(hits, key=lambda e: len(e.question))
+        return None
 
     def is_correct(self, entry: OracleEntry) -> bool:
         digest = hashlib.sha256(f"{self.seed}\x00{entry.question}".encode()).digest()

@@ -73,6 +73,15 @@ def test_accuracy_is_per_question_deterministic_and_close_to_the_setting(tmp_pat
             for i in range(len(items))] != verdicts
 
 
+def test_question_followed_by_an_instruction_matches(tmp_path: Path) -> None:
+    items = gsm8k_items(6)
+    oracle = EvalOracle.from_jsonl(write_items(tmp_path / "t.jsonl", items), 1.0, 0)
+    prompt = (f"Question: {items[4]['question']}\nEnd your response with the answer on the "
+              "last line, formatted as: #### [number]\nAnswer:")
+    entry = oracle.match(prompt)
+    assert entry is not None and entry.gold == gold(items[4])
+
+
 def test_unknown_prompts_do_not_match(tmp_path: Path) -> None:
     oracle = EvalOracle.from_jsonl(write_items(tmp_path / "t.jsonl", gsm8k_items(5)), 1.0, 0)
     assert oracle.match("Question: what is the capital of France?\nAnswer:") is None
