@@ -188,10 +188,11 @@ class Engine:
         accepted = self._sampler.draw(max(remaining, 1)) if self.k else np.zeros(0, np.int64)
         self.slots.start_decode(slot, remaining, accepted, first_step=self.steps_done)
 
-    def jitter(self, n: int) -> npt.NDArray[np.float64]:
+    def jitter(self, n: int) -> npt.NDArray[np.float64] | float:
+        """Per-step duration factors (1.0 without jitter)."""
         sigma = self.config.jitter
         if sigma <= 0:
-            return np.ones(n)
+            return 1.0
         return np.clip(self._jitter_rng.lognormal(0.0, sigma, n), 0.3, 3.0)
 
     def run_array(self) -> npt.NDArray[np.int64]:
@@ -260,7 +261,9 @@ class Engine:
             self.running.append(slot)
             self._run_cache = None
             budget -= self._schedule_prefill(slot, budget, chunks)
-        duration = self._price(decode, chunks) * float(self.jitter(1)[0])
+        factor = self.jitter(1)
+        duration = self._price(decode, chunks) * (
+            factor if isinstance(factor, float) else float(factor[0]))
         # Apply: the step's tokens exist when it ends.
         c = self.counters_state
         emitted: list[tuple[int, int]] = []

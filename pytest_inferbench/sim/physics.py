@@ -188,7 +188,10 @@ class StepCost:
                + m.kv_b * ctx_win_sum + n_sampled * m.vocab * LOGIT_BYTES / self.tp)
         cmp = (n_tok * m.linear_s_per_token + n_sampled * m.lm_head_s_per_token
                + m.attn_a_s * attn_pairs + m.attn_b_s * attn_win_pairs) / self.eta_flops
-        return np.maximum(mem / self.mem_bytes_per_s, cmp) + self._comm(m, n_tok)
+        t_mem = mem / self.mem_bytes_per_s
+        if isinstance(t_mem, float) and isinstance(cmp, float):
+            return max(t_mem, cmp) + self._comm(m, n_tok)
+        return np.maximum(t_mem, cmp) + self._comm(m, n_tok)
 
     def step(self, *, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
              decode_ctx_win: FloatArray | float, prefill_tokens: float = 0.0,

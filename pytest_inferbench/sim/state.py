@@ -43,6 +43,9 @@ class Request:
         self.segments.append((first_step, tokens))
 
     def trace_arrays(self) -> tuple[IntArray, IntArray]:
+        if len(self.segments) == 1:
+            first, tokens = self.segments[0]
+            return np.arange(first, first + len(tokens), dtype=np.int64), tokens
         if not self.segments:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
@@ -177,19 +180,17 @@ class SlotTable:
         if not self.k:
             self.plan_steps[slot] = remaining
             return
-        emitted = np.cumsum(accepted + 1)
+        # Only columns 0..steps are ever read: p never passes plan_steps.
+        acc_cum = np.cumsum(accepted)
+        emitted = acc_cum + np.arange(1, len(accepted) + 1)
         steps = int(np.searchsorted(emitted, remaining)) + 1 if remaining > 0 else 0
         if steps + 1 > self.width:
             self._grow(steps + 1)
         self.plan_steps[slot] = steps
-        row = np.zeros(self.width, dtype=np.int64)
-        row[1:steps + 1] = np.minimum(emitted[:steps], remaining)
-        row[steps + 1:] = remaining
-        self.cum[slot] = row
-        acc = np.zeros(self.width, dtype=np.int64)
-        acc[1:steps + 1] = np.cumsum(accepted[:steps])
-        acc[steps + 1:] = acc[steps]
-        self.acc_cum[slot] = acc
+        cum, acc = self.cum[slot], self.acc_cum[slot]
+        cum[0] = acc[0] = 0
+        np.minimum(emitted[:steps], remaining, out=cum[1:steps + 1])
+        acc[1:steps + 1] = acc_cum[:steps]
         self.acc_raw[slot, :steps] = accepted[:steps]
 
     def close_histogram(self, slot: int, c: CounterState) -> None:
