@@ -54,6 +54,11 @@ class ServerNode(pytest.Collector):
         for point in self.server.points():
             yield BenchItem.from_parent(self, name=point.name, point=point,
                                         callobj=_bench_callobj())
+        from .evals.collect import make_eval_item
+
+        eval_item = make_eval_item(self)  # last, so it runs after the points on the same server
+        if eval_item is not None:
+            yield eval_item
 
     def setup(self) -> None:
         from .backends import get_backend

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import collect, options, report, state, xdist_hooks
+from . import changelog_items, collect, options, report, state, xdist_hooks
 from .backends import reaper
+from .evals.collect import EVAL_MARKER
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -29,6 +30,8 @@ def pytest_configure(config: pytest.Config) -> None:
     state.create_session_state(config)
     xdist_hooks.register(config)
     report.register(config)
+    config.addinivalue_line("markers", EVAL_MARKER)
+    config.addinivalue_line("markers", changelog_items.CHANGELOG_MARKER)
     # CI cancels with SIGTERM, which would skip every teardown and leave servers running.
     reaper.install_sigterm_handler()
 
@@ -56,6 +59,8 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     settings = state.get_session_state(parent.config).settings
     if any(fnmatch(file_path.name, pattern) for pattern in settings.recipe_globs):
         return collect.RecipeFile.from_parent(parent, path=file_path)
+    if changelog_items.is_changelog(file_path, settings.recipe_globs):
+        return changelog_items.ChangelogFile.from_parent(parent, path=file_path)
     return None
 
 

@@ -92,12 +92,6 @@ def terminal_tables(nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]]) -> 
                 lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
                 if index == 0:
                     lines.append("  ".join("-" * w for w in widths))
-            failed = [r for r in entry["points"] if r.get("verdict") in ("failed", "error")]
-            lines += [
-                f"  conc {r.get('conc')} isl {r.get('isl')}: {r.get('reason')}"
-                for r in failed
-                if r.get("reason")
-            ]
         lines += [f"  {_eval_line(r)}" for r in entry["evals"]]
     return lines
 

@@ -1,0 +1,79 @@
+"""The `eval-gsm8k` item of a server node.
+
+A node gets one when evals are asked for: eval data is configured (`--inferbench-eval-data` or
+`inferbench_eval_data`), `inferbench_eval_required` is set, or the recipe directory defines
+eval thresholds (`evals/thresholds.json`). It is the node's last item, so it runs against the
+same server after the points (and on the same xdist worker under `--dist loadscope`). Without
+data it skips with that reason, or fails when evals are required.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .item import run_eval_item, thresholds_path
+
+if TYPE_CHECKING:
+    from ..collect import ServerNode
+
+EVAL_ITEM_NAME = "eval-gsm8k"
+EVAL_MARKER = "eval: accuracy eval item of a server node (GSM8K); deselect with -m 'not eval'"
+
+
+class EvalItem(pytest.Function):
+    """GSM8K against the node's server; a Function so -k/-m and fixtures work as usual."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.eval)
+        server = self.server_node.server
+        if server.skip_reason:
+            self.add_marker(pytest.mark.skip(reason=server.skip_reason))
+
+    @property
+    def server_node(self) -> ServerNode:
+        from ..collect import ServerNode
+
+        assert isinstance(self.parent, ServerNode)
+        return self.parent
+
+    def reportinfo(self) -> tuple[Any, int, str]:
+        node = self.server_node
+        return node.path, node.server.line - 1, f"{node.name}::{self.name}"
+
+
+def wants_eval_item(node: ServerNode) -> bool:
+    from ..state import get_session_state
+
+    settings = get_session_state(node.config).settings
+    return (
+        settings.eval_data is not None
+        or settings.eval_required
+        or thresholds_path(node.server).is_file()
+    )
+
+
+def make_eval_item(node: ServerNode) -> EvalItem | None:
+    if not wants_eval_item(node):
+        return None
+    return EvalItem.from_parent(node, name=EVAL_ITEM_NAME, callobj=_eval_callobj())
+
+
+def _eval_callobj() -> Any:
+    def eval_gsm8k(request: pytest.FixtureRequest) -> None:
+        """GSM8K 5-shot against this server node; both lm-eval filters must pass."""
+        from ..state import get_session_state
+
+        item = request.node
+        assert isinstance(item, EvalItem)
+        node = item.server_node
+        state = get_session_state(item.config)
+        if node.handle is None:
+            pytest.fail(f"{node.name}: server was not started", pytrace=False)
+        run_eval_item(
+            item, node.server, node.spec, node.handle.base_url, state.settings, state.start_context
+        )
+
+    return eval_gsm8k
