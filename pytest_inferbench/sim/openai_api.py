@@ -177,7 +177,10 @@ def _chat_messages(body: dict[str, Any]) -> list[tuple[str, str]]:
                                 f"got {json.dumps(role)}", param=f"messages[{index}].role")
         if "content" not in message:
             raise ApiError(400, f"'messages[{index}]' has no 'content'", param=f"messages[{index}]")
-        parsed.append((str(role), _message_content(index, message["content"])))
+        content = message["content"]
+        if content is None and role == "assistant":
+            content = ""  # an assistant turn that only called tools
+        parsed.append((str(role), _message_content(index, content)))
     return parsed
 
 
