@@ -19,7 +19,25 @@ from pytest_inferbench.changelog import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-MASTER = "minimaxm3-fp4-mi355x-atom:\n  image: x\nminimaxm3-fp4-mi355x-atom-mtp:\n  image: x\n"
+ENTRY = """\
+{key}:
+  image: rocm/atom-dev:MiniMax-M3-20260623
+  model: amd/MiniMax-M3-MXFP4
+  model-prefix: minimaxm3
+  runner: mi355x
+  precision: fp4
+  framework: atom
+  multinode: false
+  scenarios:
+    fixed-seq-len:
+      - isl: 256
+        osl: 16
+        search-space:
+          - {{ tp: 4, conc-start: 1, conc-end: 1 }}
+"""
+MASTER = ENTRY.format(key="minimaxm3-fp4-mi355x-atom") + ENTRY.format(
+    key="minimaxm3-fp4-mi355x-atom-mtp"
+)
 OLD_ENTRY = """\
 - config-keys:
     - minimaxm3-fp4-mi355x-atom
@@ -106,3 +124,37 @@ def test_file_must_end_with_newline(tmp_path: Path) -> None:
     changelog = parse_changelog(OLD_ENTRY.rstrip("\n"), tmp_path / "c.yaml")
     assert changelog.problems == (f"{tmp_path / 'c.yaml'}: the file must end with a newline",)
     assert parse_changelog(OLD_ENTRY, tmp_path / "c.yaml").problems == ()
+
+
+def test_changelog_items_in_a_plugin_run(pytester: pytest.Pytester) -> None:
+    repo = pytester.path
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "dev@example.com")
+    git(repo, "config", "user.name", "dev")
+    (repo / "amd-master.yaml").write_text(MASTER)
+    (repo / "perf-changelog.yaml").write_text(OLD_ENTRY)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "perf-changelog.yaml").write_text(OLD_ENTRY + NEW_ENTRY.format(pr=1850))
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "changelog",
+        "--inferbench-pr",
+        "1917",
+        "--inferbench-changelog-base",
+        "main",
+    )
+    result.assert_outcomes(passed=1, failed=1, deselected=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*new entry links PR 1850, but it is added by PR 1917*",
+            "FAILED perf-changelog.yaml::entry2 - *",
+        ]
+    )
+    # Without --inferbench-pr the PR rule is not applied; the entry is otherwise valid.
+    pytester.runpytest("-p", "no:cacheprovider", "-m", "changelog").assert_outcomes(
+        passed=2, deselected=2
+    )
