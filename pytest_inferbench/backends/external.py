@@ -12,6 +12,7 @@ import httpx
 
 from .base import Backend, ServerStartError
 from .http import HttpServerHandle
+from .readiness import says_simulated
 
 if TYPE_CHECKING:
     from ..launch import ServerSpec
@@ -42,12 +43,13 @@ class ExternalBackend(Backend):
         url = base_url + spec.health_path
         try:
             with httpx.Client(trust_env=False, timeout=HEALTH_TIMEOUT_S) as client:
-                status = client.get(url).status_code
+                response = client.get(url)
         except httpx.HTTPError as exc:
             raise ServerStartError(
                 f"external server for {server.node_name} does not answer at {url}: "
                 f"{type(exc).__name__}: {exc}") from None
-        if status != 200:
-            raise ServerStartError(
-                f"external server for {server.node_name} is not healthy: {url} -> HTTP {status}")
-        return ExternalHandle(base_url=base_url, spec=spec)
+        if response.status_code != 200:
+            raise ServerStartError(f"external server for {server.node_name} is not healthy: "
+                                   f"{url} -> HTTP {response.status_code}")
+        return ExternalHandle(base_url=base_url, spec=spec,
+                              simulated=says_simulated(response.headers))

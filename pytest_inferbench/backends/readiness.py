@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 40
 HEALTH_REQUEST_TIMEOUT_S = 2.0
+# Every response of the simulated server carries this header; a handle serving it, even in a
+# container or behind an external URL, must report its numbers as simulated.
+SIMULATED_HEADER = "x-inferbench-simulated"
 
 
 class LogPump:
@@ -93,8 +96,18 @@ class ReadinessProbe:
     log_path: Path
 
 
-def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.25) -> float:
-    """Block until the health URL answers 200; return the seconds it took.
+@dataclass(frozen=True)
+class Ready:
+    seconds: float  # from the start of the wait until the first 200
+    simulated: bool  # the server marks itself as the simulator (SIMULATED_HEADER)
+
+
+def says_simulated(headers: httpx.Headers) -> bool:
+    return str(headers.get(SIMULATED_HEADER, "")).lower() == "true"
+
+
+def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.25) -> Ready:
+    """Block until the health URL answers 200.
 
     Raises ServerStartError with the exit code (when the server exited) or the last health
     error (on timeout), plus the last log lines, so the node's setup error says why.
@@ -112,7 +125,7 @@ def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.
             try:
                 response = client.get(probe.health_url)
                 if response.status_code == 200:
-                    return time.monotonic() - started
+                    return Ready(time.monotonic() - started, says_simulated(response.headers))
                 last_error = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
                 last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

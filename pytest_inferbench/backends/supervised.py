@@ -113,11 +113,12 @@ def start_supervised(supervised: Supervised, *, base_url: str, spec: ServerSpec,
     reaper.track(supervised, supervised.terminate)
     try:
         timeout = startup_timeout(spec.startup_timeout_s, ctx.options.startup_timeout_s)
-        wait_until_ready(ReadinessProbe(
+        ready = wait_until_ready(ReadinessProbe(
             name=supervised.name, health_url=base_url + spec.health_path,
             exit_code=supervised.exit_code, log_tail=supervised.log.tail,
             log_path=supervised.log.path), timeout)
-        return SupervisedHandle(supervised, base_url=base_url, spec=spec, simulated=simulated)
+        return SupervisedHandle(supervised, base_url=base_url, spec=spec,
+                                simulated=simulated or ready.simulated)
     except BaseException:
         supervised.terminate()
         supervised.log.join()

@@ -50,6 +50,7 @@ def test_points_run_in_a_labelled_host_network_container(
         measurement = handle.run_point(server.points()[0], LOAD)
         assert measurement.num_prompts == 2 * server.points()[0].conc
         assert all(r.success for r in measurement.records), [r.error for r in measurement.records]
+        assert measurement.simulated  # the image serves the simulator, and its answers say so
         handle.check_alive()
     finally:
         handle.stop()

@@ -140,6 +140,7 @@ def test_external_backend_uses_a_running_server_and_never_stops_it(
         external = ExternalBackend().start(server, spec, ctx)
         measurement = external.run_point(server.points()[0], LOAD)
         assert all(r.success for r in measurement.records)
+        assert measurement.simulated
         external.stop()
         assert httpx.get(f"{owner.base_url}/health", trust_env=False).status_code == 200
     finally:
