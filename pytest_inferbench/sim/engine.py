@@ -101,10 +101,10 @@ class Engine:
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, "
                 f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
                 f"messages, {max_tokens} in the completion).")
-        if prompt_tokens + max_tokens + self.k > self.kv_capacity_tokens:
+        if self._blocks_for(prompt_tokens + max_tokens + self.k) > self.num_blocks:
             raise RequestRejectedError(
                 f"request of {prompt_tokens + max_tokens} tokens exceeds the KV cache "
-                f"({self.kv_capacity_tokens} tokens)")
+                f"({self.num_blocks} blocks of {self.block_size} tokens)")
         self.requests[request_id] = Request(request_id, prompt_tokens, max_tokens,
                                             arrival_step=self.steps_done)
         self.waiting.append(request_id)
@@ -261,6 +261,11 @@ class Engine:
             self.running.append(slot)
             self._run_cache = None
             budget -= self._schedule_prefill(slot, budget, chunks)
+        if not len(decode) and not chunks and self.running:
+            # Every running request is a chunked prefill stuck without blocks: free the
+            # newest so the older ones can finish (vLLM preempts the same way).
+            self._preempt(self.running[-1])
+            return StepResult(0.0, [], [])
         factor = self.jitter(1)
         duration = self._price(decode, chunks) * (
             factor if isinstance(factor, float) else float(factor[0]))

@@ -174,3 +174,20 @@ def test_abort_frees_the_slot_and_blocks() -> None:
     engine.abort_request(99)  # unknown ids are ignored
     c = engine.counters()
     assert (c.kv_blocks_used, c.num_requests_running, engine.has_work()) == (0, 0, False)
+
+
+def test_long_chunked_prompts_under_kv_pressure_all_complete() -> None:
+    # Prompts four times the token budget, a cache that holds about two of them at once.
+    config = with_kv_tokens(replace(BASE, max_num_batched_tokens=2048, max_num_seqs=8), 17_000)
+    engine = Engine(config, keep_traces=True)
+    work = [(8000, 50)] * 6
+    _, traces = closed_loop(engine, work, 6, fast=True)
+    assert sorted(traces) == list(range(6))
+    assert all(sum(tokens) == 50 for _, tokens in traces.values())
+    assert engine.counters().kv_blocks_used == 0
+
+
+def test_a_request_bigger_than_the_whole_cache_is_rejected() -> None:
+    engine = Engine(with_kv_tokens(BASE, 5_000))
+    with pytest.raises(RequestRejectedError, match="exceeds the KV cache"):
+        engine.add_request(0, 4_900, 200)
