@@ -161,6 +161,7 @@ def _sglang(s: MetricsSnapshot, b: _Builder) -> None:
     b.add("counter", "sglang:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens)
     b.add("counter", "sglang:generation_tokens", "Generated tokens.", s.generation_tokens)
     b.add("counter", "sglang:num_requests", "Finished requests.", s.requests_finished)
+    b.add("counter", "sglang:num_preemptions", "Preempted (retracted) requests.", s.preemptions)
     if s.spec_tokens:
         b.add("gauge", "sglang:spec_accept_length", "Mean acceptance length.",
               s.tokens_per_forward)

@@ -63,6 +63,7 @@ def test_sglang_persona_and_context_length(start_server: Callable[..., SimServer
     samples = scrape(server.base_url)
     assert value(samples, "sglang:generation_tokens_total") == 16  # completions default
     assert value(samples, "sglang:num_running_reqs") == 0
+    assert value(samples, "sglang:num_preemptions_total") == 0
 
 
 def test_persona_option_overrides_the_program(start_server: Callable[..., SimServer]) -> None:
