@@ -102,6 +102,8 @@ def ensure_image(client: Any, image: str, skip_pull: bool, redactor: Redactor) -
             raise ServerStartError(
                 f"image {image} is not present and --inferbench-skip-pull forbids pulling it"
             ) from None
+    except docker.errors.APIError as exc:  # e.g. an invalid reference such as upper case
+        raise ServerStartError(f"image {image}: {redactor.text(str(exc))}") from None
     repository, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "")
     try:
         client.images.pull(repository, tag=tag or "latest")
@@ -149,6 +151,7 @@ class DockerBackend(Backend):
             raise ServerStartError(f"{server.node_name}: the docker backend needs a launch spec")
         settings = ctx.options
         redactor = Redactor.from_env(settings.pass_env)
+        engine = settings.docker_host or os.environ.get("DOCKER_HOST")
         try:
             client = make_client(settings.docker_host)
         except docker.errors.DockerException as exc:
@@ -167,7 +170,7 @@ class DockerBackend(Backend):
 
         log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id)
         return start_supervised(Container(server.node_name, client, container, log_path, redactor),
-                                base_url=f"http://{server_address(settings.docker_host)}:{port}",
+                                base_url=f"http://{server_address(engine)}:{port}",
                                 spec=spec, ctx=ctx)
 
 

@@ -134,7 +134,7 @@ def test_secret_values_never_reach_logs_or_errors(
             assert SECRET not in path.read_text(errors="replace"), path
 
 
-def test_missing_image_with_skip_pull_and_an_unreachable_registry_are_clear(
+def test_image_problems_are_clear_start_errors(
         tmp_path: Path, start_context: StartContext) -> None:
     server, spec = load_node(write_recipe(tmp_path, image="inferbench-absent:none"))
     with pytest.raises(ServerStartError, match="not present and --inferbench-skip-pull"):
@@ -142,4 +142,7 @@ def test_missing_image_with_skip_pull_and_an_unreachable_registry_are_clear(
     unreachable = "127.0.0.1:9/inferbench/none:tag"
     server, spec = load_node(write_recipe(tmp_path, image=unreachable))
     with pytest.raises(ServerStartError, match=re.escape(f"cannot pull image {unreachable}")):
+        DockerBackend().start(server, spec, start_context)
+    server, spec = load_node(write_recipe(tmp_path, image="Upper/Case:tag"))
+    with pytest.raises(ServerStartError, match=r"image Upper/Case:tag: .*invalid reference"):
         DockerBackend().start(server, spec, start_context)
