@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import TYPE_CHECKING
 
 import httpx
@@ -50,3 +52,28 @@ def test_lone_request_tpot_follows_the_engine_step_time(
     steps = predicted_decode_steps(PROMPT_TOKENS, OUTPUT_TOKENS)
     predicted_tpot = sum(steps) / len(steps)
     assert realized_tpot == pytest.approx(predicted_tpot, rel=0.05)
+
+
+def test_client_on_the_same_machine_can_place_chunks_on_the_server_clock(
+        mtp_server: SimServer) -> None:
+    body = {"model": MODEL, "prompt": "a b c", "max_tokens": 40, "ignore_eos": True,
+            "stream": True}
+    received: list[float] = []
+    with httpx.stream("POST", mtp_server.base_url + "/v1/completions", json=body) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                stamp = time.perf_counter()
+                event = json.loads(line[6:])
+                response_id = event["id"]
+                if event["choices"]:
+                    received.append(stamp)
+    timeline = httpx.get(mtp_server.base_url + "/debug/inferbench/timeline").json()
+    (record,) = [r for r in timeline["requests"] if r["id"] == response_id]
+    offset = timeline["perf_counter_minus_monotonic"]
+    sent = [t + offset for t, _ in record["emissions"]]
+    assert len(sent) == len(received)
+    lags = [r - s for r, s in zip(received, sent, strict=True)]
+    assert min(lags) > 0  # causality holds on the shared clock
+    # The request reached the server before its first chunk reached the client, seconds ago at
+    # most: the same clock, not another epoch.
+    assert 0 < received[0] - (record["arrival"] + offset) < 60
