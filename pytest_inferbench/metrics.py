@@ -74,6 +74,9 @@ class RequestRecord:
     token_source: str = ""  # how chunk_tokens were counted: "usage", "tokenizer", "words", ...
     request_id: str = ""  # the server's response id, to join client and server timelines
     scheduled_time: float | None = None  # open loop: when the schedule wanted it sent
+    # When the client set out to send it; `send_time` is when the request was on the wire
+    # (the same when the transport cannot tell). The gap is the client's own dispatch delay.
+    dispatch_time: float | None = None
 
     @property
     def first_token_time(self) -> float | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..loadgen.client import ClientConfig, make_http_client, run_load
+from ..loadgen.client import ClientConfig, connection_slots, make_http_client, run_load
 from ..loadgen.progress import Progress, terminal_stream
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
@@ -44,6 +44,11 @@ def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float]:
     gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
     itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
     return itl, float(np.median(ttft))
+
+
+def _dispatch_delays(records: Sequence[RequestRecord]) -> np.ndarray[Any, Any]:
+    return np.asarray([r.send_time - r.dispatch_time for r in records
+                       if r.dispatch_time is not None], dtype=np.float64)
 
 
 def _prompt_token_check(workload: Workload, records: Sequence[RequestRecord]) -> dict[str, Any]:
@@ -114,8 +119,8 @@ class HttpServerHandle(ServerHandle):
         notes: list[str] = []
         if self.simulated:
             notes.append("simulated server: these numbers come from the simulator, not hardware")
-        async with make_http_client(cfg) as client:
-            warm = await run_load(client, cfg, workload.warmup)
+        async with make_http_client(cfg, 1) as client, connection_slots(cfg) as slots:
+            warm = await run_load(slots, cfg, workload.warmup)
             warm_failed = sum(1 for r in warm.records if not r.success)
             if warm_failed:
                 self.check_alive()
@@ -129,7 +134,7 @@ class HttpServerHandle(ServerHandle):
             try:
                 monitor.start()
                 progress.start()
-                run = await run_load(client, cfg, workload.prompts,
+                run = await run_load(slots, cfg, workload.prompts,
                                      send_offsets=workload.send_offsets,
                                      on_record=progress.on_record)
                 stats = await monitor.stop()
@@ -140,7 +145,9 @@ class HttpServerHandle(ServerHandle):
                 self.check_alive()
             after = await self._scrape(client, notes) if not before.error else before
         median_itl, median_ttft = _median_gaps(run.records)
-        check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft)
+        check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
+                        dispatch_delay_s=_dispatch_delays(run.records),
+                        busy_s=sum(r.end_time - r.send_time for r in run.records))
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
         server = point_metrics(before, after) if not before.error else {
             "scrape_error": before.error}

@@ -1,8 +1,11 @@
 """The async HTTP client: streams OpenAI completions and records when every chunk arrived.
 
-The hot path only stamps each network read with `time.perf_counter()` and keeps the bytes;
-SSE splitting and JSON parsing happen after the stream ends, so parsing cost never delays the
-next timestamp. An event's time is the arrival of the read that completed it.
+A request's `send_time` is when its last bytes went to the socket and `dispatch_time` when the
+client set out to send it: TTFT and E2EL are the server's share, and the client's own dispatch
+delay is judged by the self-check. Each network read is stamped with `time.perf_counter()` when
+the event loop receives it (`transport.py`; on https, when the read is iterated) and its bytes
+are kept; SSE splitting and JSON parsing happen after the stream ends, so parsing never delays
+a timestamp. An event's time is the arrival of the read that completed it.
 
 Tokens per chunk come from `stream_options.continuous_usage_stats` (the server's cumulative
 `usage.completion_tokens` in every chunk) when the server sends it, otherwise from counting
@@ -17,7 +20,9 @@ error events, streams that end without `[DONE]`, no token at all, or fewer token
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,10 +31,11 @@ import httpx
 import numpy as np
 
 from ..metrics import RequestRecord
+from .transport import arrival_of, stamping_transport, written_at
 from .workload import count_words
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from .workload import Prompt
 
@@ -72,13 +78,36 @@ class ClientConfig:
         return self.endpoint.rstrip("/").endswith("/chat/completions")
 
 
-def make_http_client(cfg: ClientConfig) -> httpx.AsyncClient:
-    """One keep-alive pool with a connection for every concurrent request, no proxies."""
-    limits = httpx.Limits(max_connections=cfg.concurrency,
-                          max_keepalive_connections=cfg.concurrency, keepalive_expiry=60.0)
+def make_http_client(cfg: ClientConfig, connections: int | None = None,
+                     verify: ssl.SSLContext | bool | None = None) -> httpx.AsyncClient:
+    """A keep-alive pool of `connections` (default: the concurrency), no proxies."""
+    size = connections or cfg.concurrency
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size,
+                          keepalive_expiry=60.0)
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    if verify is None:
+        verify = ssl.create_default_context() if cfg.base_url.startswith("https") else False
+    transport = None if cfg.base_url.startswith("https") else stamping_transport(limits)
     return httpx.AsyncClient(base_url=cfg.base_url, limits=limits, timeout=cfg.timeouts.httpx(),
-                             trust_env=False, headers=headers)
+                             trust_env=False, headers=headers, verify=verify,
+                             transport=transport)
+
+
+@contextlib.asynccontextmanager
+async def connection_slots(cfg: ClientConfig) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """One single-connection client per concurrent request.
+
+    httpcore's pool rescans every connection for every queued request (quadratic); at
+    concurrency 64 a shared pool blocked the event loop for ~100 ms per burst. A pool of one
+    per slot is the same number of keep-alive connections at constant cost.
+    """
+    verify: ssl.SSLContext | bool = (
+        ssl.create_default_context() if cfg.base_url.startswith("https") else False)
+    clients = [make_http_client(cfg, 1, verify) for _ in range(cfg.concurrency)]
+    try:
+        yield clients
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
 
 def request_body(cfg: ClientConfig, prompt: Prompt) -> dict[str, Any]:
@@ -212,7 +241,7 @@ def _exception_reason(exc: BaseException, cfg: ClientConfig) -> str:
 
 def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,
             reads: Sequence[tuple[float, bytes]], error: str,
-            scheduled: float | None) -> RequestRecord:
+            scheduled: float | None, dispatched: float | None = None) -> RequestRecord:
     parsed = parse_stream(reads, cfg) if reads else _Parsed()
     chunk_sum = sum(parsed.chunk_tokens)
     output = parsed.completion_tokens if parsed.completion_tokens is not None else chunk_sum
@@ -235,7 +264,7 @@ def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,
         chunk_times=np.asarray(parsed.chunk_times, dtype=np.float64),
         chunk_tokens=np.asarray(parsed.chunk_tokens, dtype=np.int64),
         error=error, token_source=source, request_id=parsed.response_id,
-        scheduled_time=scheduled)
+        scheduled_time=scheduled, dispatch_time=dispatched)
 
 
 async def send_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
@@ -245,18 +274,20 @@ async def send_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Pro
     reads: list[tuple[float, bytes]] = []
     stamp = time.perf_counter
     error = ""
-    sent = stamp()
+    dispatched = stamp()
+    sent = dispatched
     try:
         async with client.stream("POST", cfg.endpoint, json=body) as response:
+            sent = written_at(response) or dispatched
             if response.status_code != 200:
                 error = _http_error(response.status_code, await response.aread())
             else:
                 async for data in response.aiter_raw():
-                    reads.append((stamp(), data))
+                    reads.append((arrival_of(response) or stamp(), data))
     except httpx.HTTPError as exc:
         error = _exception_reason(exc, cfg)
     ended = stamp()
-    return _record(prompt, cfg, sent, ended, reads, error, scheduled)
+    return _record(prompt, cfg, sent, ended, reads, error, scheduled, dispatched)
 
 
 @dataclass(frozen=True)
@@ -270,11 +301,11 @@ class LoadRun:
         return self.end - self.start
 
 
-async def run_load(client: httpx.AsyncClient, cfg: ClientConfig, prompts: Sequence[Prompt], *,
-                   send_offsets: Sequence[float] | None = None,
+async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
+                   prompts: Sequence[Prompt], *, send_offsets: Sequence[float] | None = None,
                    on_record: Callable[[RequestRecord], None] | None = None) -> LoadRun:
-    """Closed loop at `cfg.concurrency` (offsets None), or an open loop sending prompt i at
-    start + offsets[i] with at most `cfg.concurrency` in flight."""
+    """Closed loop with one worker per slot (offsets None), or an open loop sending prompt i at
+    start + offsets[i] as soon as a slot is free; at most `len(slots)` requests in flight."""
     records: list[RequestRecord | None] = [None] * len(prompts)
 
     def done(index: int, record: RequestRecord) -> None:
@@ -286,23 +317,28 @@ async def run_load(client: httpx.AsyncClient, cfg: ClientConfig, prompts: Sequen
     if send_offsets is None:
         next_index = iter(range(len(prompts)))
 
-        async def worker() -> None:
+        async def worker(client: httpx.AsyncClient) -> None:
             for index in next_index:
                 done(index, await send_request(client, cfg, prompts[index]))
 
-        await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, len(prompts)))))
+        await asyncio.gather(*(worker(c) for c in slots[: len(prompts)]))
     else:
         if len(send_offsets) != len(prompts):
             raise ValueError(f"{len(send_offsets)} send times for {len(prompts)} prompts")
-        slots = asyncio.Semaphore(cfg.concurrency)
+        free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        for client in slots:
+            free.put_nowait(client)
 
         async def scheduled(index: int) -> None:
             due = start + send_offsets[index]
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            async with slots:
+            client = await free.get()
+            try:
                 done(index, await send_request(client, cfg, prompts[index], scheduled=due))
+            finally:
+                free.put_nowait(client)
 
         await asyncio.gather(*(scheduled(i) for i in range(len(prompts))))
     end = time.perf_counter()

@@ -17,16 +17,24 @@ from typing import Any
 import numpy as np
 
 DEFAULT_INTERVAL_S = 0.005
-# The p99 lag may be at most this fraction of the median interval being measured ...
-MAX_LAG_FRACTION = 0.25
-# ... but a lag under this is never a verdict (timer granularity, scheduler noise).
+# Typical lag (p90) may be at most this fraction of the median interval being measured ...
+MAX_TYPICAL_LAG_FRACTION = 0.25
+# ... and rare lag (p99) at most the whole interval, or it reshapes the tail percentiles.
+MAX_TAIL_LAG_FRACTION = 1.0
+# A lag under this is never a verdict (timer granularity, scheduler noise).
 LAG_FLOOR_S = 0.002
+# The client may spend at most this share of each slot's time between requests: more and it
+# did not keep the concurrency in flight.
+MAX_DISPATCH_SHARE = 0.05
 HIGH_CPU_FRACTION = 0.9
+
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 
 
 @dataclass(frozen=True)
 class LoopStats:
-    lag_s: np.ndarray[Any, np.dtype[np.float64]]
+    lag_s: FloatArray
     cpu_s: float
     wall_s: float
 
@@ -70,32 +78,55 @@ class LoopMonitor:
 
 
 def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
-            max_lag_fraction: float = MAX_LAG_FRACTION,
-            lag_floor_s: float = LAG_FLOOR_S) -> dict[str, Any]:
-    """The `client_check` dict: ok, reason, lag statistics (ms), CPU."""
+            dispatch_delay_s: FloatArray | None = None, busy_s: float = 0.0) -> dict[str, Any]:
+    """The `client_check` dict: ok, reason, lag statistics (ms), dispatch delay, CPU.
+
+    `dispatch_delay_s` holds, per request, how long the client took from deciding to send it
+    to having it on the wire; `busy_s` is the summed E2EL of the requests.
+    """
     lag = stats.lag_s
     reference = median_itl_s if median_itl_s > 0 else median_ttft_s
-    limit = max(lag_floor_s, max_lag_fraction * reference)
-    p50, p99, worst = (np.percentile(lag, [50, 99, 100]) if lag.size else (0.0, 0.0, 0.0))
+    what = "median chunk ITL" if median_itl_s > 0 else "median TTFT"
+    typical_limit = max(LAG_FLOOR_S, MAX_TYPICAL_LAG_FRACTION * reference)
+    tail_limit = max(LAG_FLOOR_S, MAX_TAIL_LAG_FRACTION * reference)
+    p50, p90, p99, worst = (np.percentile(lag, [50, 90, 99, 100]) if lag.size
+                            else (0.0, 0.0, 0.0, 0.0))
+    delays = dispatch_delay_s if dispatch_delay_s is not None else np.zeros(0)
+    waited = float(delays.sum())
+    share = waited / (waited + busy_s) if waited + busy_s > 0 else 0.0
     check: dict[str, Any] = {
         "ok": True,
         "reason": "",
         "lag_samples": int(lag.size),
         "lag_p50_ms": float(p50) * 1000,
+        "lag_p90_ms": float(p90) * 1000,
         "lag_p99_ms": float(p99) * 1000,
         "lag_max_ms": float(worst) * 1000,
-        "lag_limit_ms": limit * 1000,
+        "lag_p90_limit_ms": typical_limit * 1000,
+        "lag_p99_limit_ms": tail_limit * 1000,
         "reference_interval_ms": reference * 1000,
+        "dispatch_delay_p50_ms": float(np.median(delays)) * 1000 if delays.size else 0.0,
+        "dispatch_delay_p99_ms": float(np.percentile(delays, 99)) * 1000 if delays.size else 0.0,
+        "dispatch_share": share,
         "cpu_fraction": stats.cpu_fraction,
         "wall_s": stats.wall_s,
     }
-    if p99 > limit:
-        what = "median chunk ITL" if median_itl_s > 0 else "median TTFT"
+    reasons = []
+    if p90 > typical_limit:
+        reasons.append(f"client event-loop lag p90 {p90 * 1000:.2f} ms exceeds "
+                       f"{typical_limit * 1000:.2f} ms ({MAX_TYPICAL_LAG_FRACTION:.0%} of the "
+                       f"{what} {reference * 1000:.2f} ms)")
+    if p99 > tail_limit:
+        reasons.append(f"client event-loop lag p99 {p99 * 1000:.2f} ms exceeds the {what} "
+                       f"{reference * 1000:.2f} ms")
+    if share > MAX_DISPATCH_SHARE:
+        reasons.append(f"the client spent {share:.1%} of the time between requests dispatching "
+                       f"(limit {MAX_DISPATCH_SHARE:.0%}): fewer requests were in flight than "
+                       "the concurrency")
+    if reasons:
         check["ok"] = False
-        check["reason"] = (
-            f"client event-loop lag p99 {p99 * 1000:.2f} ms exceeds {limit * 1000:.2f} ms "
-            f"({max_lag_fraction:.0%} of the {what} {reference * 1000:.2f} ms): the client may "
-            f"have distorted the timings (client CPU {stats.cpu_fraction:.0%} of one core)")
+        check["reason"] = ("; ".join(reasons) + f": the client may have distorted the timings "
+                           f"(client CPU {stats.cpu_fraction:.0%} of one core)")
     elif stats.cpu_fraction > HIGH_CPU_FRACTION:
         check["warning"] = f"client CPU {stats.cpu_fraction:.0%} of one core"
     return check

@@ -1,0 +1,106 @@
+"""Done-when check: the client's timings against the simulated server's own timeline.
+
+The simulator (ATOM persona, MiniMax-M3 with EAGLE3 k=3, time scale 1: real time) records when
+each request arrived and when each engine step's tokens were sent (`/debug/inferbench/timeline`,
+on CLOCK_MONOTONIC, the clock of the client's `perf_counter` too). The client must reproduce it.
+
+The server stamps a request's arrival only after reading and parsing it; that intake delay is
+the server's (several ms on a loaded 2-core machine, the same for every client), so the
+server-side TTFT used here starts at the client's wire time (`send_time`) and ends at the first
+emission. The arrival-based TTFT is printed next to it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+import pytest
+
+from pytest_inferbench.backends.base import LoadSettings
+from pytest_inferbench.backends.http import HttpServerHandle
+from pytest_inferbench.metrics import summarize
+
+if TYPE_CHECKING:
+    import types
+
+    from pytest_inferbench.backends.base import PointMeasurement
+    from pytest_inferbench.sim.launcher import SimServer
+
+CONC = 64
+
+
+def server_truth(m: PointMeasurement, timeline: dict[str, Any]) -> dict[str, Any]:
+    offset = float(timeline["perf_counter_minus_monotonic"])
+    by_id = {t["id"]: t for t in timeline["requests"]}
+    ttft_wire, ttft_arrival, tpot, gaps, gap_tokens, late, early = [], [], [], [], [], [], []
+    for r in m.records:
+        t = by_id[r.request_id]
+        emitted = np.asarray(t["emissions"], dtype=np.float64)
+        times, tokens = emitted[:, 0] + offset, emitted[:, 1].astype(np.int64)
+        assert len(times) == len(r.chunk_times), "one SSE chunk per engine delivery"
+        assert list(tokens) == list(r.chunk_tokens)
+        assert int(tokens.sum()) == r.output_tokens == t["completion_tokens"]
+        delay = r.chunk_times - times
+        late.append(delay)
+        early.append(float(delay.min()))
+        ttft_wire.append(times[0] - r.send_time)
+        ttft_arrival.append(times[0] - (t["arrival"] + offset))
+        n = int(tokens.sum())
+        if n > 1:
+            tpot.append((times[-1] - times[0]) / (n - 1))
+        gaps.append(np.diff(times))
+        gap_tokens.append(tokens[1:])
+    all_gaps, all_tokens = np.concatenate(gaps), np.concatenate(gap_tokens)
+    per_token = np.repeat(all_gaps / all_tokens, all_tokens)
+    return {
+        "ttft_ms": float(np.median(ttft_wire)) * 1000,
+        "ttft_from_arrival_ms": float(np.median(ttft_arrival)) * 1000,
+        "tpot_ms": float(np.median(tpot)) * 1000,
+        "itl_per_token_ms": float(np.median(per_token)) * 1000,
+        "tokens_per_later_chunk": float(all_tokens.mean()),
+        "delay_ms": np.percentile(np.concatenate(late), [50, 99, 100]) * 1000,
+        "earliest_delay_ms": min(early) * 1000,
+    }
+
+
+@pytest.mark.slow
+def test_client_matches_the_server_timeline_under_eagle3(
+        eagle_server: SimServer, helpers: types.ModuleType) -> None:
+    handle = HttpServerHandle(
+        base_url=eagle_server.base_url,
+        spec=helpers.spec_for((*helpers.ATOM_ARGV, *helpers.EAGLE3), chat_template=True),
+        simulated=True)
+    point = helpers.server_config("mtp", isl=1024, osl=64, conc=CONC).points()[0]
+    m = handle.run_point(point, LoadSettings(prompts_per_conc=2, warmup_per_conc=1))
+    timeline = httpx.get(eagle_server.base_url + "/debug/inferbench/timeline",
+                         timeout=30).json()
+    s = summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
+                  max_concurrency=CONC, num_gpus=4)
+    truth = server_truth(m, timeline)
+    al = m.server_metrics["acceptance_length"]
+    print(f"\nclient vs server at conc {CONC}, EAGLE3 (server AL {al:.3f}):"
+          f"\n  TTFT median {s['median_ttft_ms']:.2f} vs {truth['ttft_ms']:.2f} ms"
+          f" (from the server's arrival stamp: {truth['ttft_from_arrival_ms']:.2f} ms)"
+          f"\n  TPOT median {s['median_tpot_ms']:.3f} vs {truth['tpot_ms']:.3f} ms"
+          f"\n  per-token ITL median {s['median_itl_per_token_ms']:.3f}"
+          f" vs {truth['itl_per_token_ms']:.3f} ms"
+          f"\n  chunk ITL median {s['median_itl_ms']:.3f} ms,"
+          f" mean chunk/per-token ITL {s['mean_itl_ms'] / s['mean_itl_per_token_ms']:.3f}"
+          f"\n  chunk stamp after emission p50/p99/max {truth['delay_ms'].round(3)} ms"
+          f"\n  self-check {m.client_check}")
+
+    assert s["completed"] == m.num_prompts == 2 * CONC
+    assert s["token_accounting_ok"] and s["chunk_token_total"] == s["total_output_tokens"]
+    assert truth["earliest_delay_ms"] >= 0  # no chunk is stamped before the server sent it
+    assert s["median_ttft_ms"] == pytest.approx(truth["ttft_ms"], rel=0.01)
+    assert s["median_tpot_ms"] == pytest.approx(truth["tpot_ms"], rel=0.01)
+    assert s["median_itl_per_token_ms"] == pytest.approx(truth["itl_per_token_ms"], rel=0.02)
+    # Chunk ITL (vLLM's) counts one sample per speculative step: it is the per-token ITL times
+    # the tokens each step carried, exactly the server's tokens per later emission, i.e. ~AL.
+    ratio = s["mean_itl_ms"] / s["mean_itl_per_token_ms"]
+    assert ratio == pytest.approx(truth["tokens_per_later_chunk"], rel=1e-6)
+    assert ratio == pytest.approx(al, rel=0.1)
+    assert s["median_itl_ms"] / s["median_itl_per_token_ms"] == pytest.approx(al, rel=0.1)
+    assert m.client_check["ok"], m.client_check["reason"]
