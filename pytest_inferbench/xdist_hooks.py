@@ -41,13 +41,18 @@ def worker_input(settings: Settings, run_id: str, workerid: str, workercount: in
     index = worker_index(workerid)
     values = {RUN_ID_KEY: run_id}
     if settings.gpus:
+        # Errors must not kill the session inside xdist: a bad list goes to the workers as
+        # given (each node's setup then fails with the parse error), too few GPUs for the
+        # workers as an empty slice (each node fails naming the missing GPUs).
         try:
-            slices = split_between_workers(parse_gpu_ids(settings.gpus), workercount)
-            values[GPUS_KEY] = format_gpu_ids(slices[index])
+            ids = parse_gpu_ids(settings.gpus)
         except GpuSpecError:
-            # Too few GPUs for the workers: every node then fails its setup naming the cause
-            # (node_gpu_ids), rather than the whole session dying inside xdist.
-            values[GPUS_KEY] = ""
+            values[GPUS_KEY] = settings.gpus
+        else:
+            try:
+                values[GPUS_KEY] = format_gpu_ids(split_between_workers(ids, workercount)[index])
+            except GpuSpecError:
+                values[GPUS_KEY] = ""
     if settings.docker_hosts:
         values[DOCKER_HOST_KEY] = settings.docker_hosts[index % len(settings.docker_hosts)]
     return values

@@ -150,3 +150,11 @@ def test_hf_cache_is_mounted_only_when_it_exists(tmp_path: Path) -> None:
 ])
 def test_servers_are_reached_on_the_engine_machine(host: str | None, address: str) -> None:
     assert server_address(host) == address
+
+
+def test_a_bad_gpu_list_reaches_the_workers_unchanged_to_fail_each_node_clearly() -> None:
+    settings = FakeSettings(gpus="0-x", docker_hosts=())
+    values = xdist_hooks.worker_input(settings, "r", "gw0", 2)  # type: ignore[arg-type]
+    assert values[xdist_hooks.GPUS_KEY] == "0-x"
+    with pytest.raises(gpu.GpuSpecError, match="'0-x'"):
+        gpu.preset_for_node("H200", 1, values[xdist_hooks.GPUS_KEY], "n", devices_present=False)
