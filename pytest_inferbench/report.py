@@ -139,7 +139,7 @@ class ReportCollector:
             row = dict(props)
             row["nodeid"] = report.nodeid
             row["verdict"] = "error" if report.when == "setup" and report.failed else report.outcome
-            row["reason"] = _first_line(report) if report.outcome == "failed" else ""
+            row["reason"] = _first_line(report) if report.outcome != "passed" else ""
             self.points[report.nodeid] = row
             result = getattr(report, RESULT_ATTR, None)
             if isinstance(result, dict):

@@ -61,6 +61,8 @@ def run_eval_item(
     ctx: StartContext,
 ) -> EvalResult:
     """Skip (no data), or run GSM8K and fail with one line per filter below its threshold."""
+    # Identify the row first, so the summary lists the eval even when it skips or fails early.
+    item.user_properties += [("eval_node", server.node_name), ("eval_task", TASK)]
     if settings.eval_data is None:
         reason = (
             "no GSM8K data: pass --inferbench-eval-data PATH or set inferbench_eval_data "
@@ -80,8 +82,7 @@ def run_eval_item(
             result = run_gsm8k_eval(url, spec, server, settings, settings.results_dir)
     except (EvalDataError, ThresholdsError) as exc:
         pytest.fail(str(exc), pytrace=False)
-    item.user_properties.append(("eval_node", server.node_name))
-    item.user_properties.extend(result.properties())
+    item.user_properties.extend(p for p in result.properties() if p[0] != "eval_task")
     item.user_properties.append(("eval_threshold", threshold.value))
     if settings.backend in SIMULATED_BACKENDS:
         item.user_properties.append(("simulated", True))

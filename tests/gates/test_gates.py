@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,9 +12,6 @@ from pytest_inferbench.gates import Gates, evaluate_point, load_gates
 from pytest_inferbench.gates_baseline import load_baseline, save_baseline
 from pytest_inferbench.gates_rules import GatesFile, GatesFileError, load_gates_file, parse_gates
 from pytest_inferbench.gates_speculative import load_golden_al
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 GATES_YAML = """\
 slo:
@@ -295,3 +293,13 @@ def test_acceptance_fields_record_golden_next_to_measured(objs: Any, recipe_dir:
 
 def test_empty_gates_file_is_allowed(tmp_path: Path) -> None:
     assert parse_gates("", tmp_path / "g.yaml") == GatesFile(tmp_path / "g.yaml")
+
+
+def test_repository_gates_and_golden_files_load() -> None:
+    repo = Path(__file__).resolve().parents[2] / "benchmarks"
+    gates = load_gates_file(repo / "gates.yaml")
+    assert gates.rules and gates.regression.default_tolerance == 0.05
+    golden = load_golden_al(repo / "golden_al")
+    # InferenceX golden_al_distribution/minimaxm3_eagle3.yaml, k=3 (performance-model.md §A7).
+    assert golden.lookup("minimaxm3", "eagle3", "thinking_on", 3) == 2.83
+    assert golden.lookup("minimaxm3", "eagle3", "thinking_off", 3) == 2.93
