@@ -353,10 +353,13 @@ class Engine:
         budget = self.config.max_num_batched_tokens - len(self.running) * (self.k + 1)
         if budget <= 0:
             return False
+        first = self._blocks_for(min(req.prompt_tokens + req.generated, budget))
+        # Each running sequence grows by at most ceil(q / block_size) blocks per step.
+        if first + len(self.running) * self._blocks_for(self.k + 1) <= self.free_blocks:
+            return True
         st = self.slots
         run = self.run_array()
         grow = int(np.maximum(-(-(st.ctx[run] + self.k + 1) // self.block_size) - st.blocks[run],
                               0).sum())
-        first = self._blocks_for(min(req.prompt_tokens + req.generated, budget))
         return first + grow <= self.free_blocks
 
