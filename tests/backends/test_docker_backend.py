@@ -16,6 +16,7 @@ from lifecycle_helpers import (
     write_recipe,
 )
 
+from pytest_inferbench import gpu
 from pytest_inferbench.backends.base import LoadSettings, ServerDiedError, ServerStartError
 from pytest_inferbench.backends.docker import DockerBackend, run_kwargs
 from pytest_inferbench.backends.reaper import LABEL_NODE, LABEL_OWNER, LABEL_RUN, LABEL_WORKER
@@ -146,3 +147,15 @@ def test_image_problems_are_clear_start_errors(
     server, spec = load_node(write_recipe(tmp_path, image="Upper/Case:tag"))
     with pytest.raises(ServerStartError, match=r"image Upper/Case:tag: .*invalid reference"):
         DockerBackend().start(server, spec, start_context)
+
+
+@pytest.mark.skipif(gpu.ROCM_DEVICE.exists(), reason="this host has ROCm GPUs")
+def test_explicit_gpu_ids_apply_the_rocm_preset_which_needs_the_devices(
+        docker_client: Any, tmp_path: Path, start_context: StartContext, run_id: str) -> None:
+    server, spec = load_node(write_recipe(tmp_path, tps=(2,)))
+    kwargs = run_kwargs(server, spec, with_settings(start_context, gpus="4-7"), 8000)
+    assert kwargs["environment"]["HIP_VISIBLE_DEVICES"] == "4,5"
+    # No /dev/kfd here: the engine refuses the device, and the error names it.
+    with pytest.raises(ServerStartError, match="/dev/kfd"):
+        DockerBackend().start(server, spec, with_settings(start_context, gpus="4-7"))
+    assert not containers_of_run(docker_client, run_id)
