@@ -150,6 +150,7 @@ class Framework:
     allreduce_bytes_per_elem: float
     hbm_efficiency: float
     compute_efficiency: float
+    calibration_achievable_flops: float  # realizable flops fraction of the fitted-on chip
     defaults: dict[str, Any]
 
 
@@ -245,6 +246,7 @@ def framework(name: str) -> Framework:
         allreduce_bytes_per_elem=float(d["allreduce_bytes_per_elem"]),
         hbm_efficiency=float(d["hbm_efficiency"]),
         compute_efficiency=float(d["compute_efficiency"]),
+        calibration_achievable_flops=hardware(str(d["calibrated_on"])).achievable_flops,
         defaults=dict(d["defaults"]),
     )
 

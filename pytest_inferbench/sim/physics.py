@@ -19,7 +19,6 @@ from .catalog import (
     KV_DTYPE_BYTES,
     PARTS,
     Architecture,
-    CatalogError,
     Checkpoint,
     Framework,
     Hardware,
@@ -155,9 +154,9 @@ class StepCost:
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
               hw: Hardware, fw: Framework) -> StepCost:
-        # The framework's compute efficiency was fitted on MI355X; scale it by how much of its
-        # peak each chip realizes relative to MI355X (0.65).
-        eta = fw.compute_efficiency * hw.achievable_flops / 0.65
+        # The framework's compute efficiency was fitted on one chip; scale it by how much of
+        # its peak each chip realizes relative to that one.
+        eta = fw.compute_efficiency * hw.achievable_flops / fw.calibration_achievable_flops
         return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=fw.step_overhead_s,
                    allreduce_latency_s=fw.allreduce_latency_s,
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
@@ -242,5 +241,5 @@ def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_ut
     return int(free // per_token)
 
 
-__all__ = ["CatalogError", "EngineConfigError", "ModelOnGpus", "StepCost", "kv_capacity_tokens",
+__all__ = ["EngineConfigError", "ModelOnGpus", "StepCost", "kv_capacity_tokens",
            "served_dtypes", "shard_model", "windowed_sum"]
