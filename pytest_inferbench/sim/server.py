@@ -141,6 +141,8 @@ class SimServer:
         now = self.clock()
         if self.loop is not None and self.loop.failure is not None:
             raise ApiError(500, f"simulated engine failed: {self.loop.failure!r}")
+        if self.loop is not None and self.loop.closing.is_set():
+            raise ApiError(503, "simulated server is shutting down")
         if not self.faults.is_ready(now):
             raise ApiError(503, self.faults.not_ready_reason(now))
 
@@ -186,6 +188,7 @@ class SimServer:
 
     async def _generate(self, request: Request, kind: Kind) -> Response:
         assert self.loop is not None, "lifespan starts the engine loop before any request"
+        arrival = self.clock()
         try:
             self._ensure_serving()
             parsed = parse_generation(kind, parse_json_object(await request.body()))
@@ -194,7 +197,6 @@ class SimServer:
         except ApiError as error:
             return error_response(error)
         arrival_number = next(self._arrivals)
-        arrival = self.clock()
         plan = plan_output(parsed, max_tokens, self.config.oracle,
                            f"{self.config.seed}:{arrival_number}")
         faults = self.faults.for_request(arrival_number, plan.tokens, parsed.stream)
