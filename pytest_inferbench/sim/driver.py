@@ -140,6 +140,9 @@ def simulate_point(config: EngineConfig, load: PointLoad,
         warm.ends = np.zeros(engine.steps_done + 4096)
         _run_load(engine, warm, reps[0], reps[1], np.zeros(load.num_warmups), load.concurrency,
                   first_id=1 << 40)
+    # Peaks are for the measured phase only, like a scrape taken after the warmup.
+    engine.counters_state.peak_usage = 0.0
+    engine.counters_state.peak_waiting = 0
     before = engine.counters()
     clock = _Timeline()
     clock.n = engine.steps_done
