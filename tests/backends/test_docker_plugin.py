@@ -6,6 +6,7 @@ simulator image. After every run `docker ps -a --filter label=inferbench.run` mu
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -147,33 +148,40 @@ def test_xdist_loadscope_runs_each_node_once_on_one_worker_concurrently(
     assert len(ports) == 2
 
 
-def test_sigterm_during_a_point_tears_the_container_down(
-        docker_client: Any, tmp_path: Path) -> None:
-    # Real time and long outputs: the first point runs for minutes unless interrupted.
-    write_recipe(tmp_path, osl=4000, sim_options={"fp4": ("--time-scale", "1")})
+@pytest.mark.parametrize("xdist", [(), ("-n", "2", "--dist", "loadscope")],
+                         ids=["one-process", "xdist-2-workers"])
+def test_sigterm_during_a_point_tears_the_containers_down(
+        docker_client: Any, tmp_path: Path, xdist: tuple[str, ...]) -> None:
+    # Real time and long outputs: the first points run for minutes unless interrupted.
+    tps = (1, 2) if xdist else (1,)
+    write_recipe(tmp_path, tps=tps, osl=4000, sim_options={"fp4": ("--time-scale", "1")})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", *FAST, "--inferbench-results=results",
+        [sys.executable, "-m", "pytest", *FAST, *xdist, "--inferbench-results=results",
          str(tmp_path / "test-master.yaml")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    owner = f"{LABEL_OWNER}={socket.gethostname()}:{proc.pid}"
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True)  # its own process group, as a CI job's
     try:
         log_dir = tmp_path / "results" / "server-logs"
-        deadline = time.monotonic() + 60
-        while not any("listening on" in p.read_text() for p in log_dir.glob("*.log")):
+        deadline = time.monotonic() + 90
+        while sum("listening on" in p.read_text() for p in log_dir.glob("*.log")) < len(tps):
             assert proc.poll() is None, proc.communicate()[0].decode()
-            assert time.monotonic() < deadline, "the server never started"
+            assert time.monotonic() < deadline, "the servers never started"
             time.sleep(0.2)
-        time.sleep(1.0)  # into the point's requests
-        assert docker_client.containers.list(filters={"label": owner})
-        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)  # into the points' requests
+        running = docker_client.containers.list(filters={"label": LABEL_RUN})
+        runs = {c.labels[LABEL_RUN] for c in running if c.labels.get(LABEL_OWNER, "").startswith(
+            socket.gethostname() + ":")}
+        assert len(runs) == 1 and len(running) == len(tps), [c.name for c in running]
+        os.killpg(proc.pid, signal.SIGTERM)  # a CI cancel signals the whole job
         output = proc.communicate(timeout=60)[0].decode()
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 2, output  # pytest's "interrupted"
     assert "KeyboardInterrupt" in output
-    left = docker_client.containers.list(all=True, filters={"label": owner})
+    (run,) = runs
+    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
     for container in left:
         container.remove(force=True)
     assert not left, f"SIGTERM left containers behind: {[c.name for c in left]}"
