@@ -130,7 +130,8 @@ class Settings:
             prompts_per_conc=int(opt("inferbench_prompts_per_conc") or 10),
             request_rate=float(opt("inferbench_request_rate") or math.inf),
             seed=int(opt("inferbench_seed") or 0),
-            time_scale=float(opt("inferbench_time_scale") or 1.0),
+            # 0 is a valid scale (as fast as possible), so test for None, not falsiness.
+            time_scale=1.0 if (scale := opt("inferbench_time_scale")) is None else float(scale),
             base_url=opt("inferbench_base_url"),
             launch_dir=_path(opt("inferbench_launch_dir")),
             startup_timeout_s=_float(opt("inferbench_startup_timeout")),
