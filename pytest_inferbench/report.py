@@ -118,7 +118,12 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
 def register(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return  # workers forward reports; the controller summarizes
-    config.pluginmanager.register(ReportCollector(config), COLLECTOR_NAME)
+    collector = ReportCollector(config)
+    config.pluginmanager.register(collector, COLLECTOR_NAME)
+    if config.pluginmanager.hasplugin("html"):
+        from .report_html import HtmlPlots
+
+        config.pluginmanager.register(HtmlPlots(collector), f"{COLLECTOR_NAME}-html")
 
 
 class ReportCollector:
@@ -130,6 +135,7 @@ class ReportCollector:
         self.results: dict[str, dict[str, Any]] = {}  # nodeid -> full result
         self.started = time.time()
         self.written: list[Path] = []
+        self.finished = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -157,11 +163,16 @@ class ReportCollector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.finish()
+
+    def finish(self) -> None:
+        """Write summary.json, the baseline, the step summary and the plots (once)."""
         from .gates_baseline import save_baseline, write_json_atomic
 
         settings = _settings(self.config)
-        if settings is None or not self.points:
+        if self.finished or settings is None or not self.points:
             return
+        self.finished = True
         points = self.summary_points()
         meta = run_metadata(self.config, settings, points, self.started)
         summary_path = settings.results_dir / "summary.json"
