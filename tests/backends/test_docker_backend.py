@@ -38,7 +38,7 @@ def test_points_run_in_a_labelled_host_network_container(
     handle = DockerBackend().start(server, spec, start_context)
     try:
         (container,) = containers_of_run(docker_client, run_id)
-        port = handle.base_url.rsplit(":", 1)[1]  # type: ignore[union-attr]
+        port = handle.base_url.rsplit(":", 1)[1]
         argv = list(spec.argv_for_port(int(port)))
         config = container.attrs["Config"]
         assert [*config["Entrypoint"], *config["Cmd"]] == argv

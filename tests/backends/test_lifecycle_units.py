@@ -17,6 +17,7 @@ from pytest_inferbench.backends.docker import (
 )
 from pytest_inferbench.backends.readiness import log_path_for
 from pytest_inferbench.backends.reaper import LABEL_OWNER, is_stale
+from pytest_inferbench.options import Settings
 from pytest_inferbench.redact import Redactor
 
 
@@ -80,27 +81,25 @@ def test_nvidia_preset_requests_the_node_gpu_ids() -> None:
     assert request["Capabilities"] == [["gpu"]]
 
 
-@dataclasses.dataclass(frozen=True)
-class FakeSettings:  # only the fields xdist_hooks reads; Settings needs a pytest config
-    gpus: str | None
-    docker_hosts: tuple[str, ...]
-    docker_host: str | None = None
+def settings_with(config: pytest.Config, **changes: object) -> Settings:
+    return dataclasses.replace(Settings.from_config(config), **changes)  # type: ignore[arg-type]
 
 
-def test_worker_input_slices_gpus_and_assigns_docker_hosts() -> None:
-    settings = FakeSettings(gpus="0-7", docker_hosts=("tcp://a:2375", "tcp://b:2375"))
-    inputs = [xdist_hooks.worker_input(settings, "run1", f"gw{i}", 2) for i in range(2)]  # type: ignore[arg-type]
+def test_worker_input_slices_gpus_and_assigns_docker_hosts(pytestconfig: pytest.Config) -> None:
+    settings = settings_with(pytestconfig, gpus="0-7",
+                             docker_hosts=("tcp://a:2375", "tcp://b:2375"))
+    inputs = [xdist_hooks.worker_input(settings, "run1", f"gw{i}", 2) for i in range(2)]
     assert [i[xdist_hooks.GPUS_KEY] for i in inputs] == ["0,1,2,3", "4,5,6,7"]
     assert [i[xdist_hooks.DOCKER_HOST_KEY] for i in inputs] == ["tcp://a:2375", "tcp://b:2375"]
     assert {i[xdist_hooks.RUN_ID_KEY] for i in inputs} == {"run1"}
-    worker = xdist_hooks.worker_settings(settings, inputs[1])  # type: ignore[type-var]
+    worker = xdist_hooks.worker_settings(settings, inputs[1])
     assert (worker.gpus, worker.docker_host) == ("4,5,6,7", "tcp://b:2375")
-    assert xdist_hooks.worker_settings(settings, None) is settings  # type: ignore[type-var]
+    assert xdist_hooks.worker_settings(settings, None) is settings
 
 
-def test_too_few_gpus_for_the_workers_leaves_each_worker_none() -> None:
-    settings = FakeSettings(gpus="0", docker_hosts=())
-    values = xdist_hooks.worker_input(settings, "r", "gw1", 2)  # type: ignore[arg-type]
+def test_too_few_gpus_for_the_workers_leaves_each_worker_none(pytestconfig: pytest.Config) -> None:
+    settings = settings_with(pytestconfig, gpus="0")
+    values = xdist_hooks.worker_input(settings, "r", "gw1", 2)
     assert values[xdist_hooks.GPUS_KEY] == ""
     with pytest.raises(gpu.GpuSpecError, match="this worker has 0"):
         gpu.preset_for_node("MI355X", 1, "", "node-a", devices_present=False)
@@ -152,9 +151,10 @@ def test_servers_are_reached_on_the_engine_machine(host: str | None, address: st
     assert server_address(host) == address
 
 
-def test_a_bad_gpu_list_reaches_the_workers_unchanged_to_fail_each_node_clearly() -> None:
-    settings = FakeSettings(gpus="0-x", docker_hosts=())
-    values = xdist_hooks.worker_input(settings, "r", "gw0", 2)  # type: ignore[arg-type]
+def test_a_bad_gpu_list_reaches_the_workers_unchanged_to_fail_each_node_clearly(
+        pytestconfig: pytest.Config) -> None:
+    settings = settings_with(pytestconfig, gpus="0-x")
+    values = xdist_hooks.worker_input(settings, "r", "gw0", 2)
     assert values[xdist_hooks.GPUS_KEY] == "0-x"
     with pytest.raises(gpu.GpuSpecError, match="'0-x'"):
         gpu.preset_for_node("H200", 1, values[xdist_hooks.GPUS_KEY], "n", devices_present=False)
