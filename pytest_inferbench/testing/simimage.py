@@ -15,11 +15,12 @@ networking on 127.0.0.1, like the real ATOM image would run its server.
     os.environ[MOUNTS_ENV] = simimage.mounts_value()   # before the docker backend starts
 
 Building takes well under a second (the tarball is a few kilobytes); an existing image with
-the same tag is reused.
+the same tag and contents is reused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 import pytest_inferbench
 
 IMAGE = "inferbench-sim:local"
+DIGEST_LABEL = "inferbench.simimage"
 TOP_LEVEL_LINKS = ("bin", "lib", "lib32", "lib64", "libx32")
 # /sbin is a real directory (not a link into the read-only /usr mount) because docker puts
 # its init binary (`init=True`) at /sbin/docker-init.
@@ -98,16 +100,23 @@ def image_changes() -> list[str]:
 
 
 def ensure_image(client: Any, tag: str = IMAGE, rebuild: bool = False) -> str:
-    """Import the image unless it exists; returns its tag."""
+    """Import the image unless an identical one exists; returns its tag.
+
+    The image records a digest of its contents (root tarball and settings such as PATH) in
+    the `inferbench.simimage` label, so a tag built by another Python environment is rebuilt
+    instead of reused with a stale PATH.
+    """
     import docker.errors
 
+    tar, changes = rootfs_tar(), image_changes()
+    digest = hashlib.sha256(tar + "\n".join(changes).encode()).hexdigest()[:16]
     if not rebuild:
         try:
-            client.images.get(tag)
-            return tag
+            if client.images.get(tag).labels.get(DIGEST_LABEL) == digest:
+                return tag
         except docker.errors.ImageNotFound:
             pass
     repository, _, version = tag.partition(":")
-    client.api.import_image_from_data(rootfs_tar(), repository=repository,
-                                      tag=version or "latest", changes=image_changes())
+    client.api.import_image_from_data(tar, repository=repository, tag=version or "latest",
+                                      changes=[*changes, f"LABEL {DIGEST_LABEL}={digest}"])
     return tag

@@ -158,3 +158,19 @@ def test_a_bad_gpu_list_reaches_the_workers_unchanged_to_fail_each_node_clearly(
     assert values[xdist_hooks.GPUS_KEY] == "0-x"
     with pytest.raises(gpu.GpuSpecError, match="'0-x'"):
         gpu.preset_for_node("H200", 1, values[xdist_hooks.GPUS_KEY], "n", devices_present=False)
+
+
+def test_sim_image_mounts_cover_python_and_the_project_without_nesting() -> None:
+    import sys
+    import tarfile
+    from io import BytesIO
+
+    from pytest_inferbench.testing import simimage
+
+    mounts = [Path(p) for p in simimage.host_mounts()]
+    assert not [(a, b) for a in mounts for b in mounts if a != b and a in b.parents]
+    for needed in (Path(sys.executable).resolve(), simimage.project_root()):
+        assert any(m == needed or m in needed.parents for m in mounts), needed
+    names = tarfile.open(fileobj=BytesIO(simimage.rootfs_tar())).getnames()
+    assert {"tmp", "etc/passwd", "sbin"} <= set(names)
+    assert simimage.rootfs_tar() == simimage.rootfs_tar()  # deterministic: the digest is stable
