@@ -171,6 +171,7 @@ def test_sim_image_mounts_cover_python_and_the_project_without_nesting() -> None
     assert not [(a, b) for a in mounts for b in mounts if a != b and a in b.parents]
     for needed in (Path(sys.executable).resolve(), simimage.project_root()):
         assert any(m == needed or m in needed.parents for m in mounts), needed
-    names = tarfile.open(fileobj=BytesIO(simimage.rootfs_tar())).getnames()
+    with tarfile.open(fileobj=BytesIO(simimage.rootfs_tar())) as tar:
+        names = tar.getnames()
     assert {"tmp", "etc/passwd", "sbin"} <= set(names)
     assert simimage.rootfs_tar() == simimage.rootfs_tar()  # deterministic: the digest is stable
