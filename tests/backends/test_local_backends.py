@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -25,8 +26,6 @@ from pytest_inferbench.backends.process import ProcessBackend
 from pytest_inferbench.backends.simserver import SimServerBackend
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pytest_inferbench.backends.base import StartContext
     from pytest_inferbench.backends.supervised import SupervisedHandle
 
@@ -155,3 +154,29 @@ def test_external_backend_reports_a_dead_url_clearly(
         ExternalBackend().start(server, spec, ctx)
     with pytest.raises(ServerStartError, match="needs --inferbench-base-url"):
         ExternalBackend().start(server, spec, with_settings(start_context, base_url=None))
+
+
+ABANDON = """
+import sys, types
+from pathlib import Path
+sys.path.insert(0, {helpers!r})
+from lifecycle_helpers import load_node, write_recipe
+from pytest_inferbench.backends.base import StartContext
+from pytest_inferbench.backends.simserver import SimServerBackend
+root = Path({root!r})
+server, spec = load_node(write_recipe(root))
+options = types.SimpleNamespace(time_scale=0.0, pass_env=(), startup_timeout_s=None)
+handle = SimServerBackend().start(server, spec, StartContext(root, "abandon", "master", options))
+print(handle.supervised.process.pid, flush=True)
+sys.exit(0)  # no stop(): the atexit safety net must end the server
+"""
+
+
+def test_a_handle_never_stopped_is_stopped_at_interpreter_exit(tmp_path: Path) -> None:
+    import subprocess
+
+    script = ABANDON.format(helpers=str(Path(__file__).parent), root=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    pgid = int(done.stdout.split()[0])
+    assert wait_group_gone(pgid)
