@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 from .gates_baseline import (
     DEFAULT_METRICS,
     Baseline,
+    BaselineError,
     higher_is_better,
     load_baseline,
 )
 from .gates_rules import GatesFile, GatesFileError, display_path, load_gates_file
-from .gates_speculative import GoldenAL, load_golden_al, speculative_decoding
+from .gates_speculative import GoldenAL, GoldenALError, load_golden_al, speculative_decoding
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -161,10 +162,13 @@ def evaluate_point(
     Without `gates`, the gates of the point's recipe directory are loaded (cached); without
     `baseline`, `--inferbench-baseline` is loaded (cached). Pass `baseline=None` for none.
     """
-    if gates is None:
-        gates = load_gates(point.server.source, settings)
-    if baseline is FROM_SETTINGS:
-        baseline = load_baseline_for(settings)
+    try:
+        if gates is None:
+            gates = load_gates(point.server.source, settings)
+        if baseline is FROM_SETTINGS:
+            baseline = load_baseline_for(settings)
+    except (GatesFileError, GoldenALError, BaselineError) as exc:
+        return [str(exc)]  # bad input fails the point with the file:line reason, no traceback
     assert baseline is None or isinstance(baseline, Baseline)
     extra = {k: v for k, v in acceptance_fields(point, spec, gates).items() if k not in result}
     if isinstance(result, dict):

@@ -11,7 +11,7 @@ import pytest
 
 # In-process pytester runs drop modules first imported during a run; numpy cannot be imported
 # twice in one process, so the simulator and plotting stacks are imported here, once.
-import pytest_inferbench.backends.sim  # noqa: F401
+import pytest_inferbench.backends.sim
 import pytest_inferbench.plots  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,3 +148,13 @@ def test_saved_baseline_is_used_by_the_next_run(project: pytest.Pytester) -> Non
             r"tolerance 5%; base\.json\)"
         ]
     )
+
+
+def test_malformed_gates_file_fails_points_with_file_and_line(project: pytest.Pytester) -> None:
+    (project.path / "gates.yaml").write_text("slo:\n  - require: [p99_ttft < 2]\n")
+    result = project.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        ["*gates.yaml:2: operator '<' in 'p99_ttft < 2': use '>=' or '<='*"]
+    )
+    assert "Traceback" not in result.stdout.str()
