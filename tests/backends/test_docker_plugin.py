@@ -69,7 +69,8 @@ def test_recipe_points_run_through_docker_and_no_artifact_holds_the_secret(
 @pytest.mark.usefixtures("no_containers_after")
 def test_failed_start_errors_its_node_and_a_crash_fails_fast_while_others_run(
         pytester: pytest.Pytester) -> None:
-    write_recipe(pytester.path, precisions=("fp4", "fp8", "bf16"), sim_options={
+    # File order: the healthy node comes after both broken ones and must start normally.
+    write_recipe(pytester.path, precisions=("fp8", "bf16", "fp4"), sim_options={
         "fp8": ("--error-rate", "7"),  # refuses to start: exit code 2
         "bf16": ("--fail-after-requests", "3", "--time-scale", "1"),  # dies in its first point
     })
