@@ -137,6 +137,9 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
         truncate_rate=options.truncate_rate, never_ready=options.never_ready,
         startup_delay_s=options.startup_delay, stall_after_tokens=options.stall_after_tokens)
     problems = faults.problems()
+    if not 0.0 <= options.eval_accuracy <= 1.0:
+        problems.append(f"--eval-accuracy {options.eval_accuracy}: expected a probability "
+                        "within [0, 1]")
     if options.time_scale < 0:
         problems.append(f"--time-scale {options.time_scale}: expected >= 0")
     if problems:

@@ -222,9 +222,10 @@ class SimServer:
                     return error_response(ApiError(503, "simulated server is shutting down"))
                 return error_response(ApiError(500, f"simulated engine failed: "
                                                     f"{self.loop.failure!r}"))
-            return JSONResponse(body)
+            return JSONResponse(body, headers={"x-request-id": trace.response_id})
         return StreamingResponse(self._stream(generation), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache"})
+                                 headers={"cache-control": "no-cache",
+                                          "x-request-id": trace.response_id})
 
     async def _stream(self, generation: Generation) -> AsyncIterator[str]:
         assert self.loop is not None

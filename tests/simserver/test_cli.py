@@ -41,6 +41,7 @@ def test_port_and_names_come_from_the_server_argv() -> None:
     (["--hardware", "TPU9", "--", *ATOM_ARGV], "unknown hardware 'TPU9'"),
     (["--error-rate", "1.5", "--", *ATOM_ARGV], "--error-rate 1.5"),
     (["--time-scale", "-1", "--", *ATOM_ARGV], "--time-scale -1"),
+    (["--eval-accuracy", "2", "--", *ATOM_ARGV], "--eval-accuracy 2"),
     (["--time-scale", "0"], "no server argv"),
     (["--", "vllm", "serve", "no/such-model"], "no/such-model"),
     (["--eval-oracle", "/nonexistent/gsm8k.jsonl", "--", *ATOM_ARGV], "cannot read"),

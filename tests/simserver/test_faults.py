@@ -95,6 +95,7 @@ def test_truncate_rate_cuts_streams_without_done(start_server: Callable[..., Sim
     assert streamed_tokens(payloads) == 16 // 2
     (record,) = httpx.get(server.base_url + "/debug/inferbench/timeline").json()["requests"]
     assert record["outcome"] == "truncated"
+    assert record["id"] == json.loads(payloads[0])["id"]
 
 
 def test_stall_after_tokens_stops_sending_but_keeps_the_connection(

@@ -82,4 +82,7 @@ def test_client_sees_an_openai_error_for_an_unknown_model(client: openai.OpenAI)
 def test_every_response_says_it_is_simulated(mtp_server: SimServer) -> None:
     response = httpx.get(mtp_server.base_url + "/v1/models")
     assert response.headers["x-inferbench-simulated"] == "true"
+    completion = httpx.post(mtp_server.base_url + "/v1/completions",
+                            json={"model": MODEL, "prompt": "x", "max_tokens": 1})
+    assert completion.headers["x-request-id"] == completion.json()["id"]
     assert "SIMULATED" in mtp_server.log_tail()
