@@ -73,6 +73,13 @@ class ModelOnGpus:
     hidden: int
     vocab: int
 
+    def weight_bytes_read(self, n_tok: FloatArray | float) -> FloatArray | float:
+        """Per-GPU weight bytes a forward over n_tok tokens streams (uniform routing)."""
+        if not self.experts:
+            return self.base_bytes
+        touched = self.experts * (1.0 - (1.0 - self.top_k / self.experts) ** n_tok)
+        return self.base_bytes + self.moe_layers * touched * self.expert_bytes
+
 
 def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dtype: str,
                 online_quant: str | None) -> ModelOnGpus:
@@ -182,8 +189,7 @@ class StepCost:
                 attn_pairs: FloatArray | float, attn_win_pairs: FloatArray | float,
                 ) -> FloatArray | float:
         """One forward pass of `m` (no fixed overhead): max(memory, compute) + communication."""
-        touched = m.experts * (1.0 - (1.0 - m.top_k / m.experts) ** n_tok) if m.experts else 0.0
-        mem = (m.base_bytes + m.moe_layers * touched * m.expert_bytes + m.kv_a * ctx_sum
+        mem = (m.weight_bytes_read(n_tok) + m.kv_a * ctx_sum
                + m.kv_b * ctx_win_sum + n_sampled * m.vocab * LOGIT_BYTES / self.tp)
         cmp = (n_tok * m.linear_s_per_token + n_sampled * m.lm_head_s_per_token
                + m.attn_a_s * attn_pairs + m.attn_b_s * attn_win_pairs) / self.eta_flops

@@ -46,27 +46,37 @@ def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
         ctx = st.ctx[idx, None] + (st.cum[idx[:, None], cols] - st.cum[idx, p0][:, None])
     else:
         ctx = st.ctx[idx, None] + steps[None, :]
-    # Blocks each step must hold before it runs: the context plus the q tokens it writes.
-    need = -(-(ctx + q) // engine.block_size) - st.blocks[idx, None]
-    extra = np.maximum(need, 0).sum(axis=0)
-    over = np.nonzero(extra > engine.free_blocks)[0]
-    if len(over):
-        n = int(over[0])
-        if n < 2:
-            return None
-        ctx, need, extra = ctx[:, :n], need[:, :n], extra[:n]
+    bs = engine.block_size
+    # Each sequence writes at most q tokens per step, so n steps need at most this many new
+    # blocks in all; only when that could exceed the free blocks is the exact count needed.
+    if len(idx) * (-(-(n * q) // bs) + 1) > engine.free_blocks:
+        # Blocks each step must hold before it runs: the context plus the q tokens it writes.
+        need = -(-(ctx + q) // bs) - st.blocks[idx, None]
+        extra = np.maximum(need, 0).sum(axis=0)
+        over = np.nonzero(extra > engine.free_blocks)[0]
+        if len(over):
+            n = int(over[0])
+            if n < 2:
+                return None
+            ctx = ctx[:, :n]
     ctxf = ctx.astype(np.float64)
+    win = engine.window
+    ctx_sum = ctxf.sum(axis=0)
     durations = np.asarray(engine.cost.step(
-        decode_seqs=float(len(idx)), decode_ctx=ctxf.sum(axis=0),
-        decode_ctx_win=np.minimum(ctxf, engine.window).sum(axis=0)), dtype=np.float64)
+        decode_seqs=float(len(idx)), decode_ctx=ctx_sum,
+        decode_ctx_win=np.minimum(ctxf, win).sum(axis=0) if math.isfinite(win) else ctx_sum),
+        dtype=np.float64)
     durations = np.broadcast_to(durations, (n,)) * engine.jitter(n)
     if math.isfinite(max_duration_s):
         cut = int(np.searchsorted(np.cumsum(durations), max_duration_s)) + 1
         if cut < n:
             n = max(cut, 1)
-            durations, need, extra = durations[:n], need[:, :n], extra[:n]
-    engine.free_blocks -= int(extra[-1])
-    st.blocks[idx] += np.maximum(need[:, -1], 0)
+            durations = durations[:n]
+    # Blocks now held: enough for the last step's context plus its q tokens.
+    last = -(-(ctx[:, n - 1] + q) // bs)
+    grown = np.maximum(last - st.blocks[idx], 0)
+    engine.free_blocks -= int(grown.sum())
+    st.blocks[idx] += grown
     st.advance_decode(idx, n, engine.counters_state)
     engine.steps_done += n
     finished = engine.finish_done()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from pytest_inferbench.metrics import summarize
+from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import PointLoad, simulate_point
+from pytest_inferbench.sim.physics import shard_model, windowed_sum
 
 EAGLE3 = ["--method", "eagle3", "--draft-model", "Inferact/MiniMax-M3-EAGLE3",
           "--num-speculative-tokens", "3"]
@@ -104,3 +107,18 @@ def test_explicit_distribution_gives_its_mean() -> None:
     assert metrics["acceptance_length"] == pytest.approx(3.20, rel=0.02)
     hist = metrics["spec_accepted_histogram"]
     assert hist[3] / sum(hist) == pytest.approx(0.6087, abs=0.03)
+
+
+@pytest.mark.parametrize(("batch", "roofline_ms"), [(1, 0.88), (4, 1.74), (16, 4.47), (64, 9.08)])
+def test_weight_streaming_matches_the_reference_roofline(batch: int, roofline_ms: float) -> None:
+    # performance-model.md §A8: HBM roofline per decode step of MiniMax-M3 MXFP4 (FP8 rest,
+    # bf16 lm_head) on one of 4 x MI355X, at 5.6 TB/s (eta 0.7 of 8 TB/s).
+    m = shard_model(catalog.checkpoint("amd/MiniMax-M3-MXFP4"), catalog.hardware("MI355X"),
+                    tp=4, dp_attn=False, kv_dtype="fp8", online_quant="fp8")
+    assert float(m.weight_bytes_read(batch)) / 5.6e12 * 1e3 == pytest.approx(roofline_ms, rel=0.02)
+
+
+def test_windowed_sums_equal_the_brute_force_sums() -> None:
+    for c0, c1, window in [(0, 10, 4), (3, 9, 20), (5, 40, 5), (7, 8, 3), (0, 100, math.inf)]:
+        cs = range(c0 + 1, c1 + 1)
+        assert windowed_sum(c0, c1, window) == (sum(cs), sum(min(c, window) for c in cs))
