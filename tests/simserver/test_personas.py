@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import httpx
 
+from .conftest import ATOM_ARGV
 from .promtext import scrape, value
 
 if TYPE_CHECKING:
@@ -71,3 +74,32 @@ def test_persona_option_overrides_the_program(start_server: Callable[..., SimSer
     names = {name for name, _ in scrape(server.base_url)}
     assert "vllm:num_requests_running" in names
     assert not any(name.startswith("sglang:") for name in names)
+
+
+def test_gauges_show_the_live_batch_and_queue(start_server: Callable[..., SimServer]) -> None:
+    argv = [*ATOM_ARGV]
+    argv[argv.index("--max-num-seqs") + 1] = "2"
+    server = start_server(argv, ("--time-scale", "1"))
+
+    async def run() -> tuple[float, float, float]:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            body = {"model": MODEL, "prompt": "a b", "max_tokens": 300, "ignore_eos": True}
+            tasks = [asyncio.create_task(client.post("/v1/completions", json=body))
+                     for _ in range(4)]
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                samples = scrape(server.base_url)
+                running = value(samples, "atom:requests_running")
+                waiting = value(samples, "atom:requests_waiting")
+                if running + waiting == 4:
+                    break
+                await asyncio.sleep(0.05)
+            usage = value(samples, "atom:kv_cache_usage_ratio")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return running, waiting, usage
+
+    running, waiting, usage = asyncio.run(run())
+    assert (running, waiting) == (2, 2)
+    assert usage > 0
