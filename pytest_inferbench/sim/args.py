@@ -51,6 +51,7 @@ ALIASES: dict[str, str] = {
     "method": "spec_method", "speculative-algorithm": "spec_method",
     "draft-model": "draft_model", "speculative-draft-model-path": "draft_model",
     "num-speculative-tokens": "k", "speculative-num-steps": "k",
+    "speculative-num-draft-tokens": "k_plus_one",
     "spec-decode-acceptance-length": "acceptance_length",
     "spec-decode-acceptance-rate": "acceptance_rate",
     "speculative-config": "speculative_config",
@@ -58,7 +59,7 @@ ALIASES: dict[str, str] = {
     "sim-jitter": "jitter", "sim-seed": "seed",
 }
 INT_FIELDS = {"tp", "ep", "max_num_seqs", "max_num_batched_tokens", "block_size",
-              "max_model_len", "k", "seed"}
+              "max_model_len", "k", "k_plus_one", "seed"}
 FLOAT_FIELDS = {"gpu_memory_utilization", "acceptance_length", "acceptance_rate", "jitter"}
 
 
@@ -163,7 +164,9 @@ def _spec(v: dict[str, Any], env: Mapping[str, str], flags: set[str]) -> SpecCon
     method = str(cfg.get("method", v.get("spec_method", ""))).lower()
     if not method:
         return None
-    k = int(cfg.get("num_speculative_tokens", v.get("k", 0)) or 0)
+    # SGLang chain drafting: --speculative-num-draft-tokens is k + 1 (the verified tokens).
+    k_default = v.get("k", v["k_plus_one"] - 1 if "k_plus_one" in v else 0)
+    k = int(cfg.get("num_speculative_tokens", k_default) or 0)
     if not k:
         raise ArgvError(f"speculative method {method!r} needs the number of speculative tokens")
     length = cfg.get("synthetic_acceptance_length", v.get("acceptance_length"))

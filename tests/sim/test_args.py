@@ -132,3 +132,11 @@ def test_bad_argv_is_a_clear_error(argv: list[str], message: str) -> None:
 def test_unknown_hardware_lists_the_known() -> None:
     with pytest.raises(CatalogError, match="unknown hardware 'A100'; known: B200"):
         engine_config_from_argv(ATOM_ARGV, hardware="A100")
+
+
+def test_sglang_draft_tokens_count_the_verified_token() -> None:
+    config, _ = engine_config_from_argv(
+        ["python3", "-m", "sglang.launch_server", "--model-path", "amd/MiniMax-M3-MXFP4",
+         "--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4",
+         "--speculative-draft-model-path", "Inferact/MiniMax-M3-EAGLE3"], hardware="MI355X")
+    assert config.spec is not None and config.spec.num_speculative_tokens == 3
