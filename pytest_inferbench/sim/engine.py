@@ -20,7 +20,7 @@ import numpy as np
 
 from . import catalog
 from .config import EngineConfig
-from .physics import StepCost, kv_capacity_tokens, shard_model, windowed_sum
+from .physics import EngineConfigError, StepCost, kv_capacity_tokens, shard_model, windowed_sum
 from .spec_decode import AcceptanceSampler, resolve_distribution
 from .state import CounterState, EngineCounters, Request, SlotTable, StepBatch, StepResult
 
@@ -45,6 +45,23 @@ class Trace:
     first_scheduled_step: int  # index of the step that first computed part of its prompt
 
 
+def draft_checkpoint(name: str | None, target: catalog.Checkpoint) -> catalog.Checkpoint:
+    """The draft model's checkpoint; without a name, the catalog's draft for the target."""
+    arch = target.architecture.name
+    if name is None:
+        drafts = [c for c in catalog.checkpoint_names()
+                  if catalog.checkpoint(c).draft_for == arch]
+        if not drafts:
+            raise EngineConfigError(f"no draft model known for {arch}: give one "
+                                    "(--draft-model / speculative-config model)")
+        name = drafts[0]
+    draft = catalog.checkpoint(name)
+    if draft.draft_for not in (None, arch):
+        raise EngineConfigError(f"draft model {draft.name} drafts for {draft.draft_for}, "
+                                f"not for {target.name} ({arch})")
+    return draft
+
+
 class Engine:
     def __init__(self, config: EngineConfig, *, keep_traces: bool = False) -> None:
         self.config = config
@@ -58,8 +75,8 @@ class Engine:
         draft = None
         probs: tuple[float, ...] = (1.0,)
         if spec:
-            draft_name = spec.draft_model or config.model
-            draft = shard_model(catalog.checkpoint(draft_name), hw, tp=config.tp,
+            draft_ckpt = draft_checkpoint(spec.draft_model, ckpt)
+            draft = shard_model(draft_ckpt, hw, tp=config.tp,
                                 dp_attn=config.dp_attn, kv_dtype=config.kv_cache_dtype,
                                 online_quant=None)
             golden = catalog.golden_acceptance_length(ckpt.architecture.name, self.k,
@@ -114,6 +131,7 @@ class Engine:
         if req is None:
             return
         if req.slot >= 0:
+            self._end_admission(req)  # its verify steps stay in the counters
             self._release(req.slot)
         else:
             self.waiting.remove(request_id)

@@ -12,7 +12,7 @@ import pytest
 from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
 from pytest_inferbench.sim.engine import Engine, RequestRejectedError
-from pytest_inferbench.sim.physics import ACTIVATION_BUFFERS, shard_model
+from pytest_inferbench.sim.physics import ACTIVATION_BUFFERS, EngineConfigError, shard_model
 
 BASE = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="atom", tp=4,
                     max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
@@ -191,3 +191,12 @@ def test_a_request_bigger_than_the_whole_cache_is_rejected() -> None:
     engine = Engine(with_kv_tokens(BASE, 5_000))
     with pytest.raises(RequestRejectedError, match="exceeds the KV cache"):
         engine.add_request(0, 4_900, 200)
+
+
+def test_draft_model_must_fit_the_target() -> None:
+    m25 = replace(BASE, model="MiniMaxAI/MiniMax-M2.5",
+                  spec=replace(EAGLE, acceptance_length=2.0))
+    with pytest.raises(EngineConfigError, match="drafts for MiniMax-M3, not for"):
+        Engine(m25)
+    # No draft named: the catalog's draft for the target architecture.
+    assert Engine(replace(BASE, spec=replace(EAGLE, draft_model=None))).cost.draft is not None
