@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..sim import catalog
 from ..sim.args import ArgvError, engine_config_from_argv
-from ..sim.config import EngineConfig, SpecConfig
+from ..sim.config import EngineConfig
 from ..sim.driver import PointLoad, simulate_point
 from ..sim.engine import Engine
 from ..sim.physics import EngineConfigError
@@ -31,13 +31,17 @@ SIMULATED_NOTE = ("simulated prediction: virtual-time roofline model of the serv
 CONFIG_ERRORS = (ArgvError, catalog.CatalogError, EngineConfigError, SpecConfigError, ValueError)
 
 
-def config_without_spec(server: ServerConfig) -> EngineConfig:
-    """Engine arguments from the recipe alone, for a node without a launch spec."""
-    spec = None
+def recipe_argv(server: ServerConfig) -> list[str]:
+    """A server argv from the recipe alone (framework defaults for everything else), for a
+    node without a launch spec; speculative nodes get EAGLE3 with k=3 and the catalog draft."""
+    argv = ["--model", server.model, "-tp", str(server.tp)]
+    if server.ep > 1:
+        argv += ["--ep", str(server.ep)]
+    if server.dp_attn:
+        argv.append("--enable-dp-attention")
     if server.speculative:
-        spec = SpecConfig(method="eagle3", draft_model=None, num_speculative_tokens=3)
-    return EngineConfig(hardware=server.hardware, model=server.model, framework=server.framework,
-                        tp=server.tp, ep=server.ep, dp_attn=server.dp_attn, spec=spec)
+        argv += ["--method", "eagle3", "--num-speculative-tokens", "3"]
+    return argv
 
 
 class SimHandle(ServerHandle):
@@ -90,7 +94,8 @@ class SimBackend(Backend):
         ignored: list[str] = []
         try:
             if spec is None:
-                config = config_without_spec(server)
+                config, _ = engine_config_from_argv(recipe_argv(server), hardware=server.hardware,
+                                                    framework=server.framework)
             else:
                 config, ignored = engine_config_from_argv(
                     spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
