@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from .prom import MetricsSnapshot
 
 SIMULATED_HEADER = (b"x-inferbench-simulated", b"true")
+# llm-d-inference-sim's deterministic failure: a request carrying `X-Return-Error: 429` gets a
+# 429 (any 4xx/5xx status) with an OpenAI-style body, so a client can test one exact failure.
+RETURN_ERROR_HEADER = "x-return-error"
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ class SimServer:
         arrival = self.clock()
         try:
             self._ensure_serving()
+            _header_fault(request.headers.get(RETURN_ERROR_HEADER))
             parsed = parse_generation(kind, parse_json_object(await request.body()))
             self._check_model(parsed.model)
             max_tokens = resolve_max_tokens(parsed, self.config.max_model_len)
@@ -292,6 +296,16 @@ class SimServer:
     async def _unexpected(self, request: Request, exc: Exception) -> Response:
         print(f"inferbench-sim: internal error on {request.url.path}: {exc!r}", file=sys.stderr)
         return error_response(ApiError(500, f"internal error in the simulator: {exc!r}"))
+
+
+def _header_fault(value: str | None) -> None:
+    if value is None:
+        return
+    if not value.strip().isdigit() or not 400 <= int(value) <= 599:
+        raise ApiError(400, f"X-Return-Error must be an HTTP error status (400-599), got "
+                            f"{value!r}")
+    raise ApiError(int(value), f"error {int(value)} requested by the X-Return-Error header "
+                               "(simulated)")
 
 
 def _crash(faults: FaultConfig) -> None:

@@ -119,3 +119,18 @@ def test_fail_after_requests_exits_mid_sweep(start_server: Callable[..., SimServ
     assert "--fail-after-requests" in server.log_tail()
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.base_url + "/health")
+
+
+def test_return_error_header_gives_that_exact_status(
+        start_server: Callable[..., SimServer]) -> None:
+    server = start_server(ATOM_MTP_ARGV, FAST)
+    for status in (429, 503):
+        response = httpx.post(server.base_url + "/v1/completions",
+                              json=completion(stream=False), headers={"X-Return-Error": str(status)})
+        assert response.status_code == status
+        assert "X-Return-Error" in response.json()["error"]["message"]
+    bad = httpx.post(server.base_url + "/v1/completions", json=completion(stream=False),
+                     headers={"X-Return-Error": "teapot"})
+    assert bad.status_code == 400 and "400-599" in bad.json()["error"]["message"]
+    assert httpx.post(server.base_url + "/v1/completions",
+                      json=completion(stream=False)).status_code == 200
