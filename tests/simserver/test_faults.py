@@ -125,8 +125,8 @@ def test_return_error_header_gives_that_exact_status(
         start_server: Callable[..., SimServer]) -> None:
     server = start_server(ATOM_MTP_ARGV, FAST)
     for status in (429, 503):
-        response = httpx.post(server.base_url + "/v1/completions",
-                              json=completion(stream=False), headers={"X-Return-Error": str(status)})
+        response = httpx.post(server.base_url + "/v1/completions", json=completion(stream=False),
+                              headers={"X-Return-Error": str(status)})
         assert response.status_code == status
         assert "X-Return-Error" in response.json()["error"]["message"]
     bad = httpx.post(server.base_url + "/v1/completions", json=completion(stream=False),
