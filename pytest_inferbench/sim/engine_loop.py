@@ -72,6 +72,28 @@ class RequestTrace:
         }
 
 
+@dataclass
+class LoopLag:
+    """How far step deliveries fell behind the model's timeline (a self-check of the server:
+    a busy machine makes the served timing slower than the model predicts)."""
+
+    steps: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+    over_5ms: int = 0
+
+    def note(self, lag_s: float) -> None:
+        lag_s = max(lag_s, 0.0)
+        self.steps += 1
+        self.total_s += lag_s
+        self.max_s = max(self.max_s, lag_s)
+        self.over_5ms += lag_s > 0.005
+
+    def as_json(self) -> dict[str, float | int]:
+        return {"steps": self.steps, "mean_s": self.total_s / self.steps if self.steps else 0.0,
+                "max_s": self.max_s, "steps_over_5ms": self.over_5ms}
+
+
 class EngineLoop:
     """Owns the engine, the step task, and each request's delivery queue."""
 
@@ -90,6 +112,7 @@ class EngineLoop:
         self.timeline: deque[RequestTrace] = deque(maxlen=TIMELINE_KEEP)
         self.failure: BaseException | None = None
         self.closing = asyncio.Event()  # set at shutdown: open streams end, stalls let go
+        self.lag = LoopLag()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
@@ -167,6 +190,7 @@ class EngineLoop:
             else:
                 await asyncio.sleep(0)
                 step_end = self.clock()
+            self.lag.note(self.clock() - step_end)
             self._deliver(result, step_end)
             step_start = step_end
 

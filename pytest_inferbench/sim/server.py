@@ -9,7 +9,9 @@ Streaming and token timing live in `sim/streaming.py`; this module is routing an
 
 `GET /debug/inferbench/timeline[?since=REQUEST_ID]` (`DELETE` clears it) returns
 `{"clock": "time.monotonic", "now", "wall_minus_monotonic", "perf_counter_minus_monotonic",
-"time_scale", "engine_steps", "requests": [...]}`; each finished (or aborted, truncated,
+"time_scale", "engine_steps", "delivery_lag", "requests": [...]}` (`delivery_lag`: how far
+step deliveries fell behind the model's step ends on this machine: steps, mean_s, max_s,
+steps_over_5ms); each finished (or aborted, truncated,
 stalled) request has `id` (the response id the client saw), `request_id`, `arrival`,
 `prompt_tokens`, `max_tokens`, `emissions` ([send time, tokens] per chunk), `planned` (the
 engine model's time for each emission), `completion_tokens`, `finish` and `outcome`. Times are
@@ -271,7 +273,7 @@ class SimServer:
             "clock": "time.monotonic", "now": mono,
             "wall_minus_monotonic": wall - mono, "perf_counter_minus_monotonic": perf - mono,
             "time_scale": self.config.time_scale, "engine_steps": self.loop.steps,
-            "simulated": True,
+            "delivery_lag": self.loop.lag.as_json(), "simulated": True,
             "requests": [t.as_json() for t in self.loop.timeline if t.request_id >= int(since)],
         })
 
@@ -283,6 +285,7 @@ class SimServer:
             "max_model_len": self.config.max_model_len,
             "faults": list(self.config.faults.active),
             "eval_oracle": len(self.config.oracle) if self.config.oracle else None,
+            "delivery_lag": self.loop.lag.as_json() if self.loop else None,
             **dict(self.config.info or {}),
         })
 

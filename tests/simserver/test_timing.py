@@ -45,7 +45,14 @@ def test_lone_request_tpot_follows_the_engine_step_time(
         assert response.status_code == 200
         for _ in response.iter_lines():
             pass
-    (record,) = httpx.get(server.base_url + "/debug/inferbench/timeline").json()["requests"]
+    timeline = httpx.get(server.base_url + "/debug/inferbench/timeline").json()
+    (record,) = timeline["requests"]
+    lag = timeline["delivery_lag"]
+    assert lag["steps"] == timeline["engine_steps"] >= OUTPUT_TOKENS  # one token per step
+    assert 0 <= lag["mean_s"] <= lag["max_s"]
+    # Every emission was sent at or after the model's time for it, never early.
+    assert all(sent >= planned for (sent, _), planned in
+               zip(record["emissions"], record["planned"], strict=True))
     times = [t for t, _ in record["emissions"]]
     assert sum(n for _, n in record["emissions"]) == OUTPUT_TOKENS == len(times)
     realized_tpot = (times[-1] - times[0]) / (OUTPUT_TOKENS - 1)
