@@ -132,6 +132,7 @@ def simulate_point(config: EngineConfig, load: PointLoad,
     """Simulate one point; `engine` may be reused across points (its state must be idle)."""
     engine = engine or Engine(config, keep_traces=True)
     engine.keep_traces = True
+    engine.report_emitted = False  # the traces say it all
     isl, osl = draw_lengths(load)
     warm = _Timeline()
     if load.num_warmups:
@@ -152,7 +153,11 @@ def simulate_point(config: EngineConfig, load: PointLoad,
     records: list[RequestRecord | None] = [None] * len(isl)
     queue_s = np.zeros(len(isl))
     for i, t_send, trace in done:
-        times = clock.ends[trace.steps]
+        steps = trace.steps
+        if steps[-1] - steps[0] + 1 == len(steps):  # never preempted: one run of steps
+            times = clock.ends[steps[0]:steps[-1] + 1].copy()
+        else:
+            times = clock.ends[steps]
         records[i] = RequestRecord(
             send_time=t_send, end_time=float(times[-1]), input_tokens=int(isl[i]),
             output_tokens=int(trace.tokens.sum()), success=True, chunk_times=times,

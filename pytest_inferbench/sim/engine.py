@@ -83,6 +83,7 @@ class Engine:
                                                       thinking=spec.thinking)
             probs = resolve_distribution(spec, golden)
         self.accepted_distribution = probs
+        self._min_emit = 1 + next(i for i, p in enumerate(probs) if p > 0)
         self.cost = StepCost.build(target=self.target, draft=draft, k=self.k, tp=config.tp,
                                    ep=config.ep > 1, hw=hw, fw=fw)
         models = [self.target] + ([draft] if draft else [])
@@ -104,6 +105,8 @@ class Engine:
         self.steps_done = 0
         self.counters_state = CounterState.zero(self.k)
         self.keep_traces = keep_traces
+        # A caller that reads traces (the virtual driver) can skip the per-step emitted list.
+        self.report_emitted = True
         self.traces: dict[int, Trace] = {}
 
     # ----------------------------------------------------------------- requests
@@ -203,7 +206,9 @@ class Engine:
     def _start_decoding(self, slot: int, req: Request) -> None:
         """Prefill done: its step emitted one token; draw the rest of this admission's plan."""
         remaining = req.max_tokens - int(self.slots.gen[slot])
-        accepted = self._sampler.draw(max(remaining, 1)) if self.k else np.zeros(0, np.int64)
+        # Every step emits at least min_emit tokens, so this many draws always suffice.
+        draws = max(-(-remaining // self._min_emit), 1)
+        accepted = self._sampler.draw(draws) if self.k else np.zeros(0, np.int64)
         self.slots.start_decode(slot, remaining, accepted, first_step=self.steps_done)
 
     def jitter(self, n: int) -> npt.NDArray[np.float64] | float:
@@ -292,7 +297,8 @@ class Engine:
         emitted: list[tuple[int, int]] = []
         if len(decode):
             tokens = st.advance_decode(decode, 1, c)
-            emitted = list(zip(st.rid[decode].tolist(), tokens.tolist(), strict=True))
+            if self.report_emitted:
+                emitted = list(zip(st.rid[decode].tolist(), tokens.tolist(), strict=True))
         for slot, n in chunks:
             st.ctx[slot] += n
             st.prefilled[slot] += n
