@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
 _ERROR_DETAIL_CHARS = 200
+# Streams are parsed after they end, by one task, this many events at a time: parsing never
+# holds the event loop long enough to delay the stamps of streams still running.
+PARSE_SLICE_EVENTS = 64
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,50 @@ class _Parsed:
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     response_id: str = ""
+    usage_tokens_so_far: int = 0
+
+    def feed(self, arrived: float, event: bytes, cfg: ClientConfig) -> None:
+        """One SSE event that arrived at `arrived`."""
+        payload = b"".join(line[5:].strip() for line in event.split(b"\n")
+                           if line.startswith(b"data:"))
+        if not payload:
+            return
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self.error = f"malformed stream event: {payload[:80]!r}"
+            return
+        if not isinstance(obj, dict):
+            return
+        if "error" in obj:
+            err = obj["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            self.error = f"error in stream: {str(message)[:_ERROR_DETAIL_CHARS]}"
+            return
+        self.response_id = self.response_id or str(obj.get("id") or "")
+        usage = obj.get("usage") or {}
+        completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            self.prompt_tokens = usage["prompt_tokens"]
+        choices = obj.get("choices") or []
+        if choices and isinstance(choices[0], dict):
+            choice = choices[0]
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            text = _choice_text(choice, cfg.chat)
+            if isinstance(completion, int):
+                tokens = completion - self.usage_tokens_so_far
+            else:
+                tokens = cfg.count_text_tokens(text) if text else 0
+                self.all_from_usage = False
+            if text or tokens > 0:
+                self.chunk_times.append(arrived)
+                self.chunk_tokens.append(tokens)
+        if isinstance(completion, int):
+            self.usage_tokens_so_far = completion
+            self.completion_tokens = completion
 
 
 def _events(reads: Sequence[tuple[float, bytes]]) -> list[tuple[float, bytes]]:
@@ -170,48 +217,19 @@ def _choice_text(choice: dict[str, Any], chat: bool) -> str:
 
 def parse_stream(reads: Sequence[tuple[float, bytes]], cfg: ClientConfig) -> _Parsed:
     out = _Parsed()
-    usage_tokens_so_far = 0
     for arrived, event in _events(reads):
-        payload = b"".join(line[5:].strip() for line in event.split(b"\n")
-                           if line.startswith(b"data:"))
-        if not payload:
-            continue
-        if payload == b"[DONE]":
-            out.done = True
-            continue
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            out.error = f"malformed stream event: {payload[:80]!r}"
-            continue
-        if not isinstance(obj, dict):
-            continue
-        if "error" in obj:
-            err = obj["error"]
-            message = err.get("message", err) if isinstance(err, dict) else err
-            out.error = f"error in stream: {str(message)[:_ERROR_DETAIL_CHARS]}"
-            continue
-        out.response_id = out.response_id or str(obj.get("id") or "")
-        usage = obj.get("usage") or {}
-        completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-            out.prompt_tokens = usage["prompt_tokens"]
-        choices = obj.get("choices") or []
-        if choices and isinstance(choices[0], dict):
-            choice = choices[0]
-            out.finish_reason = choice.get("finish_reason") or out.finish_reason
-            text = _choice_text(choice, cfg.chat)
-            if isinstance(completion, int):
-                tokens = completion - usage_tokens_so_far
-            else:
-                tokens = cfg.count_text_tokens(text) if text else 0
-                out.all_from_usage = False
-            if text or tokens > 0:
-                out.chunk_times.append(arrived)
-                out.chunk_tokens.append(tokens)
-        if isinstance(completion, int):
-            usage_tokens_so_far = completion
-            out.completion_tokens = completion
+        out.feed(arrived, event, cfg)
+    return out
+
+
+async def parse_stream_in_slices(reads: Sequence[tuple[float, bytes]], cfg: ClientConfig,
+                                 slice_events: int = PARSE_SLICE_EVENTS) -> _Parsed:
+    """`parse_stream`, yielding to the event loop every `slice_events` events."""
+    out = _Parsed()
+    for i, (arrived, event) in enumerate(_events(reads)):
+        if i and i % slice_events == 0:
+            await asyncio.sleep(0)
+        out.feed(arrived, event, cfg)
     return out
 
 
@@ -241,8 +259,10 @@ def _exception_reason(exc: BaseException, cfg: ClientConfig) -> str:
 
 def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,
             reads: Sequence[tuple[float, bytes]], error: str,
-            scheduled: float | None, dispatched: float | None = None) -> RequestRecord:
-    parsed = parse_stream(reads, cfg) if reads else _Parsed()
+            scheduled: float | None, dispatched: float | None = None,
+            parsed: _Parsed | None = None) -> RequestRecord:
+    if parsed is None:
+        parsed = parse_stream(reads, cfg) if reads else _Parsed()
     chunk_sum = sum(parsed.chunk_tokens)
     output = parsed.completion_tokens if parsed.completion_tokens is not None else chunk_sum
     if not error:
@@ -267,9 +287,27 @@ def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,
         scheduled_time=scheduled, dispatch_time=dispatched)
 
 
-async def send_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
-                       scheduled: float | None = None) -> RequestRecord:
-    """One streamed request; never raises for a server or network failure."""
+@dataclass(frozen=True)
+class RawResponse:
+    """A finished request before parsing: the stamped reads and what went wrong, if anything."""
+
+    prompt: Prompt
+    sent: float
+    ended: float
+    reads: list[tuple[float, bytes]]
+    error: str
+    scheduled: float | None
+    dispatched: float
+
+    async def record(self, cfg: ClientConfig) -> RequestRecord:
+        parsed = await parse_stream_in_slices(self.reads, cfg) if self.reads else _Parsed()
+        return _record(self.prompt, cfg, self.sent, self.ended, self.reads, self.error,
+                       self.scheduled, self.dispatched, parsed)
+
+
+async def send_raw(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
+                   scheduled: float | None = None) -> RawResponse:
+    """One streamed request, unparsed; never raises for a server or network failure."""
     body = request_body(cfg, prompt)
     reads: list[tuple[float, bytes]] = []
     stamp = time.perf_counter
@@ -286,8 +324,47 @@ async def send_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Pro
                     reads.append((arrival_of(response) or stamp(), data))
     except httpx.HTTPError as exc:
         error = _exception_reason(exc, cfg)
-    ended = stamp()
-    return _record(prompt, cfg, sent, ended, reads, error, scheduled, dispatched)
+    return RawResponse(prompt, sent, stamp(), reads, error, scheduled, dispatched)
+
+
+async def send_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
+                       scheduled: float | None = None) -> RequestRecord:
+    """One streamed request as a record; never raises for a server or network failure."""
+    return await (await send_raw(client, cfg, prompt, scheduled)).record(cfg)
+
+
+class _RecordBuilder:
+    """One task that turns finished streams into records, in submission order."""
+
+    def __init__(self, cfg: ClientConfig, records: list[RequestRecord | None],
+                 on_record: Callable[[RequestRecord], None] | None) -> None:
+        self.cfg = cfg
+        self.records = records
+        self.on_record = on_record
+        self.queue: asyncio.Queue[tuple[int, RawResponse]] = asyncio.Queue()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="inferbench-parse")
+
+    async def _run(self) -> None:
+        while True:
+            index, raw = await self.queue.get()
+            try:
+                try:
+                    record = await raw.record(self.cfg)
+                except Exception as exc:  # a parser bug must not lose the request
+                    record = _record(raw.prompt, self.cfg, raw.sent, raw.ended, [],
+                                     f"client could not read the response: {exc!r}",
+                                     raw.scheduled, raw.dispatched)
+                self.records[index] = record
+                if self.on_record is not None:
+                    self.on_record(record)
+            finally:
+                self.queue.task_done()
+
+    async def finish(self) -> None:
+        await self.queue.join()
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
 
 
 @dataclass(frozen=True)
@@ -307,11 +384,10 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
     """Closed loop with one worker per slot (offsets None), or an open loop sending prompt i at
     start + offsets[i] as soon as a slot is free; at most `len(slots)` requests in flight."""
     records: list[RequestRecord | None] = [None] * len(prompts)
+    builder = _RecordBuilder(cfg, records, on_record)
 
-    def done(index: int, record: RequestRecord) -> None:
-        records[index] = record
-        if on_record is not None:
-            on_record(record)
+    def done(index: int, raw: RawResponse) -> None:
+        builder.queue.put_nowait((index, raw))
 
     start = time.perf_counter()
     if send_offsets is None:
@@ -319,7 +395,7 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
 
         async def worker(client: httpx.AsyncClient) -> None:
             for index in next_index:
-                done(index, await send_request(client, cfg, prompts[index]))
+                done(index, await send_raw(client, cfg, prompts[index]))
 
         await asyncio.gather(*(worker(c) for c in slots[: len(prompts)]))
     else:
@@ -336,10 +412,11 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
                 await asyncio.sleep(delay)
             client = await free.get()
             try:
-                done(index, await send_request(client, cfg, prompts[index], scheduled=due))
+                done(index, await send_raw(client, cfg, prompts[index], scheduled=due))
             finally:
                 free.put_nowait(client)
 
         await asyncio.gather(*(scheduled(i) for i in range(len(prompts))))
-    end = time.perf_counter()
+    end = time.perf_counter()  # the last stream has ended; parsing is not part of the run
+    await builder.finish()
     return LoadRun(records=tuple(r for r in records if r is not None), start=start, end=end)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_INTERVAL_S = 0.005
+DEFAULT_INTERVAL_S = 0.002  # short enough to land inside the stalls it is looking for
 # Typical lag (p90) may be at most this fraction of the median interval being measured ...
 MAX_TYPICAL_LAG_FRACTION = 0.25
 # ... and rare lag (p99) at most the whole interval, or it reshapes the tail percentiles.

@@ -91,6 +91,8 @@ def test_client_matches_the_server_timeline_under_eagle3(
           f"\n  chunk stamp after emission p50/p99/max {truth['delay_ms'].round(3)} ms"
           f"\n  self-check {m.client_check}")
 
+    # A client that may have distorted its timings says so; then nothing below is meaningful.
+    assert m.client_check["ok"], m.client_check["reason"]
     assert s["completed"] == m.num_prompts == 2 * CONC
     assert s["token_accounting_ok"] and s["chunk_token_total"] == s["total_output_tokens"]
     assert truth["earliest_delay_ms"] >= 0  # no chunk is stamped before the server sent it
@@ -103,4 +105,3 @@ def test_client_matches_the_server_timeline_under_eagle3(
     assert ratio == pytest.approx(truth["tokens_per_later_chunk"], rel=1e-6)
     assert ratio == pytest.approx(al, rel=0.1)
     assert s["median_itl_ms"] / s["median_itl_per_token_ms"] == pytest.approx(al, rel=0.1)
-    assert m.client_check["ok"], m.client_check["reason"]
