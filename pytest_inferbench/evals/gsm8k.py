@@ -5,7 +5,8 @@ Prompt, filters and metric follow InferenceX `utils/evals/gsm8k.yaml` (inference
 
 - `doc_to_text`: "Question: {q}\\nEnd your response with the answer on the last line, formatted
   as: #### [number]\\nAnswer:"; shots are `doc_to_text + " " + answer`, joined by a blank line
-  (lm-eval's target and few-shot delimiters);
+  (lm-eval's target and few-shot delimiters); on chat endpoints each shot is a user/assistant
+  turn pair, as lm-eval sends few-shot examples with `--apply_chat_template`;
 - `strict-match`: regex `#### (\\-?[0-9\\.\\,]+)`, last match; `flexible-extract`: regex
   `(-?[$0-9.,]{2,})|(-?[0-9]+)`, last match; no match -> "[invalid]" (lm-eval's fallback);
 - `exact_match` with ignore_case and regexes_to_ignore `[",", "\\$", "(?s).*#### ", "\\.$"]`,
@@ -98,6 +99,18 @@ def doc_to_text(question: str) -> str:
 def build_prompt(shots: Sequence[GsmItem], question: str) -> str:
     examples = [f"{doc_to_text(s.question)} {s.answer}" for s in shots]
     return "\n\n".join([*examples, doc_to_text(question)])
+
+
+def build_messages(shots: Sequence[GsmItem], question: str) -> list[dict[str, str]]:
+    """Chat form, as lm-eval sends it with --apply_chat_template: one user/assistant turn per
+    shot (the assistant turn is the worked answer), then the question."""
+    messages: list[dict[str, str]] = []
+    for shot in shots:
+        messages += [
+            {"role": "user", "content": doc_to_text(shot.question)},
+            {"role": "assistant", "content": shot.answer},
+        ]
+    return [*messages, {"role": "user", "content": doc_to_text(question)}]
 
 
 def extract(response: str, pattern: re.Pattern[str]) -> str:

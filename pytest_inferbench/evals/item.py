@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .gsm8k import TASK, EvalDataError
+from .lm_eval_runner import LmEvalError, run_lm_eval
 from .runner import EvalResult, run_gsm8k_eval
 from .thresholds import ThresholdsError, check_eval, lookup_threshold
 
@@ -71,16 +72,12 @@ def run_eval_item(
         if settings.eval_required:
             pytest.fail(f"{reason}; inferbench_eval_required is set", pytrace=False)
         pytest.skip(reason)
-    if settings.eval_runner != "builtin":
-        pytest.skip(
-            f"--inferbench-eval-runner {settings.eval_runner} is not available in this "
-            "version; use the builtin runner"
-        )
     try:
         threshold = lookup_threshold(thresholds_path(server), server.model_prefix, TASK)
         with _eval_server(server, spec, base_url, settings, ctx) as url:
-            result = run_gsm8k_eval(url, spec, server, settings, settings.results_dir)
-    except (EvalDataError, ThresholdsError) as exc:
+            runner = run_lm_eval if settings.eval_runner == "lm-eval" else run_gsm8k_eval
+            result = runner(url, spec, server, settings, settings.results_dir)
+    except (EvalDataError, ThresholdsError, LmEvalError) as exc:
         pytest.fail(str(exc), pytrace=False)
     item.user_properties.extend(p for p in result.properties() if p[0] != "eval_task")
     item.user_properties.append(("eval_threshold", threshold.value))

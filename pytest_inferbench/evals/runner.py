@@ -27,6 +27,7 @@ from .gsm8k import (
     TASK,
     FilterScore,
     GsmItem,
+    build_messages,
     build_prompt,
     score_responses,
     split_shots,
@@ -83,6 +84,13 @@ def eval_concurrency(target: ServerConfig | BenchPoint) -> int:
     return max(1, min(highest, MAX_CONCURRENCY))
 
 
+def client_setup(spec: ServerSpec | None, server: ServerConfig) -> tuple[bool, str, str]:
+    """(chat?, endpoint path, model name) as the launch spec's client options say."""
+    chat = spec is not None and (spec.client.use_chat_template or "chat" in spec.client.endpoint)
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+    return chat, endpoint, spec.served_model if spec else server.model
+
+
 def run_gsm8k_eval(
     base_url: str,
     spec: ServerSpec | None,
@@ -95,9 +103,7 @@ def run_gsm8k_eval(
         raise ValueError("run_gsm8k_eval needs settings.eval_data")
     server = target.server if isinstance(target, BenchPointType) else target
     shots, items = split_shots(settings.eval_data, settings.eval_limit)
-    chat = spec is not None and (spec.client.use_chat_template or "chat" in spec.client.endpoint)
-    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
-    model = spec.served_model if spec else server.model
+    chat, endpoint, model = client_setup(spec, server)
     concurrency = eval_concurrency(target)
     started = time.perf_counter()
     outcomes = asyncio.run(
@@ -133,14 +139,12 @@ async def _ask_all(
 
         async def ask(item: GsmItem) -> tuple[str, str]:
             async with gate:
-                return await _ask(
-                    client, url, _payload(model, chat, build_prompt(shots, item.question)), chat
-                )
+                return await _ask(client, url, _payload(model, chat, shots, item.question), chat)
 
         return list(await asyncio.gather(*(ask(item) for item in items)))
 
 
-def _payload(model: str, chat: bool, prompt: str) -> dict[str, Any]:
+def _payload(model: str, chat: bool, shots: list[GsmItem], question: str) -> dict[str, Any]:
     common: dict[str, Any] = {
         "model": model,
         "max_tokens": MAX_TOKENS,
@@ -149,12 +153,8 @@ def _payload(model: str, chat: bool, prompt: str) -> dict[str, Any]:
         "stream": False,
     }
     if chat:
-        return {
-            **common,
-            "messages": [{"role": "user", "content": prompt}],
-            "stop": list(STOP_CHAT),
-        }
-    return {**common, "prompt": prompt, "stop": list(STOP_COMPLETIONS)}
+        return {**common, "messages": build_messages(shots, question), "stop": list(STOP_CHAT)}
+    return {**common, "prompt": build_prompt(shots, question), "stop": list(STOP_COMPLETIONS)}
 
 
 async def _ask(

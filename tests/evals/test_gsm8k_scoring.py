@@ -12,6 +12,7 @@ from pytest_inferbench.evals.gsm8k import (
     INVALID,
     EvalDataError,
     GsmItem,
+    build_messages,
     build_prompt,
     exact_match,
     extract,
@@ -83,6 +84,18 @@ def test_prompt_is_five_shot_lm_eval_layout() -> None:
     assert build_prompt(shots, "C?") == (
         f"Question: A?{tail} a\n#### 1\n\nQuestion: B?{tail} b\n#### 2\n\nQuestion: C?{tail}"
     )
+
+
+def test_chat_messages_are_lm_eval_multiturn() -> None:
+    shots = [GsmItem("A?", "a\n#### 1")]
+    tail = (
+        "\nEnd your response with the answer on the last line, formatted as: #### [number]\nAnswer:"
+    )
+    assert build_messages(shots, "C?") == [
+        {"role": "user", "content": f"Question: A?{tail}"},
+        {"role": "assistant", "content": "a\n#### 1"},
+        {"role": "user", "content": f"Question: C?{tail}"},
+    ]
 
 
 def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
