@@ -10,6 +10,7 @@ from pytest_inferbench.sim.launcher import SimServer, launch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
+    from pathlib import Path
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 # The ATOM MiniMax-M3 server argv of benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml (issue 2,
@@ -27,13 +28,13 @@ FAST = ("--hardware", "MI355X", "--time-scale", "0")
 
 
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., SimServer]]:
+def start_server(tmp_path: Path) -> Iterator[Callable[..., SimServer]]:
     """start_server(argv, options, wait=True) -> a running simulator, stopped after the test."""
     started: list[SimServer] = []
 
     def start(argv: Sequence[str] = ATOM_MTP_ARGV, options: Sequence[str] = FAST,
               wait: bool = True) -> SimServer:
-        server = launch(argv, options)
+        server = launch(argv, options, log_dir=tmp_path)
         started.append(server)
         if wait:
             server.wait_healthy(timeout_s=60)
@@ -45,9 +46,9 @@ def start_server() -> Iterator[Callable[..., SimServer]]:
 
 
 @pytest.fixture(scope="module")
-def mtp_server() -> Iterator[SimServer]:
+def mtp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
     """One fast ATOM + EAGLE3 simulator shared by a module's functional tests."""
-    server = launch(ATOM_MTP_ARGV, FAST)
+    server = launch(ATOM_MTP_ARGV, FAST, log_dir=tmp_path_factory.mktemp("sim"))
     try:
         server.wait_healthy(timeout_s=60)
         yield server
