@@ -80,6 +80,8 @@ def test_untrustworthy_measurements_fail() -> None:
     failures = measurement_failures(result)
     assert failures[0] == "client lag too high"
     assert failures[1].startswith("token accounting: 1 request(s)")
+    untimed = measurement_failures(result, timing_checked=False)
+    assert len(untimed) == 1 and untimed[0].startswith("token accounting")
 
 
 def test_atomic_write_never_shows_half_a_file(tmp_path: Path) -> None:

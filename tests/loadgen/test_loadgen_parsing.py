@@ -170,3 +170,38 @@ def test_idle_loop_passes_against_a_generous_interval() -> None:
     assert check["lag_samples"] > 0
     # The limit is 25% of the 1 s TTFT: only a badly stalled loop would miss it.
     assert check["ok"] is True, check["reason"]
+
+
+def test_progress_line_redraws_and_clears() -> None:
+    import io
+
+    from pytest_inferbench.loadgen.progress import Progress
+    from pytest_inferbench.metrics import RequestRecord
+
+    out = io.StringIO()
+
+    async def run() -> None:
+        progress = Progress("node isl8-osl8-conc2", 3, out, refresh_s=0.01)
+        progress.start()
+        progress.on_record(RequestRecord(0.0, 1.0, 8, 8, True))
+        progress.on_record(RequestRecord(0.0, 1.0, 8, 0, False, error="x"))
+        await asyncio.sleep(0.05)
+        await progress.stop()
+
+    asyncio.run(run())
+    text = out.getvalue()
+    assert "node isl8-osl8-conc2: 2/3 requests, 1 failed" in text
+    assert "output tok/s" in text
+    assert text.endswith("\r\x1b[K")  # the line is wiped when the point ends
+
+
+def test_progress_is_quiet_without_a_terminal() -> None:
+    from pytest_inferbench.loadgen.progress import Progress
+
+    async def run() -> bool:
+        progress = Progress("x", 1, None)
+        progress.start()
+        await progress.stop()
+        return progress.enabled
+
+    assert asyncio.run(run()) is False
