@@ -149,14 +149,18 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
             list(server_argv), hardware=options.hardware, env=dict(os.environ))
         if options.seed is not None:
             engine_config = dataclasses.replace(engine_config, seed=options.seed)
-        Engine(engine_config)  # fail now, with the reason, rather than at the first request
+        engine = Engine(engine_config)  # fails now, with the reason, not at the first request
         oracle = None
         if options.eval_oracle is not None:
             oracle = EvalOracle.from_jsonl(options.eval_oracle, options.eval_accuracy,
                                            engine_config.seed)
     except (ValueError, OracleError) as exc:
         raise UsageError(str(exc)) from exc
-    served = flag_values(server_argv, "--served-model-name") or [engine_config.model]
+    # Real servers answer to the model name as the argv spells it (the catalog folds case).
+    as_given = [w.rpartition("=")[2] for w in server_argv
+                if w.rpartition("=")[2].lower() == engine_config.model.lower()]
+    served = flag_values(server_argv, "--served-model-name") or as_given[-1:] or [
+        engine_config.model]
     persona = options.persona or engine_config.framework
     if persona not in PERSONAS:
         persona = "vllm"  # trt and others expose vLLM-style names closest to theirs
@@ -164,7 +168,7 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
         persona=persona, hardware=options.hardware, time_scale=options.time_scale,
         seed=engine_config.seed, served_models=tuple(served),
         max_model_len=engine_config.max_model_len,
-        make_engine=lambda: Engine(engine_config), snapshot=snapshot_from_engine,
+        make_engine=lambda: engine, snapshot=snapshot_from_engine,
         faults=faults, oracle=oracle,
         info={"engine": _engine_facts(engine_config), "ignored_flags": list(ignored)})
 

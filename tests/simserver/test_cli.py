@@ -64,6 +64,13 @@ def test_busy_port_is_reported() -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
 
 
+def test_model_is_served_under_the_name_the_argv_gives() -> None:
+    argv = ["vllm", "serve", MODEL.lower(), "--port", "1"]
+    with running_sim_server(argv, ["--time-scale", "0"]) as server:
+        models = httpx.get(server.base_url + "/v1/models").json()["data"]
+    assert [m["id"] for m in models] == [MODEL.lower()]
+
+
 def test_help_and_usage() -> None:
     helped = subprocess.run([*SERVE, "--help"], capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "--stall-after-tokens" in helped.stdout
