@@ -59,14 +59,13 @@ def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
             if n < 2:
                 return None
             ctx = ctx[:, :n]
-    ctxf = ctx.astype(np.float64)
     win = engine.window
-    ctx_sum = ctxf.sum(axis=0)
+    ctx_sum = ctx.sum(axis=0).astype(np.float64)
+    win_sum = (np.minimum(ctx, int(win)).sum(axis=0).astype(np.float64) if math.isfinite(win)
+               else ctx_sum)
     durations = np.asarray(engine.cost.step(
-        decode_seqs=float(len(idx)), decode_ctx=ctx_sum,
-        decode_ctx_win=np.minimum(ctxf, win).sum(axis=0) if math.isfinite(win) else ctx_sum),
-        dtype=np.float64)
-    durations = np.broadcast_to(durations, (n,)) * engine.jitter(n)
+        decode_seqs=float(len(idx)), decode_ctx=ctx_sum, decode_ctx_win=win_sum),
+        dtype=np.float64) * engine.jitter(n)
     if math.isfinite(max_duration_s):
         cut = int(np.searchsorted(np.cumsum(durations), max_duration_s)) + 1
         if cut < n:
