@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
     from prometheus_client.core import Metric
 
+    from .prom_latency import LatencyHistograms
+
 PERSONAS = ("atom", "vllm", "sglang")
 
 
@@ -174,23 +176,28 @@ _WRITERS: dict[str, Callable[[MetricsSnapshot, _Builder], None]] = {
 class EngineCollector:
     """prometheus_client custom collector reading a fresh snapshot at every scrape."""
 
-    def __init__(self, persona: str, model: str, snapshot: Callable[[], MetricsSnapshot]) -> None:
+    def __init__(self, persona: str, model: str, snapshot: Callable[[], MetricsSnapshot],
+                 latency: LatencyHistograms | None = None) -> None:
         if persona not in _WRITERS:
             raise ValueError(f"unknown persona {persona!r}: expected one of {', '.join(PERSONAS)}")
         self._write = _WRITERS[persona]
         self._model = model
         self._snapshot = snapshot
+        # Only vLLM's latency histogram names are known; other personas do not export them.
+        self._latency = latency if persona == "vllm" else None
 
     def collect(self) -> Iterator[Metric]:
         builder = _Builder(self._model)
         self._write(self._snapshot(), builder)
         yield from builder.families
+        if self._latency is not None:
+            yield from self._latency.families(self._model)
 
 
-def metrics_registry(persona: str, model: str,
-                     snapshot: Callable[[], MetricsSnapshot]) -> CollectorRegistry:
+def metrics_registry(persona: str, model: str, snapshot: Callable[[], MetricsSnapshot],
+                     latency: LatencyHistograms | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(persona, model, snapshot))
+    registry.register(EngineCollector(persona, model, snapshot, latency))
     return registry
 
 

@@ -42,6 +42,7 @@ from .faults import FAULT_EXIT_CODE, FaultConfig, FaultInjector
 from .openai_api import ApiError, Kind, parse_generation, parse_json_object, resolve_max_tokens
 from .output_plan import plan_output
 from .prom import exposition, metrics_registry, mtp_stats
+from .prom_latency import LatencyHistograms
 from .streaming import Generation, collect_response, stream_events
 
 if TYPE_CHECKING:
@@ -107,8 +108,9 @@ class SimServer:
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._arrivals = itertools.count()
         self._crashing = False
+        self.latency = LatencyHistograms()
         self.registry = metrics_registry(config.persona, config.served_models[0],
-                                         lambda: config.snapshot(self.engine))
+                                         lambda: config.snapshot(self.engine), self.latency)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -250,6 +252,7 @@ class SimServer:
             trace.finish = self.clock()
         self.loop.abort(trace.request_id)
         self.loop.record(trace)
+        self.latency.observe(trace)
         if trace.outcome != "aborted":
             self._request_done()
 

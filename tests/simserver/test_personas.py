@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 
 from .conftest import ATOM_ARGV
 from .promtext import scrape, value
@@ -53,6 +54,13 @@ def test_vllm_persona_exposes_spec_decode_counters(
     timeline = httpx.get(server.base_url + "/debug/inferbench/timeline").json()["requests"]
     assert drafts == sum(len(r["emissions"]) - 1 for r in timeline)
     assert not any(name.startswith("atom:") for name, _ in samples)
+    # Server-side latency histograms: one TTFT and one E2E per request, one ITL per later chunk.
+    assert value(samples, "vllm:time_to_first_token_seconds_count") == 4
+    assert value(samples, "vllm:e2e_request_latency_seconds_count") == 4
+    assert value(samples, "vllm:inter_token_latency_seconds_count") == drafts
+    e2e = sum(r["finish"] - r["arrival"] for r in timeline)
+    assert value(samples, "vllm:e2e_request_latency_seconds_sum") == pytest.approx(e2e)
+    assert value(samples, "vllm:time_to_first_token_seconds_bucket", le="+Inf") == 4
 
 
 def test_sglang_persona_and_context_length(start_server: Callable[..., SimServer]) -> None:
