@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..gates_speculative import speculative_decoding
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
 from .runner import EvalResult, run_gsm8k_eval
@@ -68,6 +69,16 @@ def run_eval_item(
         reason = (
             "no GSM8K data: pass --inferbench-eval-data PATH or set inferbench_eval_data "
             "(a jsonl with 'question' and 'answer')"
+        )
+        if settings.eval_required:
+            pytest.fail(f"{reason}; inferbench_eval_required is set", pytrace=False)
+        pytest.skip(reason)
+    forced = speculative_decoding(server, spec)
+    if forced is not None and forced.synthetic_al is not None:
+        # Forced acceptance emits draft tokens that are not the model's: accuracy is meaningless.
+        reason = (
+            f"the launch spec forces a synthetic acceptance length ({forced.synthetic_source} "
+            f"{forced.synthetic_al:g}); accuracy evals need real acceptance"
         )
         if settings.eval_required:
             pytest.fail(f"{reason}; inferbench_eval_required is set", pytrace=False)

@@ -138,3 +138,23 @@ def test_eval_without_data_fails_when_required(project: pytest.Pytester) -> None
 def test_not_eval_deselects_the_eval_item(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not eval")
     result.assert_outcomes(passed=1, deselected=1)
+
+
+def test_eval_skips_when_the_launch_spec_forces_acceptance(project: pytest.Pytester) -> None:
+    launch = project.path / "launch/minimaxm3_fp4_mi355x_atom.yaml"
+    text = launch.read_text()
+    launch.write_text(
+        text.replace(
+            "args: [--model,",
+            'args: [--spec-decode-acceptance-length, "2.5", --method, eagle3, '
+            '--num-speculative-tokens, "3", --model,',
+            1,
+        )
+    )
+    result = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-m", "eval", "-rs", "--inferbench-eval-data=data/test.jsonl"
+    )
+    result.assert_outcomes(skipped=1, deselected=1)
+    result.stdout.fnmatch_lines(
+        ["*forces a synthetic acceptance length (--spec-decode-acceptance-length 2.5)*"]
+    )
