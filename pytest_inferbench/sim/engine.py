@@ -288,6 +288,7 @@ class Engine:
             # Every running request is a chunked prefill stuck without blocks: free the
             # newest so the older ones can finish (vLLM preempts the same way).
             self._preempt(self.running[-1])
+            self.steps_done += 1  # an empty step: step indices stay aligned with durations
             return StepResult(0.0, [], [])
         factor = self.jitter(1)
         duration = self._price(decode, chunks) * (

@@ -45,15 +45,18 @@ def closed_loop(engine: Engine, lengths: list[tuple[int, int]], conc: int, *,
         i = pending.pop()
         engine.add_request(i, *lengths[i])
     total = 0.0
+    steps_seen = engine.steps_done
     traces: dict[int, tuple[list[int], list[int]]] = {}
     while engine.has_work():
         if fast:
             batch = engine.advance(1 << 20)
             total += float(batch.durations.sum())
+            steps_seen += len(batch.durations)
             finished = batch.finished
         else:
             result = engine.step()
             total += result.duration_s
+            steps_seen += 1
             finished = result.finished
         for rid in finished:
             trace = engine.pop_trace(rid)
@@ -61,6 +64,7 @@ def closed_loop(engine: Engine, lengths: list[tuple[int, int]], conc: int, *,
             if pending:
                 i = pending.pop()
                 engine.add_request(i, *lengths[i])
+    assert steps_seen == engine.steps_done  # one duration per step: traces index a timeline
     return total, traces
 
 
@@ -185,6 +189,7 @@ def test_long_chunked_prompts_under_kv_pressure_all_complete() -> None:
     assert sorted(traces) == list(range(6))
     assert all(sum(tokens) == 50 for _, tokens in traces.values())
     assert engine.counters().kv_blocks_used == 0
+    assert engine.counters().preemptions > 0
 
 
 def test_a_request_bigger_than_the_whole_cache_is_rejected() -> None:
