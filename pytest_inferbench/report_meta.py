@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .redact import Redactor
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -54,6 +55,7 @@ def docker_engine(host: str | None) -> dict[str, Any] | None:
 def run_metadata(
     config: pytest.Config, settings: Any, points: Sequence[dict[str, Any]], started: float
 ) -> dict[str, Any]:
+    redactor = Redactor.from_env(settings.pass_env)
     simulated = settings.backend in ("sim", "sim-server") or any(
         p.get("simulated") is True for p in points
     )
@@ -72,7 +74,8 @@ def run_metadata(
         "images": sorted({str(p["image"]) for p in points if p.get("image")}),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "args": list(config.invocation_params.args),
+        # Secrets the servers receive (HF_TOKEN, ...) never reach the summary, even via argv.
+        "args": [redactor.text(str(a)) for a in config.invocation_params.args],
         "points": len(points),
         "failed_points": sum(p.get("verdict") in ("failed", "error") for p in points),
     }
