@@ -6,9 +6,12 @@ Entry points for the collection code:
   (`--inferbench-gates` or `gates.yaml` next to the recipe), the golden ALs (`golden_al/` next
   to the recipe); raises `GatesFileError` / `GoldenALError` with file:line.
 - `load_baseline_for(settings) -> Baseline | None` (once per session).
-- `acceptance_fields(point, spec, gates) -> dict`: keys to merge into the result before it is
-  written, so the measured AL is always recorded next to the golden AL.
-- `evaluate_point(result, point, spec, settings, gates, baseline) -> list[str]`: the failures.
+- `acceptance_fields(point, spec, gates) -> dict`: spec-decode method, k, thinking mode, forced
+  and golden AL of a point.
+- `evaluate_point(result, point, spec, settings, gates=None, baseline=<settings>) ->
+  list[str]`: the failures; it also adds `acceptance_fields` to a result dict, so the written
+  result always holds the measured AL next to the golden AL. Unreadable gates, golden-AL or
+  baseline files come back as failure lines naming the file and line, never as tracebacks.
 """
 
 from __future__ import annotations
