@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 
 from ..metrics import RequestRecord
-from .transport import arrival_of, stamping_transport, written_at
+from .transport import SlotTransport, arrival_of, written_at
 from .workload import count_words
 
 if TYPE_CHECKING:
@@ -87,10 +87,14 @@ def make_http_client(cfg: ClientConfig, connections: int | None = None,
     size = connections or cfg.concurrency
     limits = httpx.Limits(max_connections=size, max_keepalive_connections=size,
                           keepalive_expiry=60.0)
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    # Raw SSE bytes are parsed as they came: no compressed streams.
+    headers = {"Accept-Encoding": "identity"}
+    if cfg.api_key:
+        headers["Authorization"] = f"Bearer {cfg.api_key}"
     if verify is None:
         verify = ssl.create_default_context() if cfg.base_url.startswith("https") else False
-    transport = None if cfg.base_url.startswith("https") else stamping_transport(limits)
+    # A slot (one connection) gets the stamping transport; larger pools and https stay httpx's.
+    transport = SlotTransport() if size == 1 and not cfg.base_url.startswith("https") else None
     return httpx.AsyncClient(base_url=cfg.base_url, limits=limits, timeout=cfg.timeouts.httpx(),
                              trust_env=False, headers=headers, verify=verify,
                              transport=transport)
@@ -98,10 +102,10 @@ def make_http_client(cfg: ClientConfig, connections: int | None = None,
 
 @contextlib.asynccontextmanager
 async def connection_slots(cfg: ClientConfig) -> AsyncIterator[list[httpx.AsyncClient]]:
-    """One single-connection client per concurrent request.
+    """One single-connection client per concurrent request (`transport.SlotTransport`).
 
     httpcore's pool rescans every connection for every queued request (quadratic); at
-    concurrency 64 a shared pool blocked the event loop for ~100 ms per burst. A pool of one
+    concurrency 64 a shared pool blocked the event loop for ~100 ms per burst. A connection
     per slot is the same number of keep-alive connections at constant cost.
     """
     verify: ssl.SSLContext | bool = (

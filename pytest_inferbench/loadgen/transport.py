@@ -1,14 +1,17 @@
-"""An httpcore network backend that timestamps bytes when the event loop receives them.
+"""An httpx transport for one load slot: one keep-alive HTTP/1.1 connection, stamped reads.
 
-httpx's default stack (anyio streams) toggles reading per receive and yields to the event loop
-after every write. At concurrency 64 a chunk waited behind every other stream's parsing before
-its task could stamp it, and a request body waited behind them before it was written. Here:
+httpx's default stack (httpcore pool over anyio streams) yields to the event loop on every lock,
+write and read. At concurrency 256 a closed-loop worker needed ~100 ms from deciding to send
+a request to having it on the wire, and a chunk waited behind every other stream's processing
+before its task could stamp it. This transport keeps httpx's client API (requests, timeouts,
+exceptions, streaming responses) and replaces what is under it:
 
-- `data_received` stamps each socket read with `time.perf_counter()` in the loop's own read
-  callback, before any task runs; `StampedStream.last_arrival` is the stamp of the newest bytes
-  the last `read()` returned, which the client pairs with each `aiter_raw()` item;
-- `write()` hands the bytes to the transport without yielding unless the socket's buffer is
-  full, so headers and body leave together.
+- an asyncio `Protocol` stamps every socket read with `time.perf_counter()` in the loop's own
+  read callback, before any task runs (`arrival_of(response)` gives the stamp of the bytes the
+  latest `aiter_raw()` item came from);
+- h11 (httpcore's own HTTP/1.1 parser) turns the request into bytes written in one call, without
+  yielding unless the socket buffer is full (`written_at(response)` is that moment);
+- one connection, one request at a time: a slot never needs a pool.
 
 Plain HTTP only; `https` URLs keep httpx's default transport (stamps taken on iteration).
 """
@@ -17,20 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpcore
+import h11
 import httpx
 
 if TYPE_CHECKING:
-    import ssl
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterator
+
+
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
 
 class _StampingProtocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self.sock: Any = None
         self.chunks: collections.deque[tuple[float, bytes]] = collections.deque()
         self.readable = asyncio.Event()
         self.writable = asyncio.Event()
@@ -41,10 +49,23 @@ class _StampingProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.sock = transport.get_extra_info("socket")
+        self._quickack()
+
+    def _quickack(self) -> None:
+        # ACK every read at once. A server with Nagle's algorithm on (a listening socket
+        # created without IPPROTO_TCP gets no TCP_NODELAY from asyncio) holds each small SSE
+        # chunk until the previous one is acknowledged; with the client's delayed ACKs that
+        # added a variable 1-40 ms to chunk arrivals. Linux resets the flag, so it is renewed
+        # on every read.
+        if _QUICKACK is not None and self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
     def data_received(self, data: bytes) -> None:
         self.chunks.append((time.perf_counter(), data))
         self.readable.set()
+        self._quickack()
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -64,105 +85,175 @@ class _StampingProtocol(asyncio.Protocol):
         self.writable.set()
 
 
-class StampedStream(httpcore.AsyncNetworkStream):
-    def __init__(self, protocol: _StampingProtocol) -> None:
-        self._protocol = protocol
-        self.last_arrival = 0.0
-        self.last_write = 0.0  # when the latest write was handed to the socket
+def _timeout(request: httpx.Request, kind: str) -> float | None:
+    value = (request.extensions.get("timeout") or {}).get(kind)
+    return float(value) if value is not None else None
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+
+class SlotTransport(httpx.AsyncBaseTransport):
+    """One keep-alive connection to the server, used by one request at a time."""
+
+    def __init__(self) -> None:
+        self._protocol: _StampingProtocol | None = None
+        self._h11: h11.Connection | None = None
+        self._busy = False
+        self.last_write = 0.0  # when the current request's bytes were handed to the socket
+        self.last_arrival = 0.0  # when the bytes of the latest body item reached the loop
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _reusable(self) -> bool:
+        p, conn = self._protocol, self._h11
+        return (p is not None and conn is not None and not p.eof and not p.chunks
+                and p.transport is not None and not p.transport.is_closing()
+                and conn.our_state is h11.IDLE and conn.their_state is h11.IDLE)
+
+    def _drop(self) -> None:
+        if self._protocol is not None and self._protocol.transport is not None:
+            self._protocol.transport.close()
+        self._protocol, self._h11 = None, None
+
+    async def _connect(self, request: httpx.Request) -> None:
+        self._drop()
+        url = request.url
+        port = url.port or 80
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(_StampingProtocol, url.host, port),
+                _timeout(request, "connect"))
+        except asyncio.TimeoutError:
+            raise httpx.ConnectTimeout(f"connect to {url.host}:{port} timed out",
+                                       request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"{url.host}:{port}: {exc.strerror or exc}",
+                                     request=request) from exc
+        self._protocol, self._h11 = protocol, h11.Connection(h11.CLIENT)
+
+    # -- I/O ------------------------------------------------------------------------------------
+
+    async def _read(self, request: httpx.Request) -> bytes:
         p = self._protocol
+        assert p is not None
         if not p.chunks and not p.eof:
             p.readable.clear()
+            timeout = _timeout(request, "read")
             try:
                 await asyncio.wait_for(p.readable.wait(), timeout)
             except asyncio.TimeoutError:
-                raise httpcore.ReadTimeout(f"no data for {timeout} s") from None
+                raise httpx.ReadTimeout(f"no data for {timeout} s", request=request) from None
         if not p.chunks:
             if p.error is not None:
-                raise httpcore.ReadError(str(p.error))
+                raise httpx.ReadError(str(p.error), request=request)
             return b""
-        # One arrival per read, never merged: each aiter_raw() item keeps its own stamp.
-        arrived, data = p.chunks.popleft()
-        if len(data) > max_bytes:
-            p.chunks.appendleft((arrived, data[max_bytes:]))
-            data = data[:max_bytes]
+        arrived, data = p.chunks.popleft()  # one arrival per read: each keeps its own stamp
         self.last_arrival = arrived
         return data
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+    async def _next_event(self, request: httpx.Request) -> Any:
+        conn = self._h11
+        assert conn is not None
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc), request=request) from exc
+            if event is not h11.NEED_DATA:
+                return event
+            conn.receive_data(await self._read(request))
+
+    async def _write(self, request: httpx.Request, data: bytes) -> None:
         p = self._protocol
-        if p.transport is None or p.transport.is_closing():
-            raise httpcore.WriteError("connection is closed")
-        p.transport.write(buffer)
+        assert p is not None and p.transport is not None
+        p.transport.write(data)
         self.last_write = time.perf_counter()
         if not p.writable.is_set():
+            timeout = _timeout(request, "write")
             try:
                 await asyncio.wait_for(p.writable.wait(), timeout)
             except asyncio.TimeoutError:
-                raise httpcore.WriteTimeout(f"could not write for {timeout} s") from None
+                raise httpx.WriteTimeout(f"could not write for {timeout} s",
+                                         request=request) from None
+
+    # -- httpx ----------------------------------------------------------------------------------
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._busy:
+            raise RuntimeError("a load slot serves one request at a time")
+        self._busy = True
+        try:
+            if not self._reusable():
+                await self._connect(request)
+            conn = self._h11
+            assert conn is not None
+            body = await request.aread()
+            target = request.url.raw_path
+            data = conn.send(h11.Request(method=request.method, target=target,
+                                         headers=list(request.headers.raw))) or b""
+            if body:
+                data += conn.send(h11.Data(data=body)) or b""
+            data += conn.send(h11.EndOfMessage()) or b""
+            await self._write(request, data)
+            while True:
+                event = await self._next_event(request)
+                if isinstance(event, h11.Response):
+                    break
+                if isinstance(event, h11.ConnectionClosed):
+                    raise httpx.RemoteProtocolError("server closed the connection before "
+                                                    "answering", request=request)
+        except BaseException:
+            self._busy = False
+            self._drop()
+            raise
+        return httpx.Response(
+            status_code=event.status_code, headers=list(event.headers),
+            stream=_SlotBody(self, request),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": bytes(event.reason),
+                        "network_stream": self})
+
+    async def _finish(self, completed: bool) -> None:
+        conn = self._h11
+        self._busy = False
+        if (completed and conn is not None and conn.our_state is h11.DONE
+                and conn.their_state is h11.DONE):
+            conn.start_next_cycle()
+        else:
+            self._drop()
 
     async def aclose(self) -> None:
-        if self._protocol.transport is not None:
-            self._protocol.transport.close()
-
-    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("the stamping backend serves plain HTTP only")
-
-    def get_extra_info(self, info: str) -> Any:
-        p = self._protocol
-        if info == "is_readable":  # an idle keep-alive connection the server closed or wrote to
-            return bool(p.chunks) or p.eof
-        if p.transport is None:
-            return None
-        if info in ("socket", "client_addr", "server_addr"):
-            key = {"client_addr": "sockname", "server_addr": "peername"}.get(info, info)
-            return p.transport.get_extra_info(key)
-        return None
+        self._drop()
 
 
-class StampingBackend(httpcore.AsyncNetworkBackend):
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None) -> StampedStream:
-        loop = asyncio.get_running_loop()
-        local = (local_address, 0) if local_address else None
+class _SlotBody(httpx.AsyncByteStream):
+    def __init__(self, transport: SlotTransport, request: httpx.Request) -> None:
+        self._transport = transport
+        self._request = request
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(_StampingProtocol, host, port, local_addr=local), timeout)
-        except asyncio.TimeoutError:
-            raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(f"{host}:{port}: {exc.strerror or exc}") from exc
-        return StampedStream(protocol)
+            while True:
+                event = await self._transport._next_event(self._request)
+                if isinstance(event, h11.Data):
+                    yield bytes(event.data)
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    self._done = isinstance(event, h11.EndOfMessage)
+                    return
+        except BaseException:
+            self._done = False
+            raise
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-def stamping_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport | None:
-    """httpx's own transport over the stamping backend, or None if httpx's layout changed."""
-    transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    if not isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
-        return None
-    # The pool is httpx's private attribute; the request mapping, exception mapping and response
-    # streaming around it stay httpx's own.
-    transport._pool = httpcore.AsyncConnectionPool(
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry, http1=True, http2=False,
-        network_backend=StampingBackend())
-    return transport
+    async def aclose(self) -> None:
+        await self._transport._finish(self._done)
 
 
 def written_at(response: httpx.Response) -> float | None:
-    """When the request's last bytes were handed to the socket, if known (call after headers)."""
+    """When the request's bytes went to the socket, if this transport sent it."""
     stream = response.extensions.get("network_stream")
-    return stream.last_write if isinstance(stream, StampedStream) and stream.last_write else None
+    return stream.last_write if isinstance(stream, SlotTransport) and stream.last_write else None
 
 
 def arrival_of(response: httpx.Response) -> float | None:
     """When the bytes of the latest `aiter_raw()` item reached the event loop, if known."""
     stream = response.extensions.get("network_stream")
-    return stream.last_arrival if isinstance(stream, StampedStream) else None
+    return stream.last_arrival if isinstance(stream, SlotTransport) else None
