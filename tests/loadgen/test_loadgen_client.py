@@ -135,9 +135,10 @@ class _WatchedHandle(HttpServerHandle):
 
 
 def test_a_dead_server_is_reported_not_counted(helpers: types.ModuleType) -> None:
-    options = ["--time-scale", "0", "--fail-after-requests", "6"]
+    # Real time, so the sweep is still running when the server exits (0.1 s after request 6).
+    options = ["--time-scale", "1", "--fail-after-requests", "6"]
     with running_sim_server((*helpers.ATOM_ARGV, *helpers.EAGLE3), options) as server:
         handle = _WatchedHandle(server, helpers)
-        point = helpers.server_config("mtp", isl=16, osl=8, conc=2).points()[0]
+        point = helpers.server_config("mtp", isl=16, osl=16, conc=2).points()[0]
         with pytest.raises(ServerDiedError, match="server exited"):
             handle.run_point(point, LoadSettings(prompts_per_conc=10))
