@@ -108,7 +108,9 @@ def measurement_failures(result: Mapping[str, Any], *, timing_checked: bool = Tr
     if timing_checked and check and not check.get("ok", True):
         failures.append(str(check.get("reason") or "client self-check failed"))
     mismatched = result.get("token_mismatch_requests") or 0
-    if mismatched:
+    # Words of a real model's output only estimate its tokens: no cross-check to fail.
+    estimated = "approximate" in str(result.get("chunk_token_source") or "")
+    if mismatched and not estimated:
         failures.append(
             f"token accounting: {mismatched} request(s) where usage.completion_tokens differs "
             "from the tokens streamed (chunk tokens counted by "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -111,3 +112,13 @@ def test_atomic_write_never_shows_half_a_file(tmp_path: Path) -> None:
     assert data["np"] == 1.5
     assert [p.name for p in path.parent.iterdir()] == ["node.json"]  # no temp files left
     assert not any(name.endswith(".tmp") for name in os.listdir(path.parent))
+
+
+def test_estimated_chunk_tokens_are_not_a_cross_check() -> None:
+    point = server().points()[0]
+    m = measurement(mismatch=True)
+    records = [dataclasses.replace(r, token_source="words (approximate)") for r in m.records]
+    result = build_result(point, dataclasses.replace(m, records=records), spec=None,
+                          backend="external")
+    assert result["token_mismatch_requests"] == 1
+    assert measurement_failures(result) == []

@@ -9,13 +9,20 @@ server into `ServerDiedError` with its log tail instead of a page of failed requ
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..loadgen.client import ClientConfig, connection_slots, make_http_client, run_load
+from ..loadgen.client import (
+    APPROXIMATE_WORDS,
+    ClientConfig,
+    connection_slots,
+    make_http_client,
+    run_load,
+)
 from ..loadgen.progress import Progress, terminal_stream
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
@@ -44,6 +51,14 @@ def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float]:
     gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
     itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
     return itl, float(np.median(ttft))
+
+
+def _refused_continuous_usage(records: Sequence[RequestRecord]) -> bool:
+    """Did every request fail with a 4xx about the stream options (a server without them)?"""
+    return bool(records) and all(
+        r.error.startswith("HTTP 4") and ("continuous_usage" in r.error
+                                          or "stream_options" in r.error)
+        for r in records)
 
 
 def _dispatch_delays(records: Sequence[RequestRecord]) -> np.ndarray[Any, Any]:
@@ -96,7 +111,9 @@ class HttpServerHandle(ServerHandle):
             base_url=self.base_url, model=self.spec.served_model,
             endpoint=self.spec.client.endpoint, concurrency=conc,
             api_key=os.environ.get("OPENAI_API_KEY") or None, count_text_tokens=count,
-            text_token_source="tokenizer" if tokenizer is not None else "words")
+            # Words are the simulator's tokens exactly; for a real model they only approximate.
+            text_token_source="tokenizer" if tokenizer is not None
+            else "words" if self.simulated else APPROXIMATE_WORDS)
 
     def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
         tokenizer = self.tokenizer()
@@ -121,6 +138,11 @@ class HttpServerHandle(ServerHandle):
             notes.append("simulated server: these numbers come from the simulator, not hardware")
         async with make_http_client(cfg, 1) as client, connection_slots(cfg) as slots:
             warm = await run_load(slots, cfg, workload.warmup)
+            if cfg.continuous_usage and _refused_continuous_usage(warm.records):
+                cfg = dataclasses.replace(cfg, continuous_usage=False)
+                notes.append("the server refused stream_options.continuous_usage_stats: tokens "
+                             f"per chunk counted by {cfg.text_token_source}")
+                warm = await run_load(slots, cfg, workload.warmup)
             warm_failed = sum(1 for r in warm.records if not r.success)
             if warm_failed:
                 self.check_alive()

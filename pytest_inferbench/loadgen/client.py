@@ -45,6 +45,8 @@ _ERROR_DETAIL_CHARS = 200
 # Streams are parsed after they end, by one task, this many events at a time: parsing never
 # holds the event loop long enough to delay the stamps of streams still running.
 PARSE_SLICE_EVENTS = 64
+# Chunk tokens counted as words of a real model's text: an estimate, not a cross-check.
+APPROXIMATE_WORDS = "words (approximate)"
 
 
 @dataclass(frozen=True)
