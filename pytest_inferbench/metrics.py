@@ -319,7 +319,13 @@ def summarize(
     }
     for metric in LATENCY_METRICS:
         summary.update(_stats(lat[metric], metric, percentiles))
-    summary.update(_weighted_stats(lat[PER_TOKEN_ITL], itl_weights, PER_TOKEN_ITL, percentiles))
+    if itl_weights.size and bool(np.all(itl_weights == 1)):
+        # One token per chunk: per-token ITL is the chunk ITL, already computed (no 2nd sort).
+        summary.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
+                        for key, value in list(summary.items()) if key.endswith("_itl_ms")})
+    else:
+        summary.update(_weighted_stats(lat[PER_TOKEN_ITL], itl_weights, PER_TOKEN_ITL,
+                                       percentiles))
     summary.update({
         "total_chunks": total_chunks,
         "mean_tokens_per_chunk": (

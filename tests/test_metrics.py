@@ -203,3 +203,10 @@ def test_token_weighted_itl_matches_expanded_samples_at_scale() -> None:
         key = "median" if p == 50 else f"p{percentile_label(p)}"
         assert s[f"{key}_itl_per_token_ms"] == pytest.approx(quantile(token_gaps, p) * 1000,
                                                              rel=1e-9)
+
+
+def test_one_token_per_chunk_per_token_itl_is_the_chunk_itl() -> None:
+    s = summarize([REC_C], duration_s=1.0, num_prompts=1, max_concurrency=1, num_gpus=1)
+    for stat in ("mean", "median", "std", "p90", "p99", "p99.9"):
+        assert s[f"{stat}_itl_per_token_ms"] == s[f"{stat}_itl_ms"]
+    assert s["median_itl_per_token_ms"] == pytest.approx(statistics.median([0.1, 0.3]) * 1000)
