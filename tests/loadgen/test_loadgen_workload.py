@@ -79,3 +79,38 @@ def test_open_loop_schedule_is_absolute_and_poisson() -> None:
     assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)
     with pytest.raises(ValueError, match="positive finite"):
         poisson_offsets(math.inf, 3, 0)
+
+
+class GreedyTokenizer:
+    """A tiny longest-match tokenizer whose merges change counts on re-encoding ("a"+"b" ->
+    "ab"), the way BPE vocabularies do; enough to exercise the re-fitting loop."""
+
+    VOCAB = ("a", "b", "ab", "ba", "c", " ", "<u>", "</u>", "<bot>")
+
+    vocab_size = 6  # the base vocabulary, as Hugging Face counts it: special tokens excluded
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        ids, i = [], 0
+        while i < len(text):
+            best = max((t for t in range(len(self.VOCAB)) if text.startswith(self.VOCAB[t], i)),
+                       key=lambda t: len(self.VOCAB[t]))
+            ids.append(best)
+            i += len(self.VOCAB[best])
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.VOCAB[i] for i in ids)
+
+    def apply_chat_template(self, conversation: list[dict[str, str]], **_: object) -> str:
+        return "".join(f"<u>{m['content']}</u>" for m in conversation) + "<bot>"
+
+
+@pytest.mark.parametrize("template", [False, True])
+def test_tokenizer_prompts_hit_the_length(template: bool) -> None:
+    tok = GreedyTokenizer()
+    w = build_workload(64, 8, 4, LoadSettings(prompts_per_conc=5, seed=1), tokenizer=tok,
+                       use_chat_template=template)
+    assert w.token_source == "tokenizer"
+    for p in w.prompts:
+        assert len(tok.encode(p.text)) == p.input_tokens
+        assert p.text.startswith("<u>") == template
