@@ -1,7 +1,7 @@
 """A live status line for a running point: on a terminal only, quiet otherwise.
 
 It redraws at most every `refresh_s` from its own task, so per-request bookkeeping stays a
-counter update; the line is cleared when the point ends.
+counter update; the text is drawn to the right of the cursor and wiped when the point ends.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..metrics import RequestRecord
 
 REFRESH_S = 0.5
+SAVE_CURSOR, RESTORE_CURSOR, CLEAR_TO_EOL = "\x1b7", "\x1b8", "\x1b[K"
 
 
 def terminal_stream() -> TextIO | None:
@@ -57,8 +58,11 @@ class Progress:
                 f"{rate:,.0f} output tok/s")
 
     def _draw(self, text: str) -> None:
+        # Drawn after the cursor (pytest's own progress text), which is saved and restored:
+        # pytest keeps writing where it was and nothing of its line is lost.
         if self.stream is not None:
-            self.stream.write("\r\x1b[K" + text)
+            self.stream.write(f"{SAVE_CURSOR}{' ' + text if text else ''}{CLEAR_TO_EOL}"
+                              f"{RESTORE_CURSOR}")
             self.stream.flush()
 
     async def _refresh(self) -> None:

@@ -193,7 +193,7 @@ def test_progress_line_redraws_and_clears() -> None:
     text = out.getvalue()
     assert "node isl8-osl8-conc2: 2/3 requests, 1 failed" in text
     assert "output tok/s" in text
-    assert text.endswith("\r\x1b[K")  # the line is wiped when the point ends
+    assert text.endswith("\x1b7\x1b[K\x1b8")  # wiped when the point ends, cursor kept
 
 
 def test_progress_is_quiet_without_a_terminal() -> None:
