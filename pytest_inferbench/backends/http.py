@@ -158,7 +158,8 @@ class HttpServerHandle(ServerHandle):
                 progress.start()
                 run = await run_load(slots, cfg, workload.prompts,
                                      send_offsets=workload.send_offsets,
-                                     on_record=progress.on_record)
+                                     on_record=progress.on_record,
+                                     on_read=progress.on_read if progress.enabled else None)
                 stats = await monitor.stop()
                 await progress.stop()
             finally:

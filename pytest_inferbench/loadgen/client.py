@@ -207,7 +207,8 @@ class RawResponse:
 
 
 async def send_raw(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
-                   scheduled: float | None = None) -> RawResponse:
+                   scheduled: float | None = None,
+                   on_read: Callable[[], None] | None = None) -> RawResponse:
     """One streamed request, unparsed; never raises for a server or network failure."""
     body = request_body(cfg, prompt)
     reads: list[tuple[float, bytes]] = []
@@ -223,6 +224,8 @@ async def send_raw(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
             else:
                 async for data in response.aiter_raw():
                     reads.append((arrival_of(response) or stamp(), data))
+                    if on_read is not None:
+                        on_read()
     except httpx.HTTPError as exc:
         error = _exception_reason(exc, cfg)
     return RawResponse(prompt, sent, stamp(), reads, error, scheduled, dispatched)
@@ -281,7 +284,8 @@ class LoadRun:
 
 async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
                    prompts: Sequence[Prompt], *, send_offsets: Sequence[float] | None = None,
-                   on_record: Callable[[RequestRecord], None] | None = None) -> LoadRun:
+                   on_record: Callable[[RequestRecord], None] | None = None,
+                   on_read: Callable[[], None] | None = None) -> LoadRun:
     """Closed loop with one worker per slot (offsets None), or an open loop sending prompt i at
     start + offsets[i] as soon as a slot is free; at most `len(slots)` requests in flight."""
     records: list[RequestRecord | None] = [None] * len(prompts)
@@ -296,7 +300,7 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
 
         async def worker(client: httpx.AsyncClient) -> None:
             for index in next_index:
-                done(index, await send_raw(client, cfg, prompts[index]))
+                done(index, await send_raw(client, cfg, prompts[index], on_read=on_read))
 
         await asyncio.gather(*(worker(c) for c in slots[: len(prompts)]))
     else:
@@ -313,7 +317,8 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
                 await asyncio.sleep(delay)
             client = await free.get()
             try:
-                done(index, await send_raw(client, cfg, prompts[index], scheduled=due))
+                done(index, await send_raw(client, cfg, prompts[index], scheduled=due,
+                                           on_read=on_read))
             finally:
                 free.put_nowait(client)
 

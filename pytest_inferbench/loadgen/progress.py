@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
+import os
 import time
 from typing import TYPE_CHECKING, TextIO
 
@@ -19,13 +19,26 @@ REFRESH_S = 0.5
 SAVE_CURSOR, RESTORE_CURSOR, CLEAR_TO_EOL = "\x1b7", "\x1b8", "\x1b[K"
 
 
+_TERMINAL: list[TextIO | None] = []  # opened once per process
+
+
 def terminal_stream() -> TextIO | None:
-    """The real terminal (under pytest's capture too), or None when there is none."""
-    stream = sys.__stderr__
-    try:
-        return stream if stream is not None and stream.isatty() else None
-    except (AttributeError, ValueError):
+    """The controlling terminal, or None: no terminal, or an xdist worker (many would draw).
+
+    pytest captures file descriptors 1 and 2 during a test, so the line goes to /dev/tty.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         return None
+    if not _TERMINAL:
+        try:
+            tty: TextIO | None = open("/dev/tty", "w")  # noqa: SIM115 - kept for the process
+        except OSError:
+            tty = None
+        if tty is not None and not tty.isatty():
+            tty.close()
+            tty = None
+        _TERMINAL.append(tty)
+    return _TERMINAL[0]
 
 
 class Progress:
@@ -38,6 +51,8 @@ class Progress:
         self.done = 0
         self.failed = 0
         self.output_tokens = 0
+        self.chunks = 0  # reads of running streams, counted live
+        self.finished_chunks = 0
         self._start = time.perf_counter()
         self._task: asyncio.Task[None] | None = None
 
@@ -48,14 +63,21 @@ class Progress:
     def on_record(self, record: RequestRecord) -> None:
         self.done += 1
         self.failed += 0 if record.success else 1
-        self.output_tokens += record.output_tokens if record.success else 0
+        if record.success:
+            self.output_tokens += record.output_tokens
+            self.finished_chunks += len(record.chunk_times)
+
+    def on_read(self) -> None:
+        self.chunks += 1
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self._start
-        rate = self.output_tokens / elapsed if elapsed > 0 else 0.0
+        # Live chunks times the tokens per chunk of the finished requests (1 before any).
+        per_chunk = self.output_tokens / self.finished_chunks if self.finished_chunks else 1.0
+        rate = self.chunks * per_chunk / elapsed if elapsed > 0 else 0.0
         failed = f", {self.failed} failed" if self.failed else ""
         return (f"{self.label}: {self.done}/{self.total} requests{failed}, {elapsed:.0f} s, "
-                f"{rate:,.0f} output tok/s")
+                f"~{rate:,.0f} output tok/s")
 
     def _draw(self, text: str) -> None:
         # Drawn after the cursor (pytest's own progress text), which is saved and restored:
