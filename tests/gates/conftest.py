@@ -120,7 +120,12 @@ def make_result(point: BenchPoint, **values: object) -> dict[str, object]:
     return result
 
 
+# Captured while this module is being imported: every conftest of the suite is imported under
+# the name "conftest", so sys.modules["conftest"] later points at whichever came last.
+_THIS_MODULE = sys.modules[__name__]
+
+
 @pytest.fixture
 def objs() -> types.ModuleType:
     """These builders, for tests (the importlib import mode keeps conftest off sys.path)."""
-    return sys.modules[__name__]
+    return _THIS_MODULE

@@ -57,7 +57,12 @@ def fast_server() -> Iterator[SimServer]:
         yield server
 
 
+# Captured while this module is being imported: every conftest of the suite is imported under
+# the name "conftest", so sys.modules["conftest"] later points at whichever came last.
+_THIS_MODULE = sys.modules[__name__]
+
+
 @pytest.fixture
 def helpers() -> types.ModuleType:
     """This module's builders, for tests (conftest modules are not importable by name)."""
-    return sys.modules[__name__]
+    return _THIS_MODULE
