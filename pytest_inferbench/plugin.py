@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import changelog_items, collect, options, report, state, xdist_hooks
+from . import collect, options, report, state, xdist_hooks
 from .backends import reaper
+from .changelog import items as changelog_items
 from .evals.collect import EVAL_MARKER
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..gates_speculative import speculative_decoding
+from ..gates.speculative import speculative_decoding
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
 from .runner import EvalResult, run_gsm8k_eval

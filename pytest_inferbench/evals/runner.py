@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..gates_baseline import write_json_atomic
+from ..gates.baseline import write_json_atomic
 from ..recipe import BenchPoint as BenchPointType
 from .gsm8k import (
     METRIC,

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from pytest_inferbench.gates import Gates, evaluate_point, load_gates
-from pytest_inferbench.gates_baseline import load_baseline, save_baseline
-from pytest_inferbench.gates_rules import GatesFile, GatesFileError, load_gates_file, parse_gates
-from pytest_inferbench.gates_speculative import load_golden_al
+from pytest_inferbench.gates.baseline import load_baseline, save_baseline
+from pytest_inferbench.gates.rules import GatesFile, GatesFileError, load_gates_file, parse_gates
+from pytest_inferbench.gates.speculative import load_golden_al
 
 GATES_YAML = """\
 slo:

@@ -12,7 +12,7 @@ import pytest
 # In-process pytester runs drop modules first imported during a run; numpy cannot be imported
 # twice in one process, so the simulator and plotting stacks are imported here, once.
 import pytest_inferbench.backends.sim
-import pytest_inferbench.plots  # noqa: F401
+import pytest_inferbench.report.plots  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = """\

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pytest
 
-    from .report import ReportCollector
+    from . import ReportCollector
 
 
 class HtmlPlots:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .changelog import (
+from . import (
     Changelog,
     ChangelogEntry,
     ChangelogError,
@@ -55,7 +55,7 @@ class ChangelogFile(pytest.File):
         return self._keys_cache
 
     def collect(self) -> Iterable[pytest.Item]:
-        from .state import get_session_state
+        from ..state import get_session_state
 
         settings = get_session_state(self.config).settings
         try:
@@ -92,7 +92,7 @@ class ChangelogItem(pytest.Item):
         self.add_marker(pytest.mark.changelog)
 
     def runtest(self) -> None:
-        from .state import get_session_state
+        from ..state import get_session_state
 
         settings = get_session_state(self.config).settings
         failures: list[str] = []

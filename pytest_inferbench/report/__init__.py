@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .report_meta import run_metadata
-from .report_tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
+from .meta import run_metadata
+from .tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -104,7 +104,7 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
         )
     if report.when != "call":
         return
-    from .state import STATE_KEY
+    from ..state import STATE_KEY
 
     state = item.config.stash.get(STATE_KEY, None)
     if state is None:
@@ -121,7 +121,7 @@ def register(config: pytest.Config) -> None:
     collector = ReportCollector(config)
     config.pluginmanager.register(collector, COLLECTOR_NAME)
     if config.pluginmanager.hasplugin("html"):
-        from .report_html import HtmlPlots
+        from .html import HtmlPlots
 
         config.pluginmanager.register(HtmlPlots(collector), f"{COLLECTOR_NAME}-html")
 
@@ -167,7 +167,7 @@ class ReportCollector:
 
     def finish(self) -> None:
         """Write summary.json, the baseline, the step summary and the plots (once)."""
-        from .gates_baseline import save_baseline, write_json_atomic
+        from ..gates.baseline import save_baseline, write_json_atomic
 
         settings = _settings(self.config)
         if self.finished or settings is None or not self.points:
@@ -214,7 +214,7 @@ def write_summary(
 
 
 def _settings(config: pytest.Config) -> Any:
-    from .state import STATE_KEY
+    from ..state import STATE_KEY
 
     state = config.stash.get(STATE_KEY, None)
     return state.settings if state is not None else None

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from .launch import ServerSpec
-    from .recipe import ServerConfig
+    from ..launch import ServerSpec
+    from ..recipe import ServerConfig
 
 THINKING_ON = "thinking_on"
 THINKING_OFF = "thinking_off"

@@ -9,8 +9,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .redact import Redactor
+from .. import __version__
+from ..redact import Redactor
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

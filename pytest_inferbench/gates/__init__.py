@@ -22,22 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .gates_baseline import (
+from .baseline import (
     DEFAULT_METRICS,
     Baseline,
     BaselineError,
     higher_is_better,
     load_baseline,
 )
-from .gates_rules import GatesFile, GatesFileError, display_path, load_gates_file
-from .gates_speculative import GoldenAL, GoldenALError, load_golden_al, speculative_decoding
+from .rules import GatesFile, GatesFileError, display_path, load_gates_file
+from .speculative import GoldenAL, GoldenALError, load_golden_al, speculative_decoding
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .launch import ServerSpec
-    from .options import Settings
-    from .recipe import BenchPoint
+    from ..launch import ServerSpec
+    from ..options import Settings
+    from ..recipe import BenchPoint
 
 __all__ = [
     "Gates",
