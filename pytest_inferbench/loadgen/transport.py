@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+_LAST_CHUNK = b"0\r\n\r\n"
+# A streamed body is read in batches at least this often (progress, trailers, memory).
+BATCH_PERIOD_S = 0.05
 
 
 class _StampingProtocol(asyncio.Protocol):
@@ -40,7 +43,9 @@ class _StampingProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.sock: Any = None
         self.chunks: collections.deque[tuple[float, bytes]] = collections.deque()
-        self.readable = asyncio.Event()
+        self.waiter: asyncio.Future[None] | None = None  # the reader, when it waits for bytes
+        self.wake_on_every_read = True
+        self.last_data = 0.0
         self.writable = asyncio.Event()
         self.writable.set()
         self.eof = False
@@ -62,20 +67,28 @@ class _StampingProtocol(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 self.sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
+    def wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
     def data_received(self, data: bytes) -> None:
-        self.chunks.append((time.perf_counter(), data))
-        self.readable.set()
+        self.last_data = now = time.perf_counter()
+        self.chunks.append((now, data))
+        # While a streamed body arrives, the reader is only woken for its last chunk (the
+        # chunked-encoding terminator); the rest it picks up in batches.
+        if self.wake_on_every_read or data.endswith(_LAST_CHUNK):
+            self.wake()
         self._quickack()
 
     def eof_received(self) -> bool:
         self.eof = True
-        self.readable.set()
+        self.wake()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.eof = True
         self.error = exc
-        self.readable.set()
+        self.wake()
         self.writable.set()
 
     def pause_writing(self) -> None:
@@ -132,16 +145,53 @@ class SlotTransport(httpx.AsyncBaseTransport):
 
     # -- I/O ------------------------------------------------------------------------------------
 
-    async def _read(self, request: httpx.Request) -> bytes:
+    async def _wait(self, p: _StampingProtocol, timeout: float | None) -> bool:
+        """Wait for the protocol to wake the reader; False when `timeout` passed first."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        p.waiter = waiter
+        expired: list[bool] = []
+
+        def expire() -> None:
+            expired.append(True)
+            waiter.cancel()
+
+        timer = loop.call_later(timeout, expire) if timeout is not None else None
+        try:
+            await waiter
+            return True
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python >= 3.11
+            if expired and not (cancelling is not None and cancelling()):
+                return False
+            raise
+        finally:
+            p.waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    async def _read(self, request: httpx.Request, batched: bool = False) -> bytes:
+        """The next read, with its arrival stamp in `last_arrival`.
+
+        `batched`: the reader is not woken for every read of a streamed body, only for its
+        last chunk, the end of the connection, or every `BATCH_PERIOD_S`; the loop then spends
+        its time stamping arrivals, not running readers, while the stream is timed.
+        """
         p = self._protocol
         assert p is not None
-        if not p.chunks and not p.eof:
-            p.readable.clear()
-            timeout = _timeout(request, "read")
-            try:
-                await asyncio.wait_for(p.readable.wait(), timeout)
-            except asyncio.TimeoutError:
-                raise httpx.ReadTimeout(f"no data for {timeout} s", request=request) from None
+        p.wake_on_every_read = not batched
+        read_timeout = _timeout(request, "read")
+        started = time.perf_counter()
+        while not p.chunks and not p.eof:
+            period = BATCH_PERIOD_S if batched else read_timeout
+            if period is None or (read_timeout is not None and read_timeout < period):
+                period = read_timeout
+            if await self._wait(p, period) or p.chunks or p.eof:
+                continue
+            quiet = time.perf_counter() - max(p.last_data, started)
+            if read_timeout is not None and quiet >= read_timeout:
+                raise httpx.ReadTimeout(f"no data for {read_timeout} s", request=request)
         if not p.chunks:
             if p.error is not None:
                 raise httpx.ReadError(str(p.error), request=request)
@@ -150,7 +200,7 @@ class SlotTransport(httpx.AsyncBaseTransport):
         self.last_arrival = arrived
         return data
 
-    async def _next_event(self, request: httpx.Request) -> Any:
+    async def _next_event(self, request: httpx.Request, batched: bool = False) -> Any:
         conn = self._h11
         assert conn is not None
         while True:
@@ -160,7 +210,7 @@ class SlotTransport(httpx.AsyncBaseTransport):
                 raise httpx.RemoteProtocolError(str(exc), request=request) from exc
             if event is not h11.NEED_DATA:
                 return event
-            conn.receive_data(await self._read(request))
+            conn.receive_data(await self._read(request, batched))
 
     async def _write(self, request: httpx.Request, data: bytes) -> None:
         p = self._protocol
@@ -205,9 +255,11 @@ class SlotTransport(httpx.AsyncBaseTransport):
             self._busy = False
             self._drop()
             raise
+        chunked = any(name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
+                      for name, value in event.headers)
         return httpx.Response(
             status_code=event.status_code, headers=list(event.headers),
-            stream=_SlotBody(self, request),
+            stream=_SlotBody(self, request, batched=chunked),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": bytes(event.reason),
                         "network_stream": self})
 
@@ -225,15 +277,16 @@ class SlotTransport(httpx.AsyncBaseTransport):
 
 
 class _SlotBody(httpx.AsyncByteStream):
-    def __init__(self, transport: SlotTransport, request: httpx.Request) -> None:
+    def __init__(self, transport: SlotTransport, request: httpx.Request, batched: bool) -> None:
         self._transport = transport
         self._request = request
+        self._batched = batched  # only a chunked body has an end marker to wake on
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             while True:
-                event = await self._transport._next_event(self._request)
+                event = await self._transport._next_event(self._request, self._batched)
                 if isinstance(event, h11.Data):
                     yield bytes(event.data)
                 elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
