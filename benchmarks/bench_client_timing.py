@@ -29,6 +29,7 @@ import numpy as np
 from pytest_inferbench.backends.base import LoadSettings
 from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.launch import ClientOptions, ServerSpec
+from pytest_inferbench.loadgen.affinity import pinned_to_one_cpu
 from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
 from pytest_inferbench.loadgen.workload import build_workload
 from pytest_inferbench.metrics import RequestRecord, summarize
@@ -137,7 +138,8 @@ def chunk_rate(args: argparse.Namespace) -> None:
                 cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             return cpu, wall, sum(len(r.chunk_times) for r in run.records if r.success)
 
-        cpu, wall, chunks = asyncio.run(go())
+        with pinned_to_one_cpu():  # as run_point does
+            cpu, wall, chunks = asyncio.run(go())
     per_chunk_us = cpu / chunks * 1e6
     print(f"  {chunks} chunks in {wall:.2f} s = {chunks / wall:,.0f} chunks/s "
           f"(client CPU {cpu / wall:.0%} of one core, {os.cpu_count()} cores shared with the "

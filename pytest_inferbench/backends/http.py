@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..loadgen.affinity import pinned_to_one_cpu
 from ..loadgen.client import (
     APPROXIMATE_WORDS,
     ClientConfig,
@@ -122,7 +123,8 @@ class HttpServerHandle(ServerHandle):
         workload = build_workload(
             point.isl, point.osl, point.conc, load, tokenizer=tokenizer,
             use_chat_template=self.spec.client.use_chat_template and not cfg.chat)
-        return asyncio.run(self._measure(point, cfg, workload))
+        with pinned_to_one_cpu() as cpu:
+            return asyncio.run(self._measure(point, cfg, workload, cpu))
 
     async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot:
         try:
@@ -131,8 +133,8 @@ class HttpServerHandle(ServerHandle):
             notes.append(str(exc))
             return Snapshot(error=str(exc))
 
-    async def _measure(self, point: BenchPoint, cfg: ClientConfig,
-                       workload: Workload) -> PointMeasurement:
+    async def _measure(self, point: BenchPoint, cfg: ClientConfig, workload: Workload,
+                       pinned_cpu: int | None) -> PointMeasurement:
         notes: list[str] = []
         if self.simulated:
             notes.append("simulated server: these numbers come from the simulator, not hardware")
@@ -172,6 +174,7 @@ class HttpServerHandle(ServerHandle):
                         dispatch_delay_s=_dispatch_delays(run.records),
                         busy_s=sum(r.end_time - r.send_time for r in run.records))
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
+        check["client_cpu_pinned"] = pinned_cpu
         server = point_metrics(before, after) if not before.error else {
             "scrape_error": before.error}
         return PointMeasurement(

@@ -206,3 +206,20 @@ def test_progress_is_quiet_without_a_terminal() -> None:
         return progress.enabled
 
     assert asyncio.run(run()) is False
+
+
+def test_pinning_restores_the_affinity() -> None:
+    import os
+
+    from pytest_inferbench.loadgen.affinity import pinned_to_one_cpu
+
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    before = os.sched_getaffinity(0)
+    with pinned_to_one_cpu() as cpu:
+        inside = os.sched_getaffinity(0)
+    assert os.sched_getaffinity(0) == before
+    if len(before) > 1:
+        assert cpu in before and inside == {cpu}
+    else:
+        assert cpu is None and inside == before
