@@ -29,18 +29,28 @@ def current_cpu() -> int | None:
         return None
 
 
+def chosen_cpu(allowed: set[int]) -> int | None:
+    """xdist worker N takes the N-th allowed CPU (so workers do not share one); a lone
+    process keeps the CPU it is on."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        return sorted(allowed)[int(worker[2:]) % len(allowed)]
+    cpu = current_cpu()
+    return cpu if cpu in allowed else None
+
+
 @contextlib.contextmanager
 def pinned_to_one_cpu() -> Iterator[int | None]:
-    """Pin this process to the CPU it is on, restoring its affinity after; yields the CPU,
-    or None where pinning is not possible or pointless (one CPU, no affinity API)."""
+    """Pin this process to one CPU (`chosen_cpu`), restoring its affinity after; yields the
+    CPU, or None where pinning is not possible or pointless (one CPU, no affinity API)."""
     get = getattr(os, "sched_getaffinity", None)
     set_ = getattr(os, "sched_setaffinity", None)
     if get is None or set_ is None:
         yield None
         return
     allowed = get(0)
-    cpu = current_cpu()
-    if len(allowed) < 2 or cpu not in allowed:
+    cpu = chosen_cpu(allowed) if len(allowed) > 1 else None
+    if cpu is None:
         yield None
         return
     try:

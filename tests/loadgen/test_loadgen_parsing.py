@@ -223,3 +223,13 @@ def test_pinning_restores_the_affinity() -> None:
         assert cpu in before and inside == {cpu}
     else:
         assert cpu is None and inside == before
+
+
+def test_xdist_workers_take_different_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_inferbench.loadgen.affinity import chosen_cpu
+
+    picks = []
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        picks.append(chosen_cpu({4, 7}))
+    assert picks == [4, 7, 4]
