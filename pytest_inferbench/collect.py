@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from .backends.base import ServerHandle
-    from .options import Settings
     from .recipe import BenchPoint, ServerConfig
 
 
@@ -66,8 +65,11 @@ class ServerNode(pytest.Collector):
 
         state = get_session_state(self.config)
         settings = state.settings
-        # Only an external server can do without a launch spec (its argv is not ours to know).
-        self.spec = self._resolve_spec(settings, required=settings.backend != "external")
+        launch_dir = settings.launch_dir or Path(self.server.source).parent / "launch"
+        # Every backend needs the spec: the argv to run, or (external) the served model name
+        # and client options.
+        self.spec = resolve(self.server, launch_dir,
+                            startup_timeout_override=settings.startup_timeout_s)
         backend = get_backend(settings.backend)
         self.handle = backend.start(self.server, self.spec, state.start_context)
 
@@ -75,16 +77,6 @@ class ServerNode(pytest.Collector):
         handle, self.handle = self.handle, None
         if handle is not None:
             handle.stop()
-
-    def _resolve_spec(self, settings: Settings, required: bool) -> ServerSpec | None:
-        launch_dir = settings.launch_dir or Path(self.server.source).parent / "launch"
-        try:
-            return resolve(self.server, launch_dir,
-                           startup_timeout_override=settings.startup_timeout_s)
-        except LaunchSpecError:
-            if required:
-                raise
-            return None
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.server.line - 1, self.name

@@ -96,16 +96,15 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     return result
 
 
-def measurement_failures(result: Mapping[str, Any], *, timing_checked: bool = True) -> list[str]:
+def measurement_failures(result: Mapping[str, Any]) -> list[str]:
     """Why the point's numbers cannot be trusted: client self-check, token accounting.
 
-    Pass `timing_checked=False` where the server keeps no real time (the simulator at time
-    scale 0 streams as fast as it can): its intervals are not timings, so the client's event-loop
-    lag against them says nothing.
+    A verdict marked `not_applicable` is not a failure: the simulator at time scale 0 streams
+    as fast as it can, so its intervals are not timings the client's lag could have distorted.
     """
     failures: list[str] = []
     check = result.get("client_check") or {}
-    if timing_checked and check and not check.get("ok", True):
+    if check and not check.get("ok", True) and not check.get("not_applicable"):
         failures.append(str(check.get("reason") or "client self-check failed"))
     mismatched = result.get("token_mismatch_requests") or 0
     # Words of a real model's output only estimate its tokens: no cross-check to fail.

@@ -12,7 +12,7 @@ import httpx
 
 from .base import Backend, ServerStartError
 from .http import HttpServerHandle
-from .readiness import says_simulated
+from .readiness import keeps_real_time, says_simulated
 
 if TYPE_CHECKING:
     from ..launch import ServerSpec
@@ -52,4 +52,5 @@ class ExternalBackend(Backend):
             raise ServerStartError(f"external server for {server.node_name} is not healthy: "
                                    f"{url} -> HTTP {response.status_code}")
         return ExternalHandle(base_url=base_url, spec=spec,
-                              simulated=says_simulated(response.headers))
+                              simulated=says_simulated(response.headers),
+                              real_time=keeps_real_time(response.headers))

@@ -85,10 +85,12 @@ class HttpServerHandle(ServerHandle):
 
     base_url: str
 
-    def __init__(self, *, base_url: str, spec: ServerSpec, simulated: bool = False) -> None:
+    def __init__(self, *, base_url: str, spec: ServerSpec, simulated: bool = False,
+                 real_time: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
         self.spec = spec
         self.simulated = simulated
+        self.real_time = real_time  # False: the server streams on no clock (sim, time scale 0)
         self._tokenizer: TextTokenizer | None = _UNSET
 
     def stop(self) -> None:  # subclasses that own the server override this
@@ -173,6 +175,9 @@ class HttpServerHandle(ServerHandle):
         check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
                         dispatch_delay_s=_dispatch_delays(run.records),
                         busy_s=sum(r.end_time - r.send_time for r in run.records))
+        if not self.real_time:
+            check["not_applicable"] = ("the server streams as fast as it can (simulator at time "
+                                       "scale 0): its gaps are not timings to distort")
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
         check["client_cpu_pinned"] = pinned_cpu
         server = point_metrics(before, after) if not before.error else {

@@ -31,6 +31,7 @@ HEALTH_REQUEST_TIMEOUT_S = 2.0
 # Every response of the simulated server carries this header; a handle serving it, even in a
 # container or behind an external URL, must report its numbers as simulated.
 SIMULATED_HEADER = "x-inferbench-simulated"
+TIME_SCALE_HEADER = "x-inferbench-time-scale"
 
 
 class LogPump:
@@ -100,10 +101,19 @@ class ReadinessProbe:
 class Ready:
     seconds: float  # from the start of the wait until the first 200
     simulated: bool  # the server marks itself as the simulator (SIMULATED_HEADER)
+    real_time: bool  # False for the simulator at time scale 0 (TIME_SCALE_HEADER)
 
 
 def says_simulated(headers: httpx.Headers) -> bool:
     return str(headers.get(SIMULATED_HEADER, "")).lower() == "true"
+
+
+def keeps_real_time(headers: httpx.Headers) -> bool:
+    """Only the simulator can stream on no clock at all; it says so in a header."""
+    try:
+        return float(headers.get(TIME_SCALE_HEADER, "1")) > 0
+    except ValueError:
+        return True
 
 
 def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.25) -> Ready:
@@ -125,7 +135,8 @@ def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.
             try:
                 response = client.get(probe.health_url)
                 if response.status_code == 200:
-                    return Ready(time.monotonic() - started, says_simulated(response.headers))
+                    return Ready(time.monotonic() - started, says_simulated(response.headers),
+                                 keeps_real_time(response.headers))
                 last_error = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
                 last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

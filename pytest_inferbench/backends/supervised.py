@@ -43,8 +43,8 @@ class SupervisedHandle(HttpServerHandle):
     """An HTTP handle that also watches and finally stops the server behind it."""
 
     def __init__(self, supervised: Supervised, *, base_url: str, spec: ServerSpec,
-                 simulated: bool = False) -> None:
-        super().__init__(base_url=base_url, spec=spec, simulated=simulated)
+                 simulated: bool = False, real_time: bool = True) -> None:
+        super().__init__(base_url=base_url, spec=spec, simulated=simulated, real_time=real_time)
         self.supervised = supervised
         self._stopped = False
         reaper.track(self, self.stop)
@@ -118,7 +118,8 @@ def start_supervised(supervised: Supervised, *, base_url: str, spec: ServerSpec,
             exit_code=supervised.exit_code, log_tail=supervised.log.tail,
             log_path=supervised.log.path), timeout)
         return SupervisedHandle(supervised, base_url=base_url, spec=spec,
-                                simulated=simulated or ready.simulated)
+                                simulated=simulated or ready.simulated,
+                                real_time=ready.real_time)
     except BaseException:
         supervised.terminate()
         supervised.log.join()

@@ -182,7 +182,9 @@ def _engine_facts(config: object) -> dict[str, object]:
 
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio turns TCP_NODELAY on for accepted sockets only when the
+    # listening socket names its protocol, and Nagle's algorithm would hold small SSE chunks.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

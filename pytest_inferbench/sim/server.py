@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .prom import MetricsSnapshot
 
 SIMULATED_HEADER = (b"x-inferbench-simulated", b"true")
+TIME_SCALE_HEADER = b"x-inferbench-time-scale"
 # llm-d-inference-sim's deterministic failure: a request carrying `X-Return-Error: 429` gets a
 # 429 (any 4xx/5xx status) with an OpenAI-style body, so a client can test one exact failure.
 RETURN_ERROR_HEADER = "x-return-error"
@@ -81,15 +82,20 @@ def error_response(error: ApiError) -> JSONResponse:
 
 
 class SimulatedHeader:
-    """ASGI middleware: every response says its numbers are simulated."""
+    """ASGI middleware: every response says its numbers are simulated, and on what clock.
 
-    def __init__(self, app: ASGIApp) -> None:
+    A time scale of 0 means tokens stream as fast as the process can send them: clients use
+    the header to know that the gaps they measure are not timings.
+    """
+
+    def __init__(self, app: ASGIApp, time_scale: float) -> None:
         self.app = app
+        self.headers = [SIMULATED_HEADER, (TIME_SCALE_HEADER, repr(time_scale).encode())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_marked(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), SIMULATED_HEADER]
+                message["headers"] = [*message.get("headers", []), *self.headers]
             await send(message)
 
         await self.app(scope, receive, send_marked if scope["type"] == "http" else send)
@@ -140,7 +146,7 @@ class SimServer:
         ]
         app = Starlette(routes=routes, lifespan=self.lifespan, exception_handlers={
             HTTPException: self._http_error, Exception: self._unexpected})
-        return SimulatedHeader(app)
+        return SimulatedHeader(app, self.config.time_scale)
 
     # -- policy -------------------------------------------------------------------------------
 
