@@ -50,7 +50,8 @@ def test_hundreds_of_entries_collect_without_launch_specs(pytester: pytest.Pytes
 
 
 def test_collect_only_touches_no_network_docker_or_files(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (pytester.path / "amd-master.yaml").write_text(big_master(4))
     before = sorted(p.name for p in pytester.path.iterdir())
 
@@ -61,8 +62,15 @@ def test_collect_only_touches_no_network_docker_or_files(
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     for backend in ("docker", "sim", "process", "sim-server"):
-        result = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:benchmark",
-                                              f"--inferbench-backend={backend}")
+        result = pytester.runpytest_inprocess(
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:benchmark",
+            f"--inferbench-backend={backend}",
+        )
         assert result.ret == 0, result.stdout.str()
     assert sorted(p.name for p in pytester.path.iterdir()) == before
 

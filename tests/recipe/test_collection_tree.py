@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-ROWS_SPEC_PAIR = ["{ tp: 4, conc-list: [1, 2] }", "{ tp: 4, spec-decoding: mtp, conc-list: [1, 2] }"]
+ROWS_SPEC_PAIR = [
+    "{ tp: 4, conc-list: [1, 2] }",
+    "{ tp: 4, spec-decoding: mtp, conc-list: [1, 2] }",
+]
 
 
 def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
@@ -28,25 +31,42 @@ def test_node_ids_and_tree(pytester: pytest.Pytester, write_master, master_entry
 
 
 def test_ep_and_dp_attn_suffixes(pytester: pytest.Pytester, write_master, master_entry) -> None:  # type: ignore[no-untyped-def]
-    write_master(master_entry("k-fp4-mi355x-atom", [
-        "{ tp: 8, ep: 8, dp-attn: true, conc-list: [4] }",
-        "{ tp: 8, ep: 1, dp-attn: false, conc-list: [4] }"]))
+    write_master(
+        master_entry(
+            "k-fp4-mi355x-atom",
+            [
+                "{ tp: 8, ep: 8, dp-attn: true, conc-list: [4] }",
+                "{ tp: 8, ep: 1, dp-attn: false, conc-list: [4] }",
+            ],
+        )
+    )
     assert collected(pytester) == [
         "amd-master.yaml::k-fp4-mi355x-atom-tp8-ep8-dpa::isl1024-osl1024-conc4",
         "amd-master.yaml::k-fp4-mi355x-atom-tp8::isl1024-osl1024-conc4",
     ]
 
 
-def test_key_with_mtp_gets_no_second_suffix(pytester: pytest.Pytester, write_master,  # type: ignore[no-untyped-def]
-                                            master_entry) -> None:
-    write_master(master_entry("m-fp4-mi355x-atom-mtp", ["{ tp: 4, spec-decoding: mtp, conc-list: [8] }"]))
-    assert collected(pytester) == ["amd-master.yaml::m-fp4-mi355x-atom-mtp-tp4::isl1024-osl1024-conc8"]
+def test_key_with_mtp_gets_no_second_suffix(
+    pytester: pytest.Pytester,
+    write_master,  # type: ignore[no-untyped-def]
+    master_entry,
+) -> None:
+    write_master(
+        master_entry("m-fp4-mi355x-atom-mtp", ["{ tp: 4, spec-decoding: mtp, conc-list: [8] }"])
+    )
+    assert collected(pytester) == [
+        "amd-master.yaml::m-fp4-mi355x-atom-mtp-tp4::isl1024-osl1024-conc8"
+    ]
 
 
 def test_k_selection_by_substring(pytester: pytest.Pytester, write_master, master_entry) -> None:  # type: ignore[no-untyped-def]
-    write_master(master_entry("minimaxm3-fp4-mi355x-atom", ["{ tp: 4, conc-start: 1, conc-end: 64 }"])
-                 + "\n" + master_entry("other-fp8-h200-vllm", ["{ tp: 8, conc-list: [16] }"],
-                                       runner="h200", framework="vllm"))
+    write_master(
+        master_entry("minimaxm3-fp4-mi355x-atom", ["{ tp: 4, conc-start: 1, conc-end: 64 }"])
+        + "\n"
+        + master_entry(
+            "other-fp8-h200-vllm", ["{ tp: 8, conc-list: [16] }"], runner="h200", framework="vllm"
+        )
+    )
     # Both entries have model-prefix minimaxm3: -k matches it as a keyword, not only the key.
     assert len(collected(pytester, "-k", "minimaxm3")) == 8
     assert len(collected(pytester, "-k", "minimaxm3 and atom")) == 7
@@ -55,22 +75,32 @@ def test_k_selection_by_substring(pytester: pytest.Pytester, write_master, maste
     assert len(collected(pytester, "-k", "vllm")) == 1
     assert len(collected(pytester, "-k", "h200")) == 1
     assert collected(pytester, "-k", "conc64") == [
-        "amd-master.yaml::minimaxm3-fp4-mi355x-atom-tp4::isl1024-osl1024-conc64"]
+        "amd-master.yaml::minimaxm3-fp4-mi355x-atom-tp4::isl1024-osl1024-conc64"
+    ]
 
 
-def test_m_selection_by_marker_kwargs(pytester: pytest.Pytester, write_master, master_entry) -> None:  # type: ignore[no-untyped-def]
-    write_master(master_entry("k-fp4-mi355x-atom", ["{ tp: 4, conc-list: [16, 64] }",
-                                                    "{ tp: 8, conc-list: [16, 64] }"]))
+def test_m_selection_by_marker_kwargs(
+    pytester: pytest.Pytester, write_master, master_entry
+) -> None:  # type: ignore[no-untyped-def]
+    write_master(
+        master_entry(
+            "k-fp4-mi355x-atom",
+            ["{ tp: 4, conc-list: [16, 64] }", "{ tp: 8, conc-list: [16, 64] }"],
+        )
+    )
     assert collected(pytester, "-m", "inferbench(conc=64)") == [
         "amd-master.yaml::k-fp4-mi355x-atom-tp4::isl1024-osl1024-conc64",
         "amd-master.yaml::k-fp4-mi355x-atom-tp8::isl1024-osl1024-conc64",
     ]
     assert collected(pytester, "-m", "inferbench(tp=8, conc=16)") == [
-        "amd-master.yaml::k-fp4-mi355x-atom-tp8::isl1024-osl1024-conc16"]
+        "amd-master.yaml::k-fp4-mi355x-atom-tp8::isl1024-osl1024-conc16"
+    ]
     assert collected(pytester, "-m", 'inferbench(framework="atom", spec_decoding="mtp")') == []
 
 
-def test_only_master_files_are_recipes(pytester: pytest.Pytester, write_master, master_entry) -> None:  # type: ignore[no-untyped-def]
+def test_only_master_files_are_recipes(
+    pytester: pytest.Pytester, write_master, master_entry
+) -> None:  # type: ignore[no-untyped-def]
     write_master(master_entry("k-fp4-mi355x-atom", ["{ tp: 4, conc-list: [1] }"]))
     # Other YAML (CI, compose) is never touched, even when it is not a valid recipe.
     (pytester.path / "docker-compose.yaml").write_text("services: [oops\n")
@@ -79,7 +109,9 @@ def test_only_master_files_are_recipes(pytester: pytest.Pytester, write_master, 
 
 
 def test_recipe_glob_from_ini(pytester: pytest.Pytester, write_master, master_entry) -> None:  # type: ignore[no-untyped-def]
-    write_master(master_entry("k-fp4-mi355x-atom", ["{ tp: 4, conc-list: [1] }"]), name="my.bench.yaml")
+    write_master(
+        master_entry("k-fp4-mi355x-atom", ["{ tp: 4, conc-list: [1] }"]), name="my.bench.yaml"
+    )
     assert collected(pytester) == []
     pytester.makeini("[pytest]\ninferbench_recipes = *.bench.yaml\n")
     assert collected(pytester) == ["my.bench.yaml::k-fp4-mi355x-atom-tp4::isl1024-osl1024-conc1"]
@@ -102,7 +134,12 @@ dsr1-fp8-mi355x-sglang-disagg:
         search-space:
           - spec-decoding: none
             conc-list: [512, 1024]
-            prefill: { num-worker: 1, tp: 8, ep: 8, dp-attn: true, additional-settings: ["PREFILL_NODES=1"] }
+            prefill:
+              num-worker: 1
+              tp: 8
+              ep: 8
+              dp-attn: true
+              additional-settings: ["PREFILL_NODES=1"]
             decode: { num-worker: 2, tp: 8, ep: 8, dp-attn: true }
 agent-fp4-b200-vllm:
   image: img
@@ -121,7 +158,8 @@ agent-fp4-b200-vllm:
 
 
 def test_multinode_and_agentic_are_collected_and_skip_with_reason(
-        pytester: pytest.Pytester, write_master) -> None:  # type: ignore[no-untyped-def]
+    pytester: pytest.Pytester, write_master
+) -> None:  # type: ignore[no-untyped-def]
     write_master(MULTINODE)
     assert collected(pytester) == [
         "amd-master.yaml::dsr1-fp8-mi355x-sglang-disagg-p1x8-d2x8::isl1024-osl1024-conc512",
@@ -130,5 +168,6 @@ def test_multinode_and_agentic_are_collected_and_skip_with_reason(
     ]
     result = pytester.runpytest("-rs")
     result.assert_outcomes(skipped=3)
-    result.stdout.fnmatch_lines(["*multinode: not supported yet*",
-                                 "*agentic-coding: not supported yet*"])
+    result.stdout.fnmatch_lines(
+        ["*multinode: not supported yet*", "*agentic-coding: not supported yet*"]
+    )

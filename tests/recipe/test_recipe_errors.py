@@ -37,52 +37,104 @@ def errors_of(tmp_path: Path, text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("  precision: fp4\n", "  precision: fp4\n  flavour: x\n",
-         "L7: k-fp4-mi355x-atom.flavour: unknown key (expected one of: image, model, "
-         "model-prefix, runner, precision, framework, multinode, scenarios, disagg)"),
-        ("  multinode: false\n", "",
-         "L2: k-fp4-mi355x-atom.multinode: missing required key"),
-        ("  multinode: false\n", "  multinode: nope\n",
-         "L8: k-fp4-mi355x-atom.multinode: got str 'nope' (expected true or false)"),
-        ("      - isl: 1024\n", "      - isl: '1024'\n",
-         "L11: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].isl: got str '1024' "
-         "(expected an integer)"),
-        ("{ tp: 4,", "{ tp: 0,",
-         "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].tp: got 0 "
-         "(expected an integer >= 1)"),
-        ("{ tp: 4,", "{ tp: -2,",
-         "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].tp: got -2 "
-         "(expected an integer >= 1)"),
-        ("conc-start: 1, conc-end: 8", "conc-start: 16, conc-end: 8",
-         "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].conc-start: "
-         "conc-start (16) > conc-end (8) (expected start <= end)"),
-        ("conc-end: 8 }", "conc-end: 8, conc-list: [4] }",
-         "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0]: both 'conc-list' "
-         "and 'conc-start'/'conc-end' given (expected either a list or a range, not both)"),
-        ("conc-start: 1, conc-end: 8", "conc-start: 1",
-         "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0]: no concurrency "
-         "(expected 'conc-list' or both 'conc-start' and 'conc-end')"),
-        ("          - { tp: 4, conc-start: 1, conc-end: 8 }\n", "          []\n",
-         "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space: empty search-space "
-         "(expected at least one row)"),
-        ("{ tp: 4,", "{ tp: 4, spec-decoding: eagle3,",
-         "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].spec-decoding: got "
-         "str 'eagle3' (expected one of: mtp, draft_model, none)"),
-        ("  runner: mi355x\n", "  runner: tpu-v5\n",
-         "L5: k-fp4-mi355x-atom.runner: unknown runner 'tpu-v5' (expected a name starting with "
-         "one of: b200, b300, gb200, gb300, h100, h200, mi300x, mi325x, mi355x)"),
-        ("  model: amd/MiniMax-M3-MXFP4\n", "  model: [a, b]\n",
-         "L3: k-fp4-mi355x-atom.model: got a list (expected a non-empty string)"),
-        ("k-fp4-mi355x-atom:", "k-fp4-*-atom:",
-         "L1: k-fp4-*-atom: '*' is reserved for changelog wildcards (expected a config key "
-         "without '*')"),
+        (
+            "  precision: fp4\n",
+            "  precision: fp4\n  flavour: x\n",
+            "L7: k-fp4-mi355x-atom.flavour: unknown key (expected one of: image, model, "
+            "model-prefix, runner, precision, framework, multinode, scenarios, disagg)",
+        ),
+        ("  multinode: false\n", "", "L2: k-fp4-mi355x-atom.multinode: missing required key"),
+        (
+            "  multinode: false\n",
+            "  multinode: nope\n",
+            "L8: k-fp4-mi355x-atom.multinode: got str 'nope' (expected true or false)",
+        ),
+        (
+            "      - isl: 1024\n",
+            "      - isl: '1024'\n",
+            "L11: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].isl: got str '1024' "
+            "(expected an integer)",
+        ),
+        (
+            "{ tp: 4,",
+            "{ tp: 0,",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].tp: got 0 "
+            "(expected an integer >= 1)",
+        ),
+        (
+            "{ tp: 4,",
+            "{ tp: -2,",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].tp: got -2 "
+            "(expected an integer >= 1)",
+        ),
+        (
+            "conc-start: 1, conc-end: 8",
+            "conc-start: 16, conc-end: 8",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].conc-start: "
+            "conc-start (16) > conc-end (8) (expected start <= end)",
+        ),
+        (
+            "conc-end: 8 }",
+            "conc-end: 8, conc-list: [4] }",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0]: both 'conc-list' "
+            "and 'conc-start'/'conc-end' given (expected either a list or a range, not both)",
+        ),
+        (
+            "conc-start: 1, conc-end: 8",
+            "conc-start: 1",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0]: no concurrency "
+            "(expected 'conc-list' or both 'conc-start' and 'conc-end')",
+        ),
+        (
+            "          - { tp: 4, conc-start: 1, conc-end: 8 }\n",
+            "          []\n",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space: empty search-space "
+            "(expected at least one row)",
+        ),
+        (
+            "{ tp: 4,",
+            "{ tp: 4, spec-decoding: eagle3,",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].spec-decoding: got "
+            "str 'eagle3' (expected one of: mtp, draft_model, none)",
+        ),
+        (
+            "  runner: mi355x\n",
+            "  runner: tpu-v5\n",
+            "L5: k-fp4-mi355x-atom.runner: unknown runner 'tpu-v5' (expected a name starting with "
+            "one of: b200, b300, gb200, gb300, h100, h200, mi300x, mi325x, mi355x)",
+        ),
+        (
+            "  model: amd/MiniMax-M3-MXFP4\n",
+            "  model: [a, b]\n",
+            "L3: k-fp4-mi355x-atom.model: got a list (expected a non-empty string)",
+        ),
+        (
+            "k-fp4-mi355x-atom:",
+            "k-fp4-*-atom:",
+            "L1: k-fp4-*-atom: '*' is reserved for changelog wildcards (expected a config key "
+            "without '*')",
+        ),
     ],
-    ids=["unknown-key", "missing-required", "wrong-type-bool", "wrong-type-int", "tp-zero",
-         "tp-negative", "start-after-end", "list-and-range", "no-concurrency", "empty-search-space",
-         "bad-spec-decoding", "unknown-runner", "model-not-string", "star-in-key"],
+    ids=[
+        "unknown-key",
+        "missing-required",
+        "wrong-type-bool",
+        "wrong-type-int",
+        "tp-zero",
+        "tp-negative",
+        "start-after-end",
+        "list-and-range",
+        "no-concurrency",
+        "empty-search-space",
+        "bad-spec-decoding",
+        "unknown-runner",
+        "model-not-string",
+        "star-in-key",
+    ],
 )
-def test_each_bad_input_names_file_line_and_key(tmp_path: Path, old: str, new: str,
-                                                expected: str) -> None:
+def test_each_bad_input_names_file_line_and_key(
+    tmp_path: Path, old: str, new: str, expected: str
+) -> None:
     assert old in GOOD
     assert errors_of(tmp_path, GOOD.replace(old, new)) == [expected]
 
@@ -95,20 +147,25 @@ def test_yaml_syntax_error_has_line(tmp_path: Path) -> None:
 
 def test_duplicate_config_key(tmp_path: Path) -> None:
     assert errors_of(tmp_path, GOOD + "\n" + GOOD) == [
-        "L16: k-fp4-mi355x-atom: duplicate config key (first defined at line 1)"]
+        "L16: k-fp4-mi355x-atom: duplicate config key (first defined at line 1)"
+    ]
 
 
 def test_duplicate_points_are_rejected(tmp_path: Path) -> None:
     text = GOOD.replace("conc-start: 1, conc-end: 8", "conc-list: [4, 4]")
     assert errors_of(tmp_path, text) == [
         "L14: k-fp4-mi355x-atom: duplicate point k-fp4-mi355x-atom-tp4::isl1024-osl1024-conc4 "
-        "(first at line 14)"]
+        "(first at line 14)"
+    ]
 
 
 def test_all_errors_of_a_file_are_reported_at_once(tmp_path: Path) -> None:
     bad_one = GOOD.replace("{ tp: 4,", "{ tp: 0,")
-    bad_two = GOOD.replace("k-fp4-mi355x-atom:", "other-fp4-mi355x-atom:").replace(
-        "  runner: mi355x\n", "  runner: tpu\n").replace("  precision: fp4\n", "")
+    bad_two = (
+        GOOD.replace("k-fp4-mi355x-atom:", "other-fp4-mi355x-atom:")
+        .replace("  runner: mi355x\n", "  runner: tpu\n")
+        .replace("  precision: fp4\n", "")
+    )
     messages = errors_of(tmp_path, bad_one + "\n" + bad_two)
     # The second entry starts at line 16: its mapping at 17, its runner at 20.
     assert [m.split(":")[0] for m in messages] == ["L14", "L17", "L20"]
@@ -122,8 +179,10 @@ def test_collection_error_goes_through_pytest(pytester: pytest.Pytester) -> None
     (pytester.path / "amd-master.yaml").write_text(GOOD.replace("{ tp: 4,", "{ tp: 0,"))
     result = pytester.runpytest("--collect-only", "-q")
     out = result.stdout.str()
-    assert ("amd-master.yaml:14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].tp: "
-            "got 0 (expected an integer >= 1)") in out
+    assert (
+        "amd-master.yaml:14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].tp: "
+        "got 0 (expected an integer >= 1)"
+    ) in out
     assert "Interrupted: 1 error during collection" in out
     assert "Traceback" not in out
     # The other recipe still collects: a bad file does not hide the good ones' items.

@@ -25,9 +25,19 @@ def test_range_doubles_and_clamps(start: int, end: int, expected: tuple[int, ...
 
 @pytest.mark.parametrize(
     ("runner", "gpu"),
-    [("mi355x", "MI355X"), ("mi355x-disagg", "MI355X"), ("b200-trt", "B200"),
-     ("h200-dgxc", "H200"), ("gb300-nv", "GB300"), ("gb200", "GB200"), ("mi300x", "MI300X"),
-     ("h100", "H100"), ("b300", "B300"), ("mi325x", "MI325X"), ("h200_multinode", "H200")],
+    [
+        ("mi355x", "MI355X"),
+        ("mi355x-disagg", "MI355X"),
+        ("b200-trt", "B200"),
+        ("h200-dgxc", "H200"),
+        ("gb300-nv", "GB300"),
+        ("gb200", "GB200"),
+        ("mi300x", "MI300X"),
+        ("h100", "H100"),
+        ("b300", "B300"),
+        ("mi325x", "MI325X"),
+        ("h200_multinode", "H200"),
+    ],
 )
 def test_runner_prefix_maps_to_gpu(runner: str, gpu: str) -> None:
     assert hardware_for_runner(runner) == gpu
@@ -48,7 +58,8 @@ def test_conc_list_kept_as_is_and_defaults(tmp_path: Path, master_entry) -> None
     assert point.max_model_len == 1024 + 1024 + 256
     assert point.exp_name == "minimaxm3_1k1k"
     assert point.result_filename("mi355x-amds_03") == (
-        "minimaxm3_1k1k_fp4_atom_tp2-ep1-dpafalse_disagg-false_spec-none_conc64_mi355x-amds_03")
+        "minimaxm3_1k1k_fp4_atom_tp2-ep1-dpafalse_disagg-false_spec-none_conc64_mi355x-amds_03"
+    )
 
 
 def test_one_server_node_serves_every_seq_len(tmp_path: Path) -> None:
