@@ -134,11 +134,16 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_result_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write JSON to a temp file beside `path`, then rename: readers never see half a file."""
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write JSON to a temp file beside `path`, then rename: readers never see half a file.
+
+    Every JSON artifact of the plugin (point results, summary.json, baselines, eval results)
+    goes through here: builtin types only, non-finite floats as null.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide results from the rest of the team
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(_jsonable(data), handle, indent=2, allow_nan=False)
             handle.write("\n")

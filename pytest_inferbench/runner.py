@@ -41,7 +41,7 @@ def run_bench_item(item: BenchItem) -> None:
     failures = results.measurement_failures(result)
     failures += gates.evaluate_point(result, item.point, node.spec, state.settings)
     result["gate_failures"] = failures
-    results.write_result_atomic(result_path(state.settings.results_dir, item.nodeid), result)
+    results.write_json_atomic(result_path(state.settings.results_dir, item.nodeid), result)
     state.results.append(result)
     item.user_properties.extend(report.result_properties(result))
     if failures:

@@ -14,7 +14,7 @@ import pytest
 from pytest_inferbench.backends.base import PointMeasurement
 from pytest_inferbench.metrics import RequestRecord
 from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
-from pytest_inferbench.results import build_result, measurement_failures, write_result_atomic
+from pytest_inferbench.results import build_result, measurement_failures, write_json_atomic
 
 
 def server(spec_decoding: str = "mtp") -> ServerConfig:
@@ -104,7 +104,7 @@ def test_atomic_write_never_shows_half_a_file(tmp_path: Path) -> None:
     thread.start()
     try:
         for _ in range(5):
-            write_result_atomic(path, big)
+            write_json_atomic(path, big)
     finally:
         stop.set()
         thread.join()

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..gates.baseline import write_json_atomic
 from ..recipe import BenchPoint as BenchPointType
+from ..results import write_json_atomic
 from .gsm8k import (
     METRIC,
     NUM_FEWSHOT,

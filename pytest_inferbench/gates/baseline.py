@@ -9,11 +9,11 @@ new image is compared against the old one.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..results import write_json_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -113,20 +113,6 @@ def load_baseline(path: Path) -> Baseline:
     if not points:
         raise BaselineError(f"baseline {path} holds no point results")
     return Baseline(path, tuple(points.items()))
-
-
-def write_json_atomic(path: Path, data: object) -> None:
-    """Write JSON so a reader never sees half a file (temp file + rename in the same dir)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, sort_keys=False, default=str)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_baseline(

@@ -135,6 +135,7 @@ class ReportCollector:
         self.results: dict[str, dict[str, Any]] = {}  # nodeid -> full result
         self.started = time.time()
         self.written: list[Path] = []
+        self.notes: list[str] = []
         self.finished = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -167,7 +168,8 @@ class ReportCollector:
 
     def finish(self) -> None:
         """Write summary.json, the baseline, the step summary and the plots (once)."""
-        from ..gates.baseline import save_baseline, write_json_atomic
+        from ..gates.baseline import save_baseline
+        from ..results import write_json_atomic
 
         settings = _settings(self.config)
         if self.finished or settings is None or not self.points:
@@ -189,7 +191,11 @@ class ReportCollector:
         if settings.plots and points:
             from .plots import plot_results
 
-            self.written.extend(plot_results(points, settings.results_dir / "plots"))
+            plots = plot_results(points, settings.results_dir / "plots")
+            self.written.extend(plots or [])
+            if plots is None:
+                self.notes.append("no plots: matplotlib is not installed "
+                                  "(pip install 'pytest-inferbench[plot]')")
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         write_summary(terminalreporter, self)
@@ -211,6 +217,8 @@ def write_summary(
         terminalreporter.write_line(line)
     for path in collector.written:
         terminalreporter.write_line(f"inferbench: wrote {path}")
+    for note in collector.notes:
+        terminalreporter.write_line(f"inferbench: {note}")
 
 
 def _settings(config: pytest.Config) -> Any:

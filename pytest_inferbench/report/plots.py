@@ -22,15 +22,15 @@ def _value(point: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def plot_results(points: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
-    """Write the PNGs and return their paths (none when matplotlib is not installed)."""
+def plot_results(points: Sequence[dict[str, Any]], out_dir: Path) -> list[Path] | None:
+    """Write the PNGs and return their paths; None when matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return []
+        return None
     groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for p in points:
         if _value(p, "tput_per_gpu") is not None:

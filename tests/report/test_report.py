@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -158,3 +159,13 @@ def test_malformed_gates_file_fails_points_with_file_and_line(project: pytest.Py
         ["*gates.yaml:2: operator '<' in 'p99_ttft < 2': use '>=' or '<='*"]
     )
     assert "Traceback" not in result.stdout.str()
+
+
+def test_without_matplotlib_the_summary_says_why_there_are_no_plots(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    result = project.runpytest_inprocess("-p", "no:cacheprovider", "-k", "conc1")
+    result.assert_outcomes(passed=1, deselected=2)
+    result.stdout.fnmatch_lines(["inferbench: no plots: matplotlib is not installed*"])
+    assert not (project.path / "inferbench-results" / "plots").exists()
