@@ -11,36 +11,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ENTRY = """\
-model{i}-fp8-{gpu}-vllm:
-  image: img:{i}
-  model: org/model-{i}
-  model-prefix: model{i}
-  runner: {gpu}
-  precision: fp8
-  framework: vllm
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 1024
-        osl: 1024
-        search-space:
-          - {{ tp: 4, conc-start: 4, conc-end: 512 }}
-          - {{ tp: 8, ep: 8, dp-attn: true, conc-start: 4, conc-end: 512 }}
-      - isl: 8192
-        osl: 1024
-        search-space:
-          - {{ tp: 4, conc-start: 4, conc-end: 512 }}
-          - {{ tp: 8, spec-decoding: mtp, conc-list: [4, 8, 16, 32, 64] }}
-"""
+from pytest_inferbench.testing.recipes import large_master
 
 
 def main() -> None:
     entries = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    gpus = ("mi355x", "h200", "b200", "mi300x")
     with tempfile.TemporaryDirectory() as tmp:
-        text = "\n".join(ENTRY.format(i=i, gpu=gpus[i % 4]) for i in range(entries))
-        Path(tmp, "nvidia-master.yaml").write_text(text)
+        Path(tmp, "nvidia-master.yaml").write_text(large_master(entries))
         argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                 "--rootdir", tmp, tmp]
         start = time.perf_counter()

@@ -15,28 +15,14 @@ from pytest_inferbench.changelog import (
     load_changelog,
     parse_changelog,
 )
+from pytest_inferbench.testing.recipes import master_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-ENTRY = """\
-{key}:
-  image: rocm/atom-dev:MiniMax-M3-20260623
-  model: amd/MiniMax-M3-MXFP4
-  model-prefix: minimaxm3
-  runner: mi355x
-  precision: fp4
-  framework: atom
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 256
-        osl: 16
-        search-space:
-          - {{ tp: 4, conc-start: 1, conc-end: 1 }}
-"""
-MASTER = ENTRY.format(key="minimaxm3-fp4-mi355x-atom") + ENTRY.format(
-    key="minimaxm3-fp4-mi355x-atom-mtp"
+MASTER = "".join(
+    master_entry(key, ["{ tp: 4, conc-start: 1, conc-end: 1 }"], isl=256, osl=16)
+    for key in ("minimaxm3-fp4-mi355x-atom", "minimaxm3-fp4-mi355x-atom-mtp")
 )
 OLD_ENTRY = """\
 - config-keys:

@@ -14,25 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_inferbench.testing.recipes import master_entry
+
 REPO = Path(__file__).resolve().parents[2]
 THRESHOLD = 0.8
 QUESTIONS = 100
-RECIPE = """\
-minimaxm3-fp4-mi355x-atom:
-  image: rocm/atom-dev:MiniMax-M3-20260623
-  model: amd/MiniMax-M3-MXFP4
-  model-prefix: minimaxm3
-  runner: mi355x
-  precision: fp4
-  framework: atom
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 256
-        osl: 16
-        search-space:
-          - { tp: 4, conc-start: 1, conc-end: 1 }
-"""
+RECIPE = master_entry(rows=["{ tp: 4, conc-start: 1, conc-end: 1 }"], isl=256, osl=16)
 
 
 def write_gsm8k(path: Path, count: int, seed: int) -> None:

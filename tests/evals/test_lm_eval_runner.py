@@ -16,24 +16,10 @@ from pytest_inferbench.evals.runner import run_gsm8k_eval
 from pytest_inferbench.launch import ClientOptions, resolve
 from pytest_inferbench.options import Settings
 from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE = """\
-minimaxm3-fp4-mi355x-atom:
-  image: rocm/atom-dev:MiniMax-M3-20260623
-  model: amd/MiniMax-M3-MXFP4
-  model-prefix: minimaxm3
-  runner: mi355x
-  precision: fp4
-  framework: atom
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 256
-        osl: 16
-        search-space:
-          - { tp: 4, conc-start: 1, conc-end: 8 }
-"""
+RECIPE = master_entry(rows=["{ tp: 4, conc-start: 1, conc-end: 8 }"], isl=256, osl=16)
 
 
 def test_task_config_carries_the_inferencex_filters(tmp_path: Path) -> None:

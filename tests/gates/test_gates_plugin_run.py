@@ -8,23 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from pytest_inferbench.testing.recipes import master_entry
+
 REPO = Path(__file__).resolve().parents[2]
-RECIPE = """\
-minimaxm3-fp4-mi355x-atom-mtp:
-  image: rocm/atom-dev:MiniMax-M3-20260623
-  model: amd/MiniMax-M3-MXFP4
-  model-prefix: minimaxm3
-  runner: mi355x
-  precision: fp4
-  framework: atom
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 512
-        osl: 64
-        search-space:
-          - { tp: 4, spec-decoding: mtp, conc-start: 2, conc-end: 2 }
-"""
+RECIPE = master_entry(
+    "minimaxm3-fp4-mi355x-atom-mtp",
+    ["{ tp: 4, spec-decoding: mtp, conc-start: 2, conc-end: 2 }"],
+    isl=512,
+    osl=64,
+)
 
 
 def project(pytester: pytest.Pytester, launch_edit: tuple[str, str]) -> None:

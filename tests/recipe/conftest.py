@@ -6,31 +6,15 @@ import textwrap
 
 import pytest
 
-ENTRY = """\
-{key}:
-  image: rocm/atom-dev:MiniMax-M3-20260623
-  model: amd/MiniMax-M3-MXFP4
-  model-prefix: minimaxm3
-  runner: {runner}
-  precision: fp4
-  framework: {framework}
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 1024
-        osl: 1024
-        search-space:
-{rows}
-"""
+from pytest_inferbench.testing.recipes import master_entry
 
 
 def entry(key: str, rows: list[str], runner: str = "mi355x", framework: str = "atom") -> str:
-    body = "\n".join(f"          - {row}" for row in rows)
-    return ENTRY.format(key=key, rows=body, runner=runner, framework=framework)
+    return master_entry(key, rows, runner=runner, framework=framework)
 
 
-@pytest.fixture
-def master_entry():  # type: ignore[no-untyped-def]
+@pytest.fixture(name="master_entry")
+def master_entry_fixture():  # type: ignore[no-untyped-def]
     return entry
 
 

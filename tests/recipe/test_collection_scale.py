@@ -8,40 +8,11 @@ from pathlib import Path
 import pytest
 
 from pytest_inferbench.schema import load_recipe
-
-
-def big_master(entries: int) -> str:
-    """A master file shaped like InferenceX's: several seq lens and rows per entry."""
-    parts = []
-    for i in range(entries):
-        gpu = ("mi355x", "h200", "b200", "mi300x")[i % 4]
-        parts.append(f"""\
-model{i}-fp8-{gpu}-vllm:
-  image: img:{i}
-  model: org/model-{i}
-  model-prefix: model{i}
-  runner: {gpu}
-  precision: fp8
-  framework: vllm
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 1024
-        osl: 1024
-        search-space:
-          - {{ tp: 4, conc-start: 4, conc-end: 512 }}
-          - {{ tp: 8, ep: 8, dp-attn: true, conc-start: 4, conc-end: 512 }}
-      - isl: 8192
-        osl: 1024
-        search-space:
-          - {{ tp: 4, conc-start: 4, conc-end: 512 }}
-          - {{ tp: 8, spec-decoding: mtp, conc-list: [4, 8, 16, 32, 64] }}
-""")
-    return "\n".join(parts)
+from pytest_inferbench.testing.recipes import large_master
 
 
 def test_hundreds_of_entries_collect_without_launch_specs(pytester: pytest.Pytester) -> None:
-    (pytester.path / "nvidia-master.yaml").write_text(big_master(300))
+    (pytester.path / "nvidia-master.yaml").write_text(large_master(300))
     assert not (pytester.path / "launch").exists()
     result = pytester.runpytest("--collect-only", "-q")
     # Per entry: tp4 node (8 + 8 points), tp8-ep8-dpa node (8), tp8-mtp node (5).
@@ -52,7 +23,7 @@ def test_hundreds_of_entries_collect_without_launch_specs(pytester: pytest.Pytes
 def test_collect_only_touches_no_network_docker_or_files(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (pytester.path / "amd-master.yaml").write_text(big_master(4))
+    (pytester.path / "amd-master.yaml").write_text(large_master(4))
     before = sorted(p.name for p in pytester.path.iterdir())
 
     def refuse(*args: object, **kwargs: object) -> None:
@@ -77,6 +48,6 @@ def test_collect_only_touches_no_network_docker_or_files(
 
 def test_load_recipe_is_pure(tmp_path: Path) -> None:
     path = tmp_path / "amd-master.yaml"
-    path.write_text(big_master(2))
+    path.write_text(large_master(2))
     first, second = load_recipe(path), load_recipe(path)
     assert first == second  # frozen dataclasses compare by value: same input, same model

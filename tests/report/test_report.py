@@ -14,25 +14,16 @@ import pytest
 # twice in one process, so the simulator and plotting stacks are imported here, once.
 import pytest_inferbench.backends.sim
 import pytest_inferbench.report.plots  # noqa: F401
+from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE = """\
-minimaxm3-fp4-mi355x-atom:
-  image: rocm/atom-dev:MiniMax-M3-20260623
-  model: amd/MiniMax-M3-MXFP4
-  model-prefix: minimaxm3
-  runner: mi355x
-  precision: fp4
-  framework: atom
-  multinode: false
-  scenarios:
-    fixed-seq-len:
-      - isl: 1024
-        osl: 64
-        search-space:
-          - { tp: 4, conc-start: 1, conc-end: 2 }
-          - { tp: 4, spec-decoding: mtp, conc-start: 2, conc-end: 2 }
-"""
+RECIPE = master_entry(
+    rows=[
+        "{ tp: 4, conc-start: 1, conc-end: 2 }",
+        "{ tp: 4, spec-decoding: mtp, conc-start: 2, conc-end: 2 }",
+    ],
+    osl=64,
+)
 NODES = ("minimaxm3-fp4-mi355x-atom-tp4", "minimaxm3-fp4-mi355x-atom-tp4-mtp")
 
 
