@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .item import run_eval_item, thresholds_path
+from .thresholds import thresholds_path
 
 if TYPE_CHECKING:
     from ..collect import ServerNode
@@ -65,6 +65,7 @@ def _eval_callobj() -> Any:
     def eval_gsm8k(request: pytest.FixtureRequest) -> None:
         """GSM8K 5-shot against this server node; both lm-eval filters must pass."""
         from ..state import get_session_state
+        from .item import run_eval_item  # the eval's HTTP client stack, only when one runs
 
         item = request.node
         assert isinstance(item, EvalItem)

@@ -20,11 +20,10 @@ from ..gates.speculative import speculative_decoding
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
 from .runner import EvalResult, run_gsm8k_eval
-from .thresholds import ThresholdsError, check_eval, lookup_threshold
+from .thresholds import ThresholdsError, check_eval, lookup_threshold, thresholds_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from ..backends.base import StartContext
     from ..backends.supervised import SupervisedHandle
@@ -35,10 +34,6 @@ if TYPE_CHECKING:
 SIM_EVAL_ACCURACY = 0.937
 SIMULATED_BACKENDS = ("sim", "sim-server")
 ACCURACY_ENV = "INFERBENCH_SIM_EVAL_ACCURACY"
-
-
-def thresholds_path(server: ServerConfig) -> Path:
-    return server.source.resolve().parent / "evals" / "thresholds.json"
 
 
 def sim_eval_accuracy() -> float:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
+    from ..recipe import ServerConfig
     from .runner import EvalResult
 
 MIN_SCORE = 0.85
@@ -22,6 +22,11 @@ MIN_SCORE = 0.85
 class ThresholdsError(Exception):
     """The thresholds file is malformed; the message names the file."""
 
+
+
+def thresholds_path(server: ServerConfig) -> Path:
+    """InferenceX keeps thresholds beside the recipes: `<recipe dir>/evals/thresholds.json`."""
+    return Path(server.source).resolve().parent / "evals" / "thresholds.json"
 
 @dataclass(frozen=True)
 class Threshold:

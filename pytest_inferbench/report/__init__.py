@@ -168,12 +168,12 @@ class ReportCollector:
 
     def finish(self) -> None:
         """Write summary.json, the baseline, the step summary and the plots (once)."""
-        from ..gates.baseline import save_baseline
-        from ..results import write_json_atomic
-
         settings = _settings(self.config)
         if self.finished or settings is None or not self.points:
             return
+        from ..gates.baseline import save_baseline
+        from ..results import write_json_atomic
+
         self.finished = True
         points = self.summary_points()
         meta = run_metadata(self.config, settings, points, self.started)
