@@ -42,6 +42,7 @@ class ServerSpec:
     framework: str
     client: ClientOptions
     launch_file: Path
+    mounts: tuple[str, ...] = ()  # host:container[:ro|rw] bind mounts for the docker backend
 
     def argv_for_port(self, port: int) -> tuple[str, ...]:
         return tuple(a.replace(PORT_PLACEHOLDER, str(port)) for a in self.argv)
@@ -51,8 +52,8 @@ class ServerSpec:
         return dict(self.env)
 
 
-LAUNCH_KEYS = ("image", "command", "args", "env", "port", "health-path", "startup-timeout",
-               "served-model", "client", "overlays")
+LAUNCH_KEYS = ("image", "command", "args", "env", "mounts", "port", "health-path",
+               "startup-timeout", "served-model", "client", "overlays")
 OVERLAY_NAMES = ("mtp", "ep", "dp-attn")
 OVERLAY_KEYS = ("args", "env", "client")
 CLIENT_KEYS = ("use-chat-template", "endpoint")
@@ -78,6 +79,11 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     command = _str_list(path, "command", data.get("command", []))
     args = _str_list(path, "args", data.get("args", []))
     env = _str_dict(path, "env", data.get("env", {}))
+    mounts = tuple(_str_list(path, "mounts", data.get("mounts", [])))
+    for mount in mounts:
+        parts = mount.split(":")
+        if len(parts) not in (2, 3) or not all(parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
+            raise LaunchSpecError(f"{path}: mounts: {mount!r} (expected host:container[:ro|rw])")
     client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
     overlays = _check_keys(path, "overlays", data.get("overlays", {}), OVERLAY_NAMES)
     active = [name for name, on in (("mtp", server.spec_decoding == "mtp"),
@@ -109,6 +115,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             endpoint=str(client.get("endpoint", "/v1/completions")),
         ),
         launch_file=path,
+        mounts=mounts,
     )
 
 

@@ -7,9 +7,9 @@
   host variables named by `--inferbench-pass-env` (values redacted everywhere we write), the
   Hugging Face cache mounted, labels `inferbench.{run,worker,node,owner}`, and a GPU preset
   when `gpu.preset_for_node` says so.
-- `INFERBENCH_DOCKER_MOUNTS` (host:container[:ro|rw], comma-separated) adds bind mounts to
-  every container: site model directories, and the simulator test image
-  (`pytest_inferbench.testing.simimage`) that borrows the host's Python read-only.
+- Bind mounts (host:container[:ro|rw]) come from the launch spec's `mounts:` (per server: model
+  directories) and from `INFERBENCH_DOCKER_MOUNTS` (comma-separated, every container of the run:
+  the simulator test image `pytest_inferbench.testing.simimage` borrows the host's Python).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def server_address(docker_host: str | None) -> str:
     return parsed.hostname
 
 
-def parse_mounts(text: str) -> dict[str, dict[str, str]]:
+def parse_mounts(text: str, source: str = MOUNTS_ENV) -> dict[str, dict[str, str]]:
     """`/a:/b:ro,/c:/c` -> docker SDK volumes; read-only unless `:rw` is given."""
     volumes: dict[str, dict[str, str]] = {}
     for entry in (e.strip() for e in text.split(",")):
@@ -68,10 +68,10 @@ def parse_mounts(text: str) -> dict[str, dict[str, str]]:
             continue
         parts = entry.split(":")
         if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
-            raise ServerStartError(f"{MOUNTS_ENV}: {entry!r} is not host:container[:ro|rw]")
+            raise ServerStartError(f"{source}: {entry!r} is not host:container[:ro|rw]")
         mode = parts[2] if len(parts) == 3 else "ro"
         if mode not in ("ro", "rw"):
-            raise ServerStartError(f"{MOUNTS_ENV}: {entry!r}: mode must be ro or rw")
+            raise ServerStartError(f"{source}: {entry!r}: mode must be ro or rw")
         volumes[parts[0]] = {"bind": parts[1], "mode": mode}
     return volumes
 
@@ -202,6 +202,7 @@ def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,
     argv = spec.argv_for_port(port)
     environ = dict(os.environ)
     volumes, cache_env = hf_cache_mount(environ)
+    volumes.update(parse_mounts(",".join(spec.mounts), source=str(spec.launch_file)))
     volumes.update(parse_mounts(environ.get(MOUNTS_ENV, "")))
     passed = {name: environ[name] for name in settings.pass_env if name in environ}
     env = {**cache_env, **spec.env_dict, **passed}
