@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .backends.base import ServerDiedError
-from .state import get_session_state
+from .state import RESULT_KEY, get_session_state
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -42,7 +42,7 @@ def run_bench_item(item: BenchItem) -> None:
     failures += gates.evaluate_point(result, item.point, node.spec, state.settings)
     result["gate_failures"] = failures
     results.write_json_atomic(result_path(state.settings.results_dir, item.nodeid), result)
-    state.results.append(result)
+    item.stash[RESULT_KEY] = result
     item.user_properties.extend(report.result_properties(result))
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)

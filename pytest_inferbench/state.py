@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,10 +19,11 @@ class SessionState:
     run_id: str
     start_context: StartContext
     load: LoadSettings
-    results: list[dict[str, Any]] = field(default_factory=list)  # this process's point results
 
 
 STATE_KEY = pytest.StashKey[SessionState]()
+# The result record of a benchmark item, kept on the item for its report.
+RESULT_KEY = pytest.StashKey[dict[str, Any]]()
 
 
 def create_session_state(config: pytest.Config) -> SessionState:

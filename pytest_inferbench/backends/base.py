@@ -88,10 +88,6 @@ class Backend(ABC):
     name: str
 
     @abstractmethod
-    def start(self, server: ServerConfig, spec: ServerSpec | None,
+    def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> ServerHandle:
         """Start serving `server`; raise ServerStartError with the cause and log tail."""
-
-    @property
-    def needs_launch_spec(self) -> bool:
-        return True

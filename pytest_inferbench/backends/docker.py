@@ -143,12 +143,10 @@ class Container:
 class DockerBackend(Backend):
     name = "docker"
 
-    def start(self, server: ServerConfig, spec: ServerSpec | None,
+    def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
         import docker.errors
 
-        if spec is None:
-            raise ServerStartError(f"{server.node_name}: the docker backend needs a launch spec")
         settings = ctx.options
         redactor = Redactor.from_env(settings.pass_env)
         engine = settings.docker_host or os.environ.get("DOCKER_HOST")

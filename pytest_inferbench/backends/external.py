@@ -30,15 +30,12 @@ class ExternalHandle(HttpServerHandle):
 class ExternalBackend(Backend):
     name = "external"
 
-    def start(self, server: ServerConfig, spec: ServerSpec | None,
+    def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> ExternalHandle:
         base_url = ctx.options.base_url
         if not base_url:
             raise ServerStartError(
                 f"{server.node_name}: the external backend needs --inferbench-base-url URL")
-        if spec is None:
-            raise ServerStartError(f"{server.node_name}: the external backend needs a launch spec "
-                                   "(served model name and client options)")
         base_url = base_url.rstrip("/")
         url = base_url + spec.health_path
         try:

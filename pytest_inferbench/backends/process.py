@@ -76,10 +76,8 @@ def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
 class ProcessBackend(Backend):
     name = "process"
 
-    def start(self, server: ServerConfig, spec: ServerSpec | None,
+    def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
-        if spec is None:
-            raise ServerStartError(f"{server.node_name}: the process backend needs a launch spec")
         port = free_port()
         argv = (*ctx.options.process_prefix, *spec.argv_for_port(port))
         return start_local(server.node_name, argv, spec, port, ctx)

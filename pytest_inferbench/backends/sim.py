@@ -31,19 +31,6 @@ SIMULATED_NOTE = ("simulated prediction: virtual-time roofline model of the serv
 CONFIG_ERRORS = (ArgvError, catalog.CatalogError, EngineConfigError, SpecConfigError, ValueError)
 
 
-def recipe_argv(server: ServerConfig) -> list[str]:
-    """A server argv from the recipe alone (framework defaults for everything else), for a
-    node without a launch spec; speculative nodes get EAGLE3 with k=3 and the catalog draft."""
-    argv = ["--model", server.model, "-tp", str(server.tp)]
-    if server.ep > 1:
-        argv += ["--ep", str(server.ep)]
-    if server.dp_attn:
-        argv.append("--enable-dp-attention")
-    if server.speculative:
-        argv += ["--method", "eagle3", "--num-speculative-tokens", "3"]
-    return argv
-
-
 class SimHandle(ServerHandle):
     base_url = None
 
@@ -89,20 +76,14 @@ class SimHandle(ServerHandle):
 class SimBackend(Backend):
     name = "sim"
 
-    def start(self, server: ServerConfig, spec: ServerSpec | None,
+    def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SimHandle:
-        ignored: list[str] = []
         try:
-            if spec is None:
-                config, _ = engine_config_from_argv(recipe_argv(server), hardware=server.hardware,
-                                                    framework=server.framework)
-            else:
-                config, ignored = engine_config_from_argv(
-                    spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
-                    framework=spec.framework or server.framework)
+            config, ignored = engine_config_from_argv(
+                spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
+                framework=spec.framework or server.framework)
             Engine(config)  # weights that do not fit, unknown dtypes: fail at setup
         except CONFIG_ERRORS as exc:
-            where = f" ({spec.launch_file})" if spec is not None else ""
-            raise ServerStartError(f"{server.node_name}: simulator cannot start{where}: {exc}"
-                                   ) from None
+            raise ServerStartError(f"{server.node_name}: simulator cannot start "
+                                   f"({spec.launch_file}): {exc}") from None
         return SimHandle(server.node_name, config, ignored)

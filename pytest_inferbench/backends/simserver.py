@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from .base import Backend, ServerStartError
+from .base import Backend
 from .process import start_local
 from .readiness import free_port
 
@@ -31,12 +31,8 @@ def sim_serve_argv(hardware: str, time_scale: float, server_argv: tuple[str, ...
 class SimServerBackend(Backend):
     name = "sim-server"
 
-    def start(self, server: ServerConfig, spec: ServerSpec | None,
+    def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
-        if spec is None:
-            raise ServerStartError(
-                f"{server.node_name}: the sim-server backend needs a launch spec (its argv "
-                "configures the simulated engine)")
         port = free_port()
         argv = sim_serve_argv(server.hardware, ctx.options.time_scale, spec.argv_for_port(port))
         return start_local(server.node_name, argv, spec, port, ctx, simulated=True)

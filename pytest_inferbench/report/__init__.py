@@ -104,15 +104,11 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
         )
     if report.when != "call":
         return
-    from ..state import STATE_KEY
+    from ..state import RESULT_KEY
 
-    state = item.config.stash.get(STATE_KEY, None)
-    if state is None:
-        return
-    for result in reversed(state.results):
-        if result.get("nodeid") == item.nodeid:
-            setattr(report, RESULT_ATTR, dict(result))
-            return
+    result = item.stash.get(RESULT_KEY, None)
+    if result is not None:
+        setattr(report, RESULT_ATTR, dict(result))
 
 
 def register(config: pytest.Config) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,6 @@ import pytest
 
 from pytest_inferbench.backends import get_backend
 from pytest_inferbench.backends.base import LoadSettings, ServerStartError, StartContext
-from pytest_inferbench.backends.sim import SimHandle
 from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.metrics import summarize
 from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
@@ -120,12 +118,3 @@ def test_finite_request_rate_sends_on_poisson_arrivals_under_the_concurrency_cap
                                                            request_rate=100.0))
     busy_ends = [r.end_time for r in busy.records]
     assert [r.send_time for r in busy.records][1:] == pytest.approx(busy_ends[:-1])
-
-
-def test_without_a_launch_spec_the_recipe_and_framework_defaults_configure_it() -> None:
-    node = replace(server(), spec_decoding="mtp")
-    handle = get_backend("sim").start(node, None, CTX)
-    assert isinstance(handle, SimHandle)
-    config = handle.config
-    assert (config.framework, config.tp, config.max_num_seqs) == ("atom", 4, 512)
-    assert config.spec is not None and config.spec.num_speculative_tokens == 3
