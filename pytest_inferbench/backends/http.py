@@ -27,7 +27,8 @@ from ..loadgen.client import (
 from ..loadgen.progress import Progress, terminal_stream
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
-from ..loadgen.workload import build_workload, count_words, load_local_tokenizer
+from ..loadgen.workload import build_workload, load_local_tokenizer
+from ..sim.tokenizer import count_tokens
 from .base import LoadSettings, PointMeasurement, ServerHandle
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class HttpServerHandle(ServerHandle):
         return self._tokenizer
 
     def client_config(self, conc: int, tokenizer: TextTokenizer | None) -> ClientConfig:
-        count: Callable[[str], int] = count_words
+        count: Callable[[str], int] = count_tokens
         if tokenizer is not None:
             tok = tokenizer
 

@@ -31,9 +31,9 @@ import httpx
 import numpy as np
 
 from ..metrics import RequestRecord
+from ..sim.tokenizer import count_tokens
 from .sse import ERROR_DETAIL_CHARS, ParsedStream, parse_stream, parse_stream_in_slices
 from .transport import SlotTransport, arrival_of, written_at
-from .workload import count_words
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -72,7 +72,7 @@ class ClientConfig:
     api_key: str | None = None
     continuous_usage: bool = True
     ignore_eos: bool = True
-    count_text_tokens: Callable[[str], int] = count_words
+    count_text_tokens: Callable[[str], int] = count_tokens
     text_token_source: str = "words"
 
     @property

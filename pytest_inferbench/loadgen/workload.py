@@ -26,15 +26,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..sim.tokenizer import chat_prompt_tokens, render_chat
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..backends.base import LoadSettings
 
 # The simulated server's chat template (sim/tokenizer.py): one token per marker word.
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-WORDS_TEMPLATE_TOKENS = 3  # "<|im_start|>user", "<|im_end|>", "<|im_start|>assistant"
 
 _WORDS = (
     "the", "of", "and", "to", "in", "is", "was", "for", "on", "are", "with", "as", "at", "be",
@@ -72,16 +71,6 @@ class TextTokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
     def decode(self, ids: Sequence[int]) -> str: ...
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
-
-
-def count_words(text: str) -> int:
-    """Tokens of `text` under the words scheme (and the simulated server)."""
-    return len(text.split())
-
-
-def render_words_chat(content: str) -> str:
-    """The simulated server's chat template around one user message, generation prompt included."""
-    return f"{IM_START}user {content} {IM_END} {IM_START}assistant"
 
 
 def load_local_tokenizer(model: str) -> TextTokenizer | None:
@@ -147,7 +136,7 @@ def _tokenizer_text(tok: TextTokenizer, rng: np.random.RandomState, n: int) -> s
 
 def _template_overhead(tok: TextTokenizer | None) -> int:
     if tok is None:
-        return WORDS_TEMPLATE_TOKENS
+        return chat_prompt_tokens([("user", "")])
     rendered = tok.apply_chat_template([{"role": "user", "content": "a"}],
                                        add_generation_prompt=True, tokenize=False)
     return len(tok.encode(str(rendered), add_special_tokens=False)) - 1
@@ -155,7 +144,7 @@ def _template_overhead(tok: TextTokenizer | None) -> int:
 
 def _apply_template(tok: TextTokenizer | None, text: str) -> str:
     if tok is None:
-        return render_words_chat(text)
+        return render_chat([("user", text)])
     return str(tok.apply_chat_template([{"role": "user", "content": text}],
                                        add_generation_prompt=True, tokenize=False))
 
