@@ -21,6 +21,7 @@ import yaml
 
 from ..recipe import BenchPoint
 from .gsm8k import (
+    FILTERS,
     METRIC,
     NUM_FEWSHOT,
     REGEXES_TO_IGNORE,
@@ -91,29 +92,16 @@ def task_config(shots_file: Path, scored_file: Path, chat: bool) -> dict[str, An
                 "regexes_to_ignore": list(REGEXES_TO_IGNORE),
             }
         ],
+        # The same regexes the builtin runner scores with, so both runners agree by construction.
         "filter_list": [
             {
-                "name": "strict-match",
+                "name": name,
                 "filter": [
-                    {
-                        "function": "regex",
-                        "regex_pattern": r"#### (\-?[0-9\.\,]+)",
-                        "group_select": -1,
-                    },
+                    {"function": "regex", "regex_pattern": pattern.pattern, "group_select": -1},
                     {"function": "take_first"},
                 ],
-            },
-            {
-                "name": "flexible-extract",
-                "filter": [
-                    {
-                        "function": "regex",
-                        "regex_pattern": r"(-?[$0-9.,]{2,})|(-?[0-9]+)",
-                        "group_select": -1,
-                    },
-                    {"function": "take_first"},
-                ],
-            },
+            }
+            for name, pattern in FILTERS
         ],
         "metadata": {"version": 3.0},
     }
