@@ -31,10 +31,11 @@ from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.loadgen.affinity import pinned_to_one_cpu
 from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
-from pytest_inferbench.loadgen.workload import build_workload
+from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.metrics import RequestRecord, summarize
 from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
 from pytest_inferbench.sim.launcher import running_sim_server
+from pytest_inferbench.workload import build_workload
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", MODEL, "--server-port",
@@ -127,8 +128,8 @@ def chunk_rate(args: argparse.Namespace) -> None:
     print(f"== chunk rate: conc {args.conc}, OSL {args.osl}, time scale 0 (server flat out)")
     with running_sim_server(ARGV, ["--time-scale", "0"], timeout_s=60) as sim:
         cfg = ClientConfig(base_url=sim.base_url, model=MODEL, concurrency=args.conc)
-        prompts = build_workload(128, args.osl, args.conc,
-                                 LoadSettings(prompts_per_conc=1, range_ratio=1.0)).prompts
+        prompts = render(build_workload(128, args.osl, args.conc,
+                                        LoadSettings(prompts_per_conc=1, range_ratio=1.0))).prompts
 
         async def go() -> tuple[float, float, int]:
             async with connection_slots(cfg) as slots:

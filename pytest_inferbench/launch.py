@@ -27,6 +27,16 @@ class ClientOptions:
     use_chat_template: bool = False
     endpoint: str = "/v1/completions"  # or /v1/chat/completions
 
+    @property
+    def chat(self) -> bool:
+        return self.endpoint.rstrip("/").endswith("/chat/completions")
+
+    @property
+    def renders_template(self) -> bool:
+        """The client renders the chat template into the prompt (InferenceX
+        `--use-chat-template`); a chat endpoint templates on the server instead."""
+        return self.use_chat_template and not self.chat
+
 
 @dataclass(frozen=True)
 class ServerSpec:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .workload import DEFAULT_RANGE_RATIO, WARMUP_MODES
+
 BACKENDS = ("sim", "sim-server", "docker", "process", "external")
 EVAL_RUNNERS = ("builtin", "lm-eval")
 
@@ -29,6 +31,12 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-request-rate", type=float, default=None, metavar="RPS",
         help="open-loop Poisson arrival rate; default inf = closed loop at the concurrency")
     add("--inferbench-seed", type=int, default=None, help="workload seed (default 0)")
+    add("--inferbench-random-range-ratio", type=float, default=None, metavar="R",
+        help="request lengths uniform in [R x ISL, ISL] and [R x OSL, OSL] (default 0.8, as "
+             "InferenceX; 1.0 = fixed lengths)")
+    add("--inferbench-warmup", choices=WARMUP_MODES, default=None,
+        help="warmup requests: 'same' repeats the first prompt (default, as InferenceX, so "
+             "results compare with its numbers); 'distinct' sends prompts of their own")
     add("--inferbench-time-scale", type=float, default=None, metavar="S",
         help="sim-server clock: 1.0 = real time, 0 = as fast as possible (default 1.0)")
     add("--inferbench-base-url", default=None, metavar="URL",
@@ -109,6 +117,8 @@ class Settings:
     pr_number: int | None
     changelog_base: str
     plots: bool
+    range_ratio: float = DEFAULT_RANGE_RATIO
+    warmup: str = "same"
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -123,6 +133,11 @@ class Settings:
         eval_data = opt("inferbench_eval_data") or str(config.getini("inferbench_eval_data"))
         pass_env = opt("inferbench_pass_env") or "HF_TOKEN,HUGGING_FACE_HUB_TOKEN"
         results = opt("inferbench_results") or str(config.getini("inferbench_results"))
+        ratio = config.getoption("inferbench_random_range_ratio")
+        ratio = DEFAULT_RANGE_RATIO if ratio is None else float(ratio)
+        if not 0.0 <= ratio <= 1.0:
+            raise pytest.UsageError(
+                f"--inferbench-random-range-ratio {ratio:g}: expected a number within [0, 1]")
         return cls(
             backend=backend,
             results_dir=Path(results),
@@ -152,6 +167,8 @@ class Settings:
             pr_number=_int(opt("inferbench_pr")),
             changelog_base=opt("inferbench_changelog_base") or "origin/main",
             plots=not config.getoption("inferbench_no_plots"),
+            range_ratio=ratio,
+            warmup=opt("inferbench_warmup") or "same",
         )
 
 

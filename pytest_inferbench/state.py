@@ -38,7 +38,8 @@ def create_session_state(config: pytest.Config) -> SessionState:
         start_context=StartContext(results_dir=settings.results_dir, run_id=run_id,
                                    worker_id=worker, options=settings),
         load=LoadSettings(prompts_per_conc=settings.prompts_per_conc, seed=settings.seed,
-                          request_rate=settings.request_rate),
+                          request_rate=settings.request_rate, range_ratio=settings.range_ratio,
+                          warmup=settings.warmup),
     )
     config.stash[STATE_KEY] = state
     return state

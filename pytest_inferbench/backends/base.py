@@ -7,10 +7,13 @@ after a half-done start: pytest calls the node's teardown even when its setup fa
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from ..workload import LoadSettings
+
+__all__ = ["LoadSettings"]  # how a point loads its server lives with the workload
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,17 +30,6 @@ class ServerStartError(RuntimeError):
 
 class ServerDiedError(RuntimeError):
     """The server stopped serving during a sweep; the message carries the log tail."""
-
-
-@dataclass(frozen=True)
-class LoadSettings:
-    """How one point loads its server (InferenceX defaults)."""
-
-    prompts_per_conc: int = 10
-    warmup_per_conc: int = 2
-    range_ratio: float = 0.8
-    seed: int = 0
-    request_rate: float = math.inf  # inf = closed loop at the concurrency
 
 
 @dataclass(frozen=True)
@@ -62,6 +54,10 @@ class PointMeasurement:
     server_metrics: dict[str, Any] = field(default_factory=dict)  # deltas, AL, KV, preemptions
     client_check: dict[str, Any] = field(default_factory=dict)  # self-check verdict
     notes: tuple[str, ...] = ()
+    # Wall-clock start of the measured phase (a simulated point: when it was simulated; its
+    # virtual timeline is anchored there).
+    started_unix: float | None = None
+    workload: dict[str, Any] = field(default_factory=dict)  # `Workload.describe()` and more
 
 
 class ServerHandle(ABC):

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import gc
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,9 +26,9 @@ from ..loadgen.client import (
     run_load,
 )
 from ..loadgen.progress import Progress, terminal_stream
+from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
-from ..loadgen.workload import build_workload, load_local_tokenizer
 from ..sim.tokenizer import count_tokens
 from .base import LoadSettings, PointMeasurement, ServerHandle
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..launch import ServerSpec
-    from ..loadgen.workload import TextTokenizer, Workload
+    from ..loadgen.prompts import RenderedWorkload, TextTokenizer
     from ..metrics import RequestRecord
     from ..recipe import BenchPoint
 
@@ -68,7 +69,8 @@ def _dispatch_delays(records: Sequence[RequestRecord]) -> np.ndarray[Any, Any]:
                        if r.dispatch_time is not None], dtype=np.float64)
 
 
-def _prompt_token_check(workload: Workload, records: Sequence[RequestRecord]) -> dict[str, Any]:
+def _prompt_token_check(workload: RenderedWorkload,
+                        records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Does the server's usage.prompt_tokens confirm the workload's intended lengths?"""
     pairs = [(p.input_tokens, r.input_tokens)
              for p, r in zip(workload.prompts, records, strict=True) if r.success]
@@ -98,9 +100,11 @@ class HttpServerHandle(ServerHandle):
         """Nothing to stop for a bare HTTP handle."""
 
     def tokenizer(self) -> TextTokenizer | None:
-        """The served model's local tokenizer, looked up once per handle."""
+        """The served model's local tokenizer, looked up once per handle. A simulated server
+        counts words (`sim/tokenizer.py`): the words scheme is its exact tokenizer."""
         if self._tokenizer is _UNSET:
-            self._tokenizer = load_local_tokenizer(self.spec.served_model)
+            self._tokenizer = None if self.simulated else load_local_tokenizer(
+                self.spec.served_model)
         return self._tokenizer
 
     def client_config(self, conc: int, tokenizer: TextTokenizer | None) -> ClientConfig:
@@ -122,10 +126,8 @@ class HttpServerHandle(ServerHandle):
     def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
         tokenizer = self.tokenizer()
         cfg = self.client_config(point.conc, tokenizer)
-        # A chat endpoint templates on the server; rendering it here too would template twice.
-        workload = build_workload(
-            point.isl, point.osl, point.conc, load, tokenizer=tokenizer,
-            use_chat_template=self.spec.client.use_chat_template and not cfg.chat)
+        workload = render(point_workload(point.isl, point.osl, point.conc, load,
+                                         self.spec.client, tokenizer), tokenizer)
         with pinned_to_one_cpu() as cpu:
             return asyncio.run(self._measure(point, cfg, workload, cpu))
 
@@ -136,7 +138,7 @@ class HttpServerHandle(ServerHandle):
             notes.append(str(exc))
             return Snapshot(error=str(exc))
 
-    async def _measure(self, point: BenchPoint, cfg: ClientConfig, workload: Workload,
+    async def _measure(self, point: BenchPoint, cfg: ClientConfig, workload: RenderedWorkload,
                        pinned_cpu: int | None) -> PointMeasurement:
         notes: list[str] = []
         if self.simulated:
@@ -165,6 +167,7 @@ class HttpServerHandle(ServerHandle):
                                      send_offsets=workload.send_offsets,
                                      on_record=progress.on_record,
                                      on_read=progress.on_read if progress.enabled else None)
+                ran_at = time.time(), time.perf_counter()
                 stats = await monitor.stop()
                 await progress.stop()
             finally:
@@ -183,7 +186,10 @@ class HttpServerHandle(ServerHandle):
         check["client_cpu_pinned"] = pinned_cpu
         server = point_metrics(before, after) if not before.error else {
             "scrape_error": before.error}
+        described = {**workload.workload.describe(), "token_source": workload.token_source,
+                     "token_counts_estimated": cfg.text_token_source == APPROXIMATE_WORDS}
         return PointMeasurement(
             records=run.records, duration_s=run.duration_s, num_prompts=len(workload.prompts),
             max_concurrency=point.conc, simulated=self.simulated, server_metrics=server,
-            client_check=check, notes=tuple(notes))
+            client_check=check, notes=tuple(notes),
+            started_unix=ran_at[0] - (ran_at[1] - run.start), workload=described)

@@ -9,20 +9,22 @@ simulated predictions and say so (`simulated=True` and a note).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..loadgen.prompts import point_workload
 from ..sim import catalog
 from ..sim.args import ArgvError, engine_config_from_argv
 from ..sim.config import EngineConfig
-from ..sim.driver import PointLoad, simulate_point
+from ..sim.driver import simulate_point
 from ..sim.engine import Engine
 from ..sim.physics import EngineConfigError
 from ..sim.spec_decode import SpecConfigError
 from .base import Backend, PointMeasurement, ServerHandle, ServerStartError
 
 if TYPE_CHECKING:
-    from ..launch import ServerSpec
+    from ..launch import ClientOptions, ServerSpec
     from ..recipe import BenchPoint, ServerConfig
     from .base import LoadSettings, StartContext
 
@@ -34,9 +36,11 @@ CONFIG_ERRORS = (ArgvError, catalog.CatalogError, EngineConfigError, SpecConfigE
 class SimHandle(ServerHandle):
     base_url = None
 
-    def __init__(self, name: str, config: EngineConfig, ignored: list[str]) -> None:
+    def __init__(self, name: str, config: EngineConfig, ignored: list[str],
+                 client: ClientOptions) -> None:
         self.name = name
         self.config = config
+        self.client = client  # the launch spec's client options shape the workload
         self.ignored = ignored
         self._notes_given = False
         self._log: list[str] = [f"{name}: {SIMULATED_NOTE}", f"engine config: {config}"]
@@ -47,14 +51,11 @@ class SimHandle(ServerHandle):
         config = self.config
         if config.seed != load.seed:
             config = replace(config, seed=load.seed)
-        num = load.prompts_per_conc * point.conc
-        outcome = simulate_point(
-            config,
-            PointLoad(isl=point.isl, osl=point.osl, concurrency=point.conc, num_prompts=num,
-                      num_warmups=load.warmup_per_conc * point.conc,
-                      range_ratio=load.range_ratio, seed=load.seed,
-                      request_rate=load.request_rate),
-            engine=Engine(config, keep_traces=True))
+        # The HTTP client's workload for a simulated server (no tokenizer: words are its tokens).
+        workload = point_workload(point.isl, point.osl, point.conc, load, self.client)
+        num = len(workload.requests)
+        started = time.time()
+        outcome = simulate_point(config, workload, engine=Engine(config, keep_traces=True))
         notes = [SIMULATED_NOTE]
         if self.ignored and not self._notes_given:
             notes.append("ignored by the simulator: " + " ".join(self.ignored))
@@ -64,7 +65,8 @@ class SimHandle(ServerHandle):
         return PointMeasurement(
             records=outcome.records, duration_s=outcome.duration_s, num_prompts=num,
             max_concurrency=point.conc, simulated=True, server_metrics=outcome.server_metrics,
-            notes=tuple(notes))
+            notes=tuple(notes), started_unix=started,
+            workload={**workload.describe(), "token_source": "words"})
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._log[-lines:])
@@ -86,4 +88,4 @@ class SimBackend(Backend):
         except CONFIG_ERRORS as exc:
             raise ServerStartError(f"{server.node_name}: simulator cannot start "
                                    f"({spec.launch_file}): {exc}") from None
-        return SimHandle(server.node_name, config, ignored)
+        return SimHandle(server.node_name, config, ignored, spec.client)

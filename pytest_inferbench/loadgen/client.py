@@ -38,7 +38,7 @@ from .transport import SlotTransport, arrival_of, written_at
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
-    from .workload import Prompt
+    from .prompts import Prompt
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"

@@ -1,12 +1,11 @@
 """Virtual-time driver: one benchmark point's closed-loop load against the engine.
 
-It reproduces the InferenceX client (vLLM `benchmark_serving`, random dataset): input and output
-lengths uniform integers in [int(ratio x L), L] drawn with numpy seeded like the client; first
-`warmup_per_conc x C` copies of the first request under the same concurrency limit, excluded
-from the metrics; then `prompts_per_conc x C` requests, C in flight, each finish releasing the
-next send at that instant (or, with a finite request rate, Poisson arrivals under the same
-concurrency cap). Times are virtual seconds from the start of the measured phase; every token's
-time is the end of the engine step that produced it.
+It sends the point's `workload.Workload` -- the very requests, lengths and send offsets the
+HTTP client sends -- as the InferenceX client would: first the warmup requests under the same
+concurrency limit, excluded from the metrics; then the measured requests, C in flight, each
+finish releasing the next send at that instant (or, in an open loop, each sent at its offset
+once a slot is free). Times are virtual seconds from the start of the measured phase; every
+token's time is the end of the engine step that produced it.
 """
 
 from __future__ import annotations
@@ -22,8 +21,11 @@ from ..metrics import RequestRecord
 from .engine import Engine
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy.typing as npt
 
+    from ..workload import PlannedRequest, Workload
     from .config import EngineConfig
     from .engine import Trace
 
@@ -31,31 +33,10 @@ MAX_STRETCH = 1 << 20
 
 
 @dataclass(frozen=True)
-class PointLoad:
-    isl: int
-    osl: int
-    concurrency: int
-    num_prompts: int
-    num_warmups: int
-    range_ratio: float = 0.8
-    seed: int = 0
-    request_rate: float = math.inf  # requests/s; inf = all due at once (closed loop)
-
-
-@dataclass(frozen=True)
 class SimulatedPoint:
     records: list[RequestRecord]
     duration_s: float
     server_metrics: dict[str, Any]
-
-
-def draw_lengths(load: PointLoad) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Input and output lengths as `sample_random_requests` draws them (np.random.seed)."""
-    rng = np.random.RandomState(load.seed)
-    n = load.num_prompts
-    isl = rng.randint(int(load.isl * load.range_ratio), load.isl + 1, size=n)
-    osl = rng.randint(int(load.osl * load.range_ratio), load.osl + 1, size=n)
-    return isl.astype(np.int64), osl.astype(np.int64)
 
 
 class _Timeline:
@@ -76,15 +57,10 @@ class _Timeline:
         self.now = float(ends[-1])
 
 
-def arrival_times(load: PointLoad) -> npt.NDArray[np.float64]:
-    """When each request is due: all at 0 for rate inf (closed loop), else a Poisson process
-    (benchmark_serving's gamma intervals with burstiness 1), seeded apart from the lengths."""
-    if math.isinf(load.request_rate):
-        return np.zeros(load.num_prompts)
-    rng = np.random.RandomState(load.seed + 1)
-    gaps = rng.exponential(1.0 / load.request_rate, size=load.num_prompts)
-    gaps[0] = 0.0
-    return np.cumsum(gaps)
+def _lengths(requests: Sequence[PlannedRequest]
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    return (np.fromiter((r.input_tokens for r in requests), np.int64, len(requests)),
+            np.fromiter((r.output_tokens for r in requests), np.int64, len(requests)))
 
 
 def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
@@ -127,19 +103,20 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
     return done
 
 
-def simulate_point(config: EngineConfig, load: PointLoad,
+def simulate_point(config: EngineConfig, workload: Workload,
                    engine: Engine | None = None) -> SimulatedPoint:
     """Simulate one point; `engine` may be reused across points (its state must be idle)."""
     engine = engine or Engine(config, keep_traces=True)
     engine.keep_traces = True
     engine.report_emitted = False  # the traces say it all
-    isl, osl = draw_lengths(load)
+    isl, osl = _lengths(workload.requests)
+    concurrency = workload.concurrency
     warm = _Timeline()
-    if load.num_warmups:
-        reps = np.full(load.num_warmups, isl[0]), np.full(load.num_warmups, osl[0])
+    if workload.warmup:
+        warm_isl, warm_osl = _lengths(workload.warmup)
         warm.n = engine.steps_done
         warm.ends = np.zeros(engine.steps_done + 4096)
-        _run_load(engine, warm, reps[0], reps[1], np.zeros(load.num_warmups), load.concurrency,
+        _run_load(engine, warm, warm_isl, warm_osl, np.zeros(len(warm_isl)), concurrency,
                   first_id=1 << 40)
     # Peaks are for the measured phase only, like a scrape taken after the warmup.
     engine.counters_state.peak_usage = 0.0
@@ -148,7 +125,10 @@ def simulate_point(config: EngineConfig, load: PointLoad,
     clock = _Timeline()
     clock.n = engine.steps_done
     clock.ends = np.zeros(engine.steps_done + 4096)
-    done = _run_load(engine, clock, isl, osl, arrival_times(load), load.concurrency, first_id=0)
+    open_loop = workload.send_offsets is not None
+    arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
+                else np.zeros(len(isl)))
+    done = _run_load(engine, clock, isl, osl, arrivals, concurrency, first_id=0)
     after = engine.counters()
     records: list[RequestRecord | None] = [None] * len(isl)
     queue_s = np.zeros(len(isl))
@@ -161,7 +141,8 @@ def simulate_point(config: EngineConfig, load: PointLoad,
         records[i] = RequestRecord(
             send_time=t_send, end_time=float(times[-1]), input_tokens=int(isl[i]),
             output_tokens=int(trace.tokens.sum()), success=True, chunk_times=times,
-            chunk_tokens=trace.tokens)
+            chunk_tokens=trace.tokens,
+            scheduled_time=float(arrivals[i]) if open_loop else None)
         sched = trace.first_scheduled_step
         queue_s[i] = (clock.ends[sched - 1] if sched > 0 else 0.0) - t_send
     metrics = server_metrics(before, after, engine)

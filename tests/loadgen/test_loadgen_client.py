@@ -18,9 +18,10 @@ from pytest_inferbench.loadgen.client import (
     connection_slots,
     run_load,
 )
-from pytest_inferbench.loadgen.workload import build_workload
+from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.metrics import summarize
 from pytest_inferbench.sim.launcher import running_sim_server
+from pytest_inferbench.workload import build_workload
 
 if TYPE_CHECKING:
     import types
@@ -106,7 +107,7 @@ def test_a_stalled_stream_times_out_with_a_reason(helpers: types.ModuleType) -> 
     with running_sim_server((*helpers.ATOM_ARGV, *helpers.EAGLE3), options) as server:
         cfg = ClientConfig(base_url=server.base_url, model=helpers.MODEL, concurrency=2,
                            timeouts=Timeouts(read_s=0.5))
-        prompts = build_workload(16, 8, 2, LoadSettings(prompts_per_conc=1)).prompts
+        prompts = render(build_workload(16, 8, 2, LoadSettings(prompts_per_conc=1))).prompts
 
         async def go() -> list[str]:
             async with connection_slots(cfg) as slots:

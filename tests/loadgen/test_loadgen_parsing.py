@@ -14,10 +14,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from pytest_inferbench.loadgen.client import ClientConfig, _record
+from pytest_inferbench.loadgen.prompts import Prompt
 from pytest_inferbench.loadgen.scrape import Snapshot, parse_metrics, point_metrics
 from pytest_inferbench.loadgen.selfcheck import LoopMonitor, verdict
 from pytest_inferbench.loadgen.sse import parse_stream
-from pytest_inferbench.loadgen.workload import Prompt
 
 CFG = ClientConfig(base_url="http://127.0.0.1:1", model="m")
 

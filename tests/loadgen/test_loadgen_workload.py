@@ -1,4 +1,5 @@
-"""The random dataset: InferenceX length semantics, exact token counts, determinism."""
+"""The workload and its prompt text: InferenceX length semantics, exact token counts, warmup
+modes, determinism."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from pytest_inferbench.backends.base import LoadSettings
-from pytest_inferbench.loadgen.workload import (
-    build_workload,
-    poisson_offsets,
-)
+from pytest_inferbench.launch import ClientOptions
+from pytest_inferbench.loadgen.prompts import point_workload, render
 from pytest_inferbench.sim.tokenizer import count_tokens, render_chat
+from pytest_inferbench.workload import LoadSettings, build_workload, poisson_offsets
 
 
 def test_lengths_follow_inferencex_random_range_ratio() -> None:
@@ -23,42 +22,69 @@ def test_lengths_follow_inferencex_random_range_ratio() -> None:
     np.random.seed(0)
     expect_in = np.random.randint(int(1024 * 0.8), 1024 + 1, size=80)
     expect_out = np.random.randint(int(256 * 0.8), 256 + 1, size=80)
-    assert [p.input_tokens for p in w.prompts] == expect_in.tolist()
-    assert [p.output_tokens for p in w.prompts] == expect_out.tolist()
+    assert w.input_lens == expect_in.tolist()
+    assert w.output_lens == expect_out.tolist()
     assert len(w.warmup) == 16
-    assert all(819 <= p.input_tokens <= 1024 for p in w.warmup)
     assert w.send_offsets is None
-    assert w.token_source == "words"
+    assert render(w).token_source == "words"
+
+
+def test_range_ratio_one_gives_fixed_lengths() -> None:
+    w = build_workload(512, 64, 4, LoadSettings(range_ratio=1.0))
+    assert set(w.input_lens) == {512} and set(w.output_lens) == {64}
+    with pytest.raises(ValueError, match=r"within \[0, 1\]"):
+        LoadSettings(range_ratio=1.5)
+
+
+def test_warmup_same_repeats_the_first_prompt_distinct_draws_its_own() -> None:
+    same = render(build_workload(256, 16, 4, LoadSettings(seed=2)))
+    assert len(same.warmup) == 8
+    assert {p.text for p in same.warmup} == {same.prompts[0].text}  # InferenceX: request 0
+    assert same.workload.warmup == (same.workload.requests[0],) * 8
+    distinct = render(build_workload(256, 16, 4, LoadSettings(seed=2, warmup="distinct")))
+    texts = [p.text for p in distinct.warmup]
+    assert len(set(texts)) == 8 and not set(texts) & {p.text for p in distinct.prompts}
+    assert distinct.workload.requests == same.workload.requests  # measured part unchanged
+    with pytest.raises(ValueError, match="warmup must be one of same, distinct"):
+        LoadSettings(warmup="none")
 
 
 def test_prompt_text_has_exactly_the_intended_tokens_for_the_simulator() -> None:
-    w = build_workload(300, 16, 4, LoadSettings(prompts_per_conc=5, seed=3))
+    w = render(build_workload(300, 16, 4, LoadSettings(prompts_per_conc=5, seed=3,
+                                                         warmup="distinct")))
     for p in (*w.prompts, *w.warmup):
         assert count_tokens(p.text) == p.input_tokens  # the simulated server's own count
 
 
 def test_prompts_do_not_share_a_prefix() -> None:
-    w = build_workload(64, 8, 64, LoadSettings(prompts_per_conc=10, seed=0))
+    w = render(build_workload(64, 8, 64, LoadSettings(prompts_per_conc=10, seed=0,
+                                                        warmup="distinct")))
     heads = [tuple(p.text.split()[:8]) for p in (*w.prompts, *w.warmup)]
     assert len(set(heads)) == len(heads)
 
 
 def test_chat_template_is_counted_inside_the_isl() -> None:
-    w = build_workload(200, 16, 2, LoadSettings(prompts_per_conc=4, seed=0, range_ratio=1.0),
-                       use_chat_template=True)
+    client = ClientOptions(use_chat_template=True)
+    w = render(point_workload(200, 16, 2, LoadSettings(prompts_per_conc=4, range_ratio=1.0),
+                              client))
+    assert w.chat_template
     for p in w.prompts:
         assert p.input_tokens == 200
         assert count_tokens(p.text) == 200
         body = p.text.removeprefix("<|im_start|>user ").removesuffix(
             " <|im_end|> <|im_start|>assistant")
         assert render_chat([("user", body)]) == p.text
+    # A chat endpoint templates on the server: the client sends the bare prompt.
+    chat = ClientOptions(use_chat_template=True, endpoint="/v1/chat/completions")
+    bare = point_workload(200, 16, 2, LoadSettings(range_ratio=1.0), chat)
+    assert not bare.chat_template and set(bare.input_lens) == {200}
 
 
 def test_same_seed_same_workload_other_seed_other_text() -> None:
     load = LoadSettings(prompts_per_conc=3, seed=11)
-    a = build_workload(128, 32, 4, load)
-    b = build_workload(128, 32, 4, load)
-    c = build_workload(128, 32, 4, LoadSettings(prompts_per_conc=3, seed=12))
+    a = render(build_workload(128, 32, 4, load))
+    b = render(build_workload(128, 32, 4, load))
+    c = render(build_workload(128, 32, 4, LoadSettings(prompts_per_conc=3, seed=12)))
     assert a == b
     assert [p.text for p in a.prompts] != [p.text for p in c.prompts]
 
@@ -105,8 +131,9 @@ class GreedyTokenizer:
 @pytest.mark.parametrize("template", [False, True])
 def test_tokenizer_prompts_hit_the_length(template: bool) -> None:
     tok = GreedyTokenizer()
-    w = build_workload(64, 8, 4, LoadSettings(prompts_per_conc=5, seed=1), tokenizer=tok,
-                       use_chat_template=template)
+    client = ClientOptions(use_chat_template=template)
+    w = render(point_workload(64, 8, 4, LoadSettings(prompts_per_conc=5, seed=1), client, tok),
+               tok)
     assert w.token_source == "tokenizer"
     for p in w.prompts:
         assert len(tok.encode(p.text)) == p.input_tokens

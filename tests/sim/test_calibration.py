@@ -12,7 +12,8 @@ import pytest
 
 from pytest_inferbench.metrics import summarize
 from pytest_inferbench.sim.args import engine_config_from_argv
-from pytest_inferbench.sim.driver import PointLoad, simulate_point
+from pytest_inferbench.sim.driver import simulate_point
+from pytest_inferbench.workload import LoadSettings, build_workload
 
 ATOM_RECIPE_ARGV = [
     "python", "-m", "atom.entrypoints.openai_server", "--model", "amd/MiniMax-M3-MXFP4",
@@ -38,8 +39,7 @@ def test_atom_minimax_m3_mxfp4_tp4_mi355x_8k1k(conc: int) -> None:
     config, _ = engine_config_from_argv(ATOM_RECIPE_ARGV, hardware="MI355X",
                                         env={"AITER_QUICK_REDUCE_QUANTIZATION": "INT4"})
     assert config.online_quant == "fp8"
-    point = simulate_point(config, PointLoad(isl=8192, osl=1024, concurrency=conc,
-                                             num_prompts=10 * conc, num_warmups=2 * conc))
+    point = simulate_point(config, build_workload(8192, 1024, conc, LoadSettings()))
     s = summarize(point.records, duration_s=point.duration_s, num_prompts=10 * conc,
                   max_concurrency=conc, num_gpus=4)
     ttft, tpot, throughput = MEASURED[conc]

@@ -12,7 +12,7 @@ from pytest_inferbench.backends.base import LoadSettings, ServerStartError, Star
 from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.metrics import summarize
 from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
-from pytest_inferbench.sim.driver import PointLoad, arrival_times
+from pytest_inferbench.workload import poisson_offsets
 
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", "{model}",
         "--server-port", "{port}", "-tp", "4", "--block-size", "128",
@@ -97,7 +97,7 @@ def test_finite_request_rate_sends_on_poisson_arrivals_under_the_concurrency_cap
     handle = get_backend("sim").start(node, spec(node), CTX)
     slow = LoadSettings(prompts_per_conc=3, warmup_per_conc=0, request_rate=0.5)
     m = handle.run_point(node.points()[1], slow)  # conc 8: a request lasts ~7 s, 0.5 req/s
-    due = arrival_times(PointLoad(1024, 1024, 8, 24, 0, seed=0, request_rate=0.5))
+    due = np.asarray(poisson_offsets(0.5, 24, seed=0))
     assert 1 / np.diff(due).mean() == pytest.approx(0.5, rel=0.5)
     sends = np.array([r.send_time for r in m.records])
     ends = np.array([r.end_time for r in m.records])

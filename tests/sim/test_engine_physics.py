@@ -12,8 +12,9 @@ from pytest_inferbench.metrics import summarize
 from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
-from pytest_inferbench.sim.driver import PointLoad, simulate_point
+from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.physics import shard_model, windowed_sum
+from pytest_inferbench.workload import LoadSettings, build_workload
 
 EAGLE3 = ["--method", "eagle3", "--draft-model", "Inferact/MiniMax-M3-EAGLE3",
           "--num-speculative-tokens", "3"]
@@ -34,7 +35,8 @@ def config(argv: list[str], hardware: str = "MI355X") -> EngineConfig:
 
 def predict(cfg: EngineConfig, isl: int, osl: int, conc: int, per_conc: int = 4
             ) -> tuple[dict[str, Any], dict[str, Any]]:
-    point = simulate_point(cfg, PointLoad(isl, osl, conc, per_conc * conc, conc))
+    load = LoadSettings(prompts_per_conc=per_conc, warmup_per_conc=1)
+    point = simulate_point(cfg, build_workload(isl, osl, conc, load))
     s = summarize(point.records, duration_s=point.duration_s, num_prompts=per_conc * conc,
                   max_concurrency=conc, num_gpus=cfg.tp)
     assert s["completed"] == per_conc * conc

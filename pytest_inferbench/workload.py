@@ -1,0 +1,134 @@
+"""The workload of one point: which requests are sent, how long each is, and when.
+
+One `Workload` drives every backend: the in-process simulator feeds its lengths and send
+offsets to the virtual-time driver, and the HTTP client renders the same requests to text
+(`loadgen/prompts.py`) and sends them on the same schedule. So `sim` and `sim-server` send the
+same requests at the same offsets for the same seed, and nothing else draws a workload.
+
+InferenceX semantics (vLLM `benchmark_serving`, random dataset):
+
+- Lengths: `RandomState(seed).randint(int(L * ratio), L + 1)` for the inputs, then the outputs,
+  as `sample_random_requests` draws them; ratio 1.0 gives fixed lengths. The ISL includes the
+  chat-template overhead when the client applies the template (`template_tokens`).
+- Warmup, `same` (the default, as InferenceX): `warmup_per_conc x C` copies of the first
+  request. `distinct`: as many requests of their own, drawn from another stream, so a prefix
+  cache is not warmed for the first prompt alone. `same` is the default because results are
+  meant to sit next to InferenceX's: the recipes' servers run without prefix caching, where
+  the two warm the same graphs and batch shapes.
+- Closed loop (`request_rate` inf): every request is due at once; at most C are in flight.
+  Open loop: Poisson arrivals at absolute offsets from the start, never rescaled, still capped
+  at C in flight (benchmark_serving's gamma intervals with burstiness 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+WARMUP_MODES = ("same", "distinct")
+DEFAULT_RANGE_RATIO = 0.8  # InferenceX's RANDOM_RANGE_RATIO
+_DISTINCT_WARMUP_STREAM = 1_000_003  # seed offset of the distinct warmups' lengths
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How one point loads its server (InferenceX defaults)."""
+
+    prompts_per_conc: int = 10
+    warmup_per_conc: int = 2
+    range_ratio: float = DEFAULT_RANGE_RATIO
+    seed: int = 0
+    request_rate: float = math.inf  # inf = closed loop at the concurrency
+    warmup: str = "same"  # or "distinct" (WARMUP_MODES)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.range_ratio <= 1.0:
+            raise ValueError(f"random range ratio must be within [0, 1], got {self.range_ratio}")
+        if self.warmup not in WARMUP_MODES:
+            raise ValueError(f"warmup must be one of {', '.join(WARMUP_MODES)}, "
+                             f"got {self.warmup!r}")
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request: its prompt length (template included), `max_tokens`, and which prompt text
+    it carries (`text_key`: equal keys mean the very same prompt)."""
+
+    input_tokens: int
+    output_tokens: int
+    text_key: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    requests: tuple[PlannedRequest, ...]  # the measured requests, in send order
+    warmup: tuple[PlannedRequest, ...]  # sent first, under the same concurrency cap; unmeasured
+    send_offsets: tuple[float, ...] | None  # seconds after the start; None = closed loop
+    concurrency: int
+    chat_template: bool  # the client renders the chat template into every prompt
+    template_tokens: int  # the template's tokens, counted inside every input length
+    load: LoadSettings
+
+    @property
+    def input_lens(self) -> list[int]:
+        return [r.input_tokens for r in self.requests]
+
+    @property
+    def output_lens(self) -> list[int]:
+        return [r.output_tokens for r in self.requests]
+
+    def describe(self) -> dict[str, Any]:
+        """How this workload was drawn, for the result record."""
+        load = self.load
+        return {
+            "dataset": "random", "seed": load.seed, "random_range_ratio": load.range_ratio,
+            "prompts_per_conc": load.prompts_per_conc, "warmup": load.warmup,
+            "num_warmups": len(self.warmup),
+            "request_rate": "inf" if math.isinf(load.request_rate) else load.request_rate,
+            "chat_template": self.chat_template, "template_tokens": self.template_tokens,
+        }
+
+
+def sample_lengths(rng: np.random.RandomState, length: int, ratio: float, n: int) -> list[int]:
+    low = max(int(length * ratio), 1) if length > 0 else 0
+    return [int(x) for x in rng.randint(low, length + 1, size=n)]
+
+
+def poisson_offsets(rate: float, n: int, seed: int) -> tuple[float, ...]:
+    """Absolute send times of a Poisson process (first request at 0), never rescaled."""
+    if not rate > 0 or math.isinf(rate):
+        raise ValueError(f"request rate must be a positive finite number, got {rate}")
+    gaps = np.random.RandomState(seed + 1).exponential(1.0 / rate, size=n)
+    return tuple(float(x) for x in np.concatenate([[0.0], np.cumsum(gaps[:-1])])) if n else ()
+
+
+def build_workload(isl: int, osl: int, conc: int, load: LoadSettings, *,
+                   chat_template: bool = False, template_tokens: int = 0) -> Workload:
+    """The requests of one point: `prompts_per_conc x conc` measured and `warmup_per_conc x
+    conc` warmup, deterministic in `load.seed`. `template_tokens` (with `chat_template`) is
+    what the template adds to a prompt; the drawn lengths include it."""
+    template_tokens = template_tokens if chat_template else 0
+    num = load.prompts_per_conc * conc
+    num_warmup = load.warmup_per_conc * conc
+    body_isl = max(isl - template_tokens, 1)
+    rng = np.random.RandomState(load.seed)
+    in_lens = sample_lengths(rng, body_isl, load.range_ratio, num)
+    out_lens = sample_lengths(rng, osl, load.range_ratio, num)
+    requests = tuple(PlannedRequest(a + template_tokens, b, i)
+                     for i, (a, b) in enumerate(zip(in_lens, out_lens, strict=True)))
+    if load.warmup == "same" or not requests:
+        first = requests[0] if requests else PlannedRequest(isl, osl, 0)
+        warmup = (first,) * num_warmup
+    else:
+        warm_rng = np.random.RandomState(load.seed + _DISTINCT_WARMUP_STREAM)
+        warm_in = sample_lengths(warm_rng, body_isl, load.range_ratio, num_warmup)
+        warm_out = sample_lengths(warm_rng, osl, load.range_ratio, num_warmup)
+        warmup = tuple(PlannedRequest(a + template_tokens, b, num + j)
+                       for j, (a, b) in enumerate(zip(warm_in, warm_out, strict=True)))
+    offsets = None if math.isinf(load.request_rate) else poisson_offsets(
+        load.request_rate, num, load.seed)
+    return Workload(requests=requests, warmup=warmup, send_offsets=offsets, concurrency=conc,
+                    chat_template=chat_template, template_tokens=template_tokens, load=load)

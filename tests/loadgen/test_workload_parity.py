@@ -1,0 +1,89 @@
+"""One workload for every backend: `sim` (in process) and `sim-server` (over HTTP) send the same
+requests, warmups included, at the same offsets for the same seed.
+
+The in-process side is read from what its engine was handed (`Engine.add_request`); the HTTP
+side from the simulated server's own timeline (what arrived, with `prompt_tokens` and
+`max_tokens`), joined to the client's records by response id.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import httpx
+import pytest
+
+from pytest_inferbench.backends import sim as sim_backend
+from pytest_inferbench.backends.base import LoadSettings, StartContext
+from pytest_inferbench.backends.http import HttpServerHandle
+from pytest_inferbench.sim.engine import Engine
+
+if TYPE_CHECKING:
+    import types
+
+    from pytest_inferbench.sim.launcher import SimServer
+
+WARMUP_IDS = 1 << 40  # the driver numbers warmup requests from here
+CTX = StartContext(results_dir=Path("."), run_id="t", worker_id="master", options=None)
+
+
+class RecordingEngine(Engine):
+    """The simulated engine, noting every request it is handed."""
+
+    sent: ClassVar[list[tuple[int, int, int]]] = []
+
+    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
+        RecordingEngine.sent.append((request_id, prompt_tokens, max_tokens))
+        super().add_request(request_id, prompt_tokens, max_tokens)
+
+
+@pytest.mark.parametrize(("rate", "warmup"), [(math.inf, "same"), (400.0, "distinct")])
+def test_sim_and_sim_server_send_the_same_requests(
+        fast_server: SimServer, helpers: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
+        rate: float, warmup: str) -> None:
+    spec = helpers.spec_for((*helpers.ATOM_ARGV, *helpers.EAGLE3), chat_template=True)
+    node = helpers.server_config("mtp", isl=120, osl=24, conc=4)
+    point = node.points()[0]
+    load = LoadSettings(prompts_per_conc=3, warmup_per_conc=2, seed=5, request_rate=rate,
+                        warmup=warmup)
+
+    RecordingEngine.sent = []
+    monkeypatch.setattr(sim_backend, "Engine", RecordingEngine)
+    in_process = sim_backend.SimBackend().start(node, spec, CTX).run_point(point, load)
+    sim_warmup = sorted((i, o) for rid, i, o in RecordingEngine.sent if rid >= WARMUP_IDS)
+    sim_measured = sorted((rid, i, o) for rid, i, o in RecordingEngine.sent if rid < WARMUP_IDS)
+
+    httpx.delete(fast_server.base_url + "/debug/inferbench/timeline")
+    handle = HttpServerHandle(base_url=fast_server.base_url, spec=spec, simulated=True)
+    over_http = handle.run_point(point, load)
+    arrived = httpx.get(fast_server.base_url + "/debug/inferbench/timeline").json()["requests"]
+    by_id = {t["id"]: (t["prompt_tokens"], t["max_tokens"]) for t in arrived}
+    measured_ids = {r.request_id for r in over_http.records}
+
+    assert len(sim_measured) == len(over_http.records) == 12
+    # Measured requests, in send order: the same prompt length (template included) and
+    # max_tokens, as the server counted them.
+    assert [(i, o) for _, i, o in sim_measured] == [by_id[r.request_id]
+                                                    for r in over_http.records]
+    assert [r.input_tokens for r in in_process.records] == [
+        r.input_tokens for r in over_http.records]
+    # Warmups: the same shapes (`same`: eight copies of the first request).
+    http_warmup = sorted(v for k, v in by_id.items() if k not in measured_ids)
+    assert len(sim_warmup) == len(http_warmup) == 8
+    assert sim_warmup == http_warmup
+    if warmup == "same":
+        assert set(sim_warmup) == {(sim_measured[0][1], sim_measured[0][2])}
+    # Send schedule: the same offsets from the start of the measured phase.
+    sim_sched = [r.scheduled_time for r in in_process.records]
+    http_sched = [r.scheduled_time for r in over_http.records]
+    if math.isinf(rate):
+        assert sim_sched == http_sched == [None] * 12  # closed loop: nothing scheduled
+    else:
+        assert all(t is not None for t in (*sim_sched, *http_sched))
+        first = http_sched[0]
+        assert first is not None
+        assert [t - first for t in http_sched if t is not None] == pytest.approx(
+            sim_sched, abs=1e-9)
+        assert sim_sched[0] == 0.0 and sim_sched[-1] > 0.0
