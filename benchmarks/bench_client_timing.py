@@ -34,7 +34,7 @@ from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.metrics import RequestRecord, summarize
 from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
-from pytest_inferbench.sim.launcher import running_sim_server
+from pytest_inferbench.sim.server.launcher import running_sim_server
 from pytest_inferbench.workload import build_workload
 
 MODEL = "amd/MiniMax-M3-MXFP4"

@@ -29,7 +29,7 @@ from ..loadgen.progress import Progress, terminal_stream
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
-from ..sim.tokenizer import count_tokens
+from ..tokenizer import count_tokens
 from .base import LoadSettings, PointMeasurement, ServerHandle
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class HttpServerHandle(ServerHandle):
 
     def tokenizer(self) -> TextTokenizer | None:
         """The served model's local tokenizer, looked up once per handle. A simulated server
-        counts words (`sim/tokenizer.py`): the words scheme is its exact tokenizer."""
+        counts words (`tokenizer.py`): the words scheme is its exact tokenizer."""
         if self._tokenizer is _UNSET:
             self._tokenizer = None if self.simulated else load_local_tokenizer(
                 self.spec.served_model)

@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 
 from ..metrics import RequestRecord
-from ..sim.tokenizer import count_tokens
+from ..tokenizer import count_tokens
 from .sse import ERROR_DETAIL_CHARS, ParsedStream, parse_stream, parse_stream_in_slices
 from .transport import SlotTransport, arrival_of, written_at
 

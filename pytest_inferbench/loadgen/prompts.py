@@ -8,7 +8,7 @@ many tokens, in one of two schemes, recorded as `RenderedWorkload.token_source`:
   re-encoded until the count is exact (as InferenceX).
 - `words`: no download needed. One token per whitespace-separated word of a fixed list of short
   common English words, exactly one token in the simulated server's tokenizer
-  (`sim/tokenizer.py`), so against the simulator the counts are exact. Against a real server
+  (`tokenizer.py`), so against the simulator the counts are exact. Against a real server
   without its tokenizer they are estimates, and results say so on every table. Every prompt
   starts with a header unique to its text key and continues with a random slice of a seeded
   word pool, so no two prompts share a prefix block.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..sim.tokenizer import chat_prompt_tokens, render_chat
+from ..tokenizer import chat_prompt_tokens, render_chat
 from ..workload import Workload, build_workload
 
 if TYPE_CHECKING:

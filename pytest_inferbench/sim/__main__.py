@@ -1,5 +1,5 @@
 """`python -m pytest_inferbench.sim serve ...` (also the `inferbench-sim` script and a container
-entrypoint): the simulated engine served over OpenAI-compatible HTTP. See `sim/cli.py`."""
+entrypoint): the simulated engine served over OpenAI-compatible HTTP. See `sim/server/cli.py`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not words or words[0] != "serve":
         print(USAGE, file=sys.stderr)
         return 2
-    from .cli import serve
+    from .server.cli import serve
 
     return serve(words[1:])
 

@@ -11,12 +11,12 @@ import pytest
 
 from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
-from pytest_inferbench.sim.launcher import running_sim_server
+from pytest_inferbench.sim.server.launcher import running_sim_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 ATOM_ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", MODEL,

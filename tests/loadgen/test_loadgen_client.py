@@ -20,13 +20,13 @@ from pytest_inferbench.loadgen.client import (
 )
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.metrics import summarize
-from pytest_inferbench.sim.launcher import running_sim_server
+from pytest_inferbench.sim.server.launcher import running_sim_server
 from pytest_inferbench.workload import build_workload
 
 if TYPE_CHECKING:
     import types
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 
 def handle_for(server: SimServer, helpers: types.ModuleType, *, chat_template: bool = True,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import types
 
     from pytest_inferbench.backends.base import PointMeasurement
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 CONC = 64
 

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_inferbench.launch import ClientOptions
 from pytest_inferbench.loadgen.prompts import point_workload, render
-from pytest_inferbench.sim.tokenizer import count_tokens, render_chat
+from pytest_inferbench.tokenizer import count_tokens, render_chat
 from pytest_inferbench.workload import LoadSettings, build_workload, poisson_offsets
 
 

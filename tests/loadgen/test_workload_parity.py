@@ -23,7 +23,7 @@ from pytest_inferbench.sim.engine import Engine
 if TYPE_CHECKING:
     import types
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 WARMUP_IDS = 1 << 40  # the driver numbers warmup requests from here
 CTX = StartContext(results_dir=Path("."), run_id="t", worker_id="master", options=None)

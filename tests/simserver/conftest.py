@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_inferbench.sim.launcher import SimServer, launch
+from pytest_inferbench.sim.server.launcher import SimServer, launch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence

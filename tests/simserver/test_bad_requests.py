@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from pytest_inferbench.sim.tokenizer import prompt_of_tokens
+from pytest_inferbench.tokenizer import prompt_of_tokens
 
 from .conftest import MODEL
 
 if TYPE_CHECKING:
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 GOOD = {"model": MODEL, "prompt": "hello there", "max_tokens": 4}
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

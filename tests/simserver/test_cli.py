@@ -9,8 +9,8 @@ import sys
 import httpx
 import pytest
 
-from pytest_inferbench.sim.cli import argv_port, flag_values, split_argv
-from pytest_inferbench.sim.launcher import running_sim_server, start_sim_server
+from pytest_inferbench.sim.server.cli import argv_port, flag_values, split_argv
+from pytest_inferbench.sim.server.launcher import running_sim_server, start_sim_server
 
 from .conftest import ATOM_ARGV, MODEL
 

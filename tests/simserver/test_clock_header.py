@@ -14,7 +14,7 @@ from .conftest import ATOM_ARGV
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 
 @pytest.mark.parametrize(("scale", "real_time"), [("0", False), ("1", True), ("0.5", True)])

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from pytest_inferbench.sim.faults import FAULT_EXIT_CODE
-from pytest_inferbench.sim.tokenizer import count_tokens
+from pytest_inferbench.sim.server.faults import FAULT_EXIT_CODE
+from pytest_inferbench.tokenizer import count_tokens
 
 from .conftest import ATOM_MTP_ARGV, FAST, MODEL
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 
 def completion(max_tokens: int = 16, stream: bool = True) -> dict[str, object]:

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from pytest_inferbench.sim.tokenizer import count_tokens, filler_tokens
+from pytest_inferbench.tokenizer import count_tokens, filler_tokens
 
 from .conftest import MODEL
 
 if TYPE_CHECKING:
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 
 def post(server: SimServer, body: dict[str, Any], path: str = "/v1/completions") -> Any:

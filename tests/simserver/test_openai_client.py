@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from pytest_inferbench.sim.tokenizer import (
+from pytest_inferbench.tokenizer import (
     chat_prompt_tokens,
     count_tokens,
     prompt_of_tokens,
@@ -18,7 +18,7 @@ from pytest_inferbench.sim.tokenizer import (
 from .conftest import MODEL
 
 if TYPE_CHECKING:
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 
 @pytest.fixture(scope="module")

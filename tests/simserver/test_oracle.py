@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from pytest_inferbench.sim.oracle import EvalOracle, OracleError
-from pytest_inferbench.sim.tokenizer import count_tokens
+from pytest_inferbench.sim.server.oracle import EvalOracle, OracleError
+from pytest_inferbench.tokenizer import count_tokens
 
 from .conftest import ATOM_MTP_ARGV, FAST, MODEL
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")  # lm-eval gsm8k strict-match
 

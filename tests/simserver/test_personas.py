@@ -15,7 +15,7 @@ from .promtext import scrape, value
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 SPEC = '{"method": "eagle3", "model": "Inferact/MiniMax-M3-EAGLE3", "num_speculative_tokens": 3}'

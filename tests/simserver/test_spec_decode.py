@@ -11,13 +11,13 @@ import pytest
 
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.sim.tokenizer import count_tokens, prompt_of_tokens
+from pytest_inferbench.tokenizer import count_tokens, prompt_of_tokens
 
 from .conftest import ATOM_MTP_ARGV, MODEL
 from .promtext import scrape, value
 
 if TYPE_CHECKING:
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 CONCURRENCY = 64
 OUTPUT_TOKENS = 256

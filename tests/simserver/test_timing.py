@@ -11,14 +11,14 @@ import pytest
 
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.sim.tokenizer import prompt_of_tokens
+from pytest_inferbench.tokenizer import prompt_of_tokens
 
 from .conftest import ATOM_ARGV, MODEL
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.sim.launcher import SimServer
+    from pytest_inferbench.sim.server.launcher import SimServer
 
 PROMPT_TOKENS = 1000
 OUTPUT_TOKENS = 250  # ~1.5 s of decode at ~6.2 ms per step: 5 % is ~75 ms of slack

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
-    from .server import ServeConfig
+    from .app import ServeConfig
 
 PROG = "python -m pytest_inferbench.sim serve"
 DEFAULT_PORT = 8000
@@ -125,9 +125,9 @@ def argv_port(server_argv: Sequence[str]) -> int:
 
 def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> ServeConfig:
     """The server's configuration from simulator options and the real server's argv."""
-    from .args import engine_config_from_argv
-    from .engine import Engine
-    from .server import ServeConfig
+    from ..args import engine_config_from_argv
+    from ..engine import Engine
+    from .app import ServeConfig
 
     if not server_argv:
         raise UsageError("no server argv: give the real server's command line, e.g. "
@@ -219,7 +219,7 @@ def banner(config: ServeConfig, host: str, port: int) -> str:
 def serve(argv: Sequence[str]) -> int:
     import uvicorn
 
-    from .server import SimServer
+    from .app import SimServer
 
     sim_words, server_argv = split_argv(argv)
     options = build_parser().parse_args(sim_words)
