@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..gates.speculative import speculative_decoding
+from ..specdecode import read_speculative_decoding
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
 from .runner import EvalResult, run_gsm8k_eval
@@ -68,12 +68,13 @@ def run_eval_item(
         if settings.eval_required:
             pytest.fail(f"{reason}; inferbench_eval_required is set", pytrace=False)
         pytest.skip(reason)
-    forced = speculative_decoding(server, spec)
-    if forced is not None and forced.synthetic_al is not None:
+    described = read_speculative_decoding(spec.argv, spec.env_dict) if spec else None
+    forced = described.forced_acceptance_length if described else None
+    if described is not None and forced is not None:
         # Forced acceptance emits draft tokens that are not the model's: accuracy is meaningless.
         reason = (
-            f"the launch spec forces a synthetic acceptance length ({forced.synthetic_source} "
-            f"{forced.synthetic_al:g}); accuracy evals need real acceptance"
+            f"the launch spec forces a synthetic acceptance length ({described.forced_by} "
+            f"{forced:g}); accuracy evals need real acceptance"
         )
         if settings.eval_required:
             pytest.fail(f"{reason}; inferbench_eval_required is set", pytrace=False)

@@ -3,8 +3,9 @@
 Entry points for the collection code:
 
 - `load_gates(recipe_path, settings) -> Gates` (cached per recipe directory): the SLO file
-  (`--inferbench-gates` or `gates.yaml` next to the recipe), the golden ALs (`golden_al/` next
-  to the recipe); raises `GatesFileError` / `GoldenALError` with file:line.
+  (`--inferbench-gates` or `gates.yaml` next to the recipe), the golden ALs (the packaged table,
+  plus a `golden_al/` directory next to the recipe); raises `GatesFileError` / `GoldenALError`
+  with file:line.
 - `load_baseline_for(settings) -> Baseline | None` (once per session).
 - `acceptance_fields(point, spec, gates) -> dict`: spec-decode method, k, thinking mode, forced
   and golden AL of a point.
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..golden import GoldenAL, GoldenALError, load_golden_al, packaged
 from .baseline import (
     DEFAULT_METRICS,
     Baseline,
@@ -30,7 +32,7 @@ from .baseline import (
     load_baseline,
 )
 from .rules import GatesFile, GatesFileError, display_path, load_gates_file
-from .speculative import GoldenAL, GoldenALError, load_golden_al, speculative_decoding
+from .speculative import speculative_decoding
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -56,7 +58,7 @@ FROM_SETTINGS = object()  # evaluate_point default: the baseline named by the se
 @dataclass(frozen=True)
 class Gates:
     rules: GatesFile = field(default_factory=lambda: GatesFile(None))
-    golden: GoldenAL = field(default_factory=GoldenAL)
+    golden: GoldenAL = field(default_factory=packaged)
 
 
 def _stamp(path: Path | None) -> tuple[int, int]:
@@ -76,7 +78,7 @@ def _gates_cached(
     golden_stamp: tuple[int, int],
 ) -> Gates:
     rules = load_gates_file(gates_path) if gates_path else GatesFile(None)
-    return Gates(rules, load_golden_al(golden_dir))
+    return Gates(rules, packaged().merged(load_golden_al(golden_dir)))
 
 
 def load_gates(recipe_path: Path, settings: Settings) -> Gates:
@@ -141,10 +143,10 @@ def acceptance_fields(point: BenchPoint, spec: ServerSpec | None, gates: Gates) 
     return {
         "spec_method": sd.method,
         "spec_num_tokens": sd.num_tokens,
-        "thinking_mode": sd.thinking,
-        "synthetic_acceptance_length": sd.synthetic_al,
+        "thinking_mode": sd.thinking_mode,
+        "synthetic_acceptance_length": sd.forced_acceptance_length,
         "golden_acceptance_length": gates.golden.lookup(
-            prefix, sd.method, sd.thinking, sd.num_tokens
+            prefix, sd.method, sd.thinking_mode, sd.num_tokens
         ),
         "golden_al_source": gates.golden.source(prefix, sd.method),
     }
@@ -224,18 +226,19 @@ def _speculative(
             f"set use_chat_template in {where}; AL depends on chat framing"
         )
     measured = _number(result.get("acceptance_length"))
-    if sd.synthetic_al is not None:
+    forced = sd.forced_acceptance_length
+    if forced is not None:
         if measured is None:
             failures.append(
-                f"acceptance_length not measured, but {sd.synthetic_source} forces "
-                f"{fmt(sd.synthetic_al)} ({where})"
+                f"acceptance_length not measured, but {sd.forced_by} forces "
+                f"{fmt(forced)} ({where})"
             )
         else:
-            error = abs(measured - sd.synthetic_al) / sd.synthetic_al
+            error = abs(measured - forced) / forced
             if error > SYNTHETIC_AL_TOLERANCE:
                 failures.append(
-                    f"acceptance_length {fmt(measured)} != forced {fmt(sd.synthetic_al)} "
-                    f"({sd.synthetic_source}, {where}): off by {error:.1%} > "
+                    f"acceptance_length {fmt(measured)} != forced {fmt(forced)} "
+                    f"({sd.forced_by}, {where}): off by {error:.1%} > "
                     f"{SYNTHETIC_AL_TOLERANCE:.0%}"
                 )
     return failures

@@ -4,15 +4,16 @@ The simulated server reads exactly what the real one would get, so one launch sp
 `--a_b` and `--a-b` are the same flag; `--flag=value` works; the argv may start with the
 program words (`python3 -m atom.entrypoints.openai_server`, `vllm serve MODEL`,
 `python -m sglang.launch_server`). Flags the simulator does not model are accepted and returned
-as "ignored" so the caller can report them once.
+as "ignored" so the caller can report them once. Speculative decoding is read by
+`specdecode.read_speculative_decoding`, the reader the gates use too.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import specdecode
 from . import catalog
 from .config import EngineConfig
 from .spec_decode import SpecConfig, distribution_from_position_rates
@@ -30,7 +31,6 @@ BOOLEAN_FLAGS = frozenset({
     "disable-radix-cache", "enable-torch-compile", "disable-cuda-graph", "enable-ep-moe",
     "enable-metrics", "enable-mixed-chunk", "disable-custom-all-reduce", "async-scheduling",
     "no-async-scheduling", "enable-auto-tool-choice", "disable-uvicorn-access-log",
-    "sim-thinking",
 })
 # Served by the HTTP layer, not the engine: accepted, not reported as ignored.
 SERVER_FLAGS = frozenset({"port", "server-port", "host", "served-model-name", "api-key"})
@@ -48,19 +48,11 @@ ALIASES: dict[str, str] = {
     "kv-cache-dtype": "kv_cache_dtype",
     "max-model-len": "max_model_len", "context-length": "max_model_len",
     "online-quant-config": "online_quant",
-    "method": "spec_method", "speculative-algorithm": "spec_method",
-    "draft-model": "draft_model", "speculative-draft-model-path": "draft_model",
-    "num-speculative-tokens": "k", "speculative-num-steps": "k",
-    "speculative-num-draft-tokens": "k_plus_one",
-    "spec-decode-acceptance-length": "acceptance_length",
-    "spec-decode-acceptance-rate": "acceptance_rate",
-    "speculative-config": "speculative_config",
-    "sim-accepted-distribution": "accepted_distribution",
     "sim-jitter": "jitter", "sim-seed": "seed",
 }
 INT_FIELDS = {"tp", "ep", "max_num_seqs", "max_num_batched_tokens", "block_size",
-              "max_model_len", "k", "k_plus_one", "seed"}
-FLOAT_FIELDS = {"gpu_memory_utilization", "acceptance_length", "acceptance_rate", "jitter"}
+              "max_model_len", "seed"}
+FLOAT_FIELDS = {"gpu_memory_utilization", "jitter"}
 
 
 class ArgvError(ValueError):
@@ -121,10 +113,9 @@ def _parse(args: list[str]) -> _Parsed:
             if value is None:
                 raise ArgvError(f"--{name} needs a value")
             out.values[field] = value
-        elif name in {"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe",
-                      "sim-thinking"}:
+        elif name in {"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe"}:
             out.flags.add(name)
-        elif name not in SERVER_FLAGS:
+        elif name not in SERVER_FLAGS and name not in specdecode.FLAGS:
             out.ignored.append(word if value is None or eq else f"{word} {value}")
     return out
 
@@ -152,45 +143,25 @@ def _typed(values: dict[str, Any]) -> dict[str, Any]:
     return typed
 
 
-def _spec(v: dict[str, Any], env: Mapping[str, str], flags: set[str]) -> SpecConfig | None:
-    cfg: dict[str, Any] = {}
-    if "speculative_config" in v:
-        try:
-            cfg = json.loads(v["speculative_config"])
-        except json.JSONDecodeError as exc:
-            raise ArgvError(f"--speculative-config is not JSON: {exc}") from None
-        if not isinstance(cfg, dict):
-            raise ArgvError("--speculative-config must be a JSON object")
-    method = str(cfg.get("method", v.get("spec_method", ""))).lower()
-    if not method:
+def _spec(argv: Sequence[str], env: Mapping[str, str]) -> SpecConfig | None:
+    try:
+        described = specdecode.read_speculative_decoding(argv, env)
+    except specdecode.SpecDecodeArgvError as exc:
+        raise ArgvError(str(exc)) from None
+    if described is None:
         return None
-    # SGLang chain drafting: --speculative-num-draft-tokens is k + 1 (the verified tokens).
-    k_default = v.get("k", v["k_plus_one"] - 1 if "k_plus_one" in v else 0)
-    k = int(cfg.get("num_speculative_tokens", k_default) or 0)
-    if not k:
-        raise ArgvError(f"speculative method {method!r} needs the number of speculative tokens")
-    length = cfg.get("synthetic_acceptance_length", v.get("acceptance_length"))
-    if length is None and "SGLANG_SIMULATE_ACC_LEN" in env:
-        length = float(env["SGLANG_SIMULATE_ACC_LEN"])
-    dist: tuple[float, ...] | None = None
-    if "synthetic_acceptance_rates" in cfg:
-        dist = distribution_from_position_rates(cfg["synthetic_acceptance_rates"])
-    raw_dist = v.get("accepted_distribution") or env.get("INFERBENCH_SIM_ACCEPTED_DISTRIBUTION")
-    if raw_dist:
-        try:
-            parsed = json.loads(raw_dist)
-            if isinstance(parsed, dict):
-                parsed = [parsed.get(str(i), 0.0) for i in range(k + 1)]
-            dist = tuple(float(x) for x in parsed)
-        except (json.JSONDecodeError, TypeError, ValueError):
-            raise ArgvError(f"accepted-count distribution {raw_dist!r}: expected a JSON list "
-                            "or {\"0\": p0, ...}") from None
+    if not described.num_tokens:
+        raise ArgvError(f"speculative method {described.method!r} needs the number of "
+                        "speculative tokens")
+    dist = described.accepted_distribution
+    if dist is None and described.position_rates is not None:
+        dist = distribution_from_position_rates(described.position_rates)
     return SpecConfig(
-        method=method, draft_model=cfg.get("model", v.get("draft_model")),
-        num_speculative_tokens=k,
-        acceptance_length=float(length) if length is not None else None,
-        acceptance_rate=v.get("acceptance_rate"), accepted_distribution=dist,
-        thinking="sim-thinking" in flags or env.get("INFERBENCH_SIM_THINKING") == "1")
+        method=described.method, draft_model=described.draft_model,
+        num_speculative_tokens=described.num_tokens,
+        acceptance_length=described.acceptance_length,
+        acceptance_rate=described.acceptance_rate, accepted_distribution=dist,
+        thinking=described.thinking)
 
 
 def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
@@ -222,7 +193,7 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
             framework=fw.name, tp=tp, ep=ep, dp_attn="enable-dp-attention" in parsed.flags,
             max_model_len=v.get("max_model_len", 32768),
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
-            spec=_spec(v, env, parsed.flags), jitter=jitter, seed=seed, **fields)
+            spec=_spec(argv, env), jitter=jitter, seed=seed, **fields)
     except ValueError as exc:
         if isinstance(exc, (ArgvError, catalog.CatalogError)):
             raise

@@ -251,12 +251,3 @@ def framework(name: str) -> Framework:
     )
 
 
-def golden_acceptance_length(architecture_name: str, k: int, *, thinking: bool = False) -> float:
-    """InferenceX golden EAGLE3 acceptance length for a target architecture and k."""
-    table = _load("models.yaml")["golden_acceptance_length"]
-    key, modes = _pick("architecture with a golden acceptance length", table, architecture_name)
-    curve = modes["thinking_on" if thinking else "thinking_off"]
-    if k not in curve:
-        raise CatalogError(f"no golden acceptance length for {key} with k={k}; "
-                           f"known k: {', '.join(str(x) for x in sorted(curve))}")
-    return float(curve[k])

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import golden
+from ..specdecode import THINKING_OFF, THINKING_ON
 from . import catalog
 from .config import EngineConfig
 from .physics import EngineConfigError, StepCost, kv_capacity_tokens, shard_model, windowed_sum
-from .spec_decode import AcceptanceSampler, resolve_distribution
+from .spec_decode import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
 from .state import CounterState, EngineCounters, Request, SlotTable, StepBatch, StepResult
 
 if TYPE_CHECKING:
@@ -62,6 +64,16 @@ def draft_checkpoint(name: str | None, target: catalog.Checkpoint) -> catalog.Ch
     return draft
 
 
+def _golden_al(architecture: str, spec: SpecConfig) -> float:
+    """The packaged golden AL the engine aims at when the launch spec forces none."""
+    mode = THINKING_ON if spec.thinking else THINKING_OFF
+    try:
+        return golden.packaged().require(architecture, spec.method, mode,
+                                         spec.num_speculative_tokens)
+    except golden.GoldenALError as exc:
+        raise SpecConfigError(str(exc)) from None
+
+
 class Engine:
     def __init__(self, config: EngineConfig, *, keep_traces: bool = False) -> None:
         self.config = config
@@ -79,9 +91,7 @@ class Engine:
             draft = shard_model(draft_ckpt, hw, tp=config.tp,
                                 dp_attn=config.dp_attn, kv_dtype=config.kv_cache_dtype,
                                 online_quant=None)
-            golden = catalog.golden_acceptance_length(ckpt.architecture.name, self.k,
-                                                      thinking=spec.thinking)
-            probs = resolve_distribution(spec, golden)
+            probs = resolve_distribution(spec, lambda: _golden_al(ckpt.architecture.name, spec))
         self.accepted_distribution = probs
         self._min_emit = 1 + next(i for i, p in enumerate(probs) if p > 0)
         self.cost = StepCost.build(target=self.target, draft=draft, k=self.k, tp=config.tp,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import numpy.typing as npt
 
@@ -35,7 +35,7 @@ class SpecConfig:
     acceptance_length: float | None = None  # forced AL (1 + accepted / verify steps)
     acceptance_rate: float | None = None  # forced per-draft rate, AL = 1 + rate * k
     accepted_distribution: tuple[float, ...] | None = None  # P(accepted = 0..k)
-    thinking: bool = False  # pick the thinking_on golden AL when no AL is forced
+    thinking: bool = True  # pick the thinking_on golden AL when no AL is forced
 
 
 def min_variance_distribution(acceptance_length: float, k: int) -> tuple[float, ...]:
@@ -72,7 +72,7 @@ def check_distribution(probs: Sequence[float], k: int) -> tuple[float, ...]:
     return tuple(p / total for p in probs)
 
 
-def resolve_distribution(spec: SpecConfig, golden_al: float) -> tuple[float, ...]:
+def resolve_distribution(spec: SpecConfig, golden_al: Callable[[], float]) -> tuple[float, ...]:
     """The accepted-count distribution the engine samples from (golden AL when nothing forced)."""
     k = spec.num_speculative_tokens
     given = [x is not None for x in
@@ -86,7 +86,7 @@ def resolve_distribution(spec: SpecConfig, golden_al: float) -> tuple[float, ...
         if not 0.0 <= spec.acceptance_rate <= 1.0:
             raise SpecConfigError(f"acceptance rate {spec.acceptance_rate} not in [0, 1]")
         return min_variance_distribution(1.0 + spec.acceptance_rate * k, k)
-    al = spec.acceptance_length if spec.acceptance_length is not None else golden_al
+    al = spec.acceptance_length if spec.acceptance_length is not None else golden_al()
     return min_variance_distribution(min(al, k + 1.0), k)
 
 

@@ -11,7 +11,7 @@ import pytest
 from pytest_inferbench.gates import Gates, evaluate_point, load_gates
 from pytest_inferbench.gates.baseline import load_baseline, save_baseline
 from pytest_inferbench.gates.rules import GatesFile, GatesFileError, load_gates_file, parse_gates
-from pytest_inferbench.gates.speculative import load_golden_al
+from pytest_inferbench.golden import load_golden_al, packaged
 
 GATES_YAML = """\
 slo:
@@ -299,7 +299,7 @@ def test_repository_gates_and_golden_files_load() -> None:
     repo = Path(__file__).resolve().parents[2] / "benchmarks"
     gates = load_gates_file(repo / "gates.yaml")
     assert gates.rules and gates.regression.default_tolerance == 0.05
-    golden = load_golden_al(repo / "golden_al")
+    golden = packaged()
     # InferenceX golden_al_distribution/minimaxm3_eagle3.yaml, k=3 (performance-model.md §A7).
     assert golden.lookup("minimaxm3", "eagle3", "thinking_on", 3) == 2.83
     assert golden.lookup("minimaxm3", "eagle3", "thinking_off", 3) == 2.93

@@ -27,10 +27,6 @@ def project(pytester: pytest.Pytester, launch_edit: tuple[str, str]) -> None:
     (pytester.path / "launch/minimaxm3_fp4_mi355x_atom.yaml").write_text(
         launch.replace(*launch_edit)
     )
-    (pytester.path / "golden_al").mkdir()
-    (pytester.path / "golden_al/minimaxm3_eagle3.yaml").write_text(
-        (REPO / "benchmarks/golden_al/minimaxm3_eagle3.yaml").read_text()
-    )
 
 
 def test_forced_acceptance_length_is_met_and_recorded(pytester: pytest.Pytester) -> None:

@@ -32,7 +32,6 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     (pytester.path / "bench-master.yaml").write_text(RECIPE)
     (pytester.path / "launch").mkdir()
     shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml", pytester.path / "launch")
-    shutil.copytree(REPO / "benchmarks/golden_al", pytester.path / "golden_al")
     return pytester
 
 

@@ -104,9 +104,3 @@ def test_every_catalog_entry_loads() -> None:
         assert catalog.framework(name).step_overhead_s > 0
 
 
-def test_golden_acceptance_length() -> None:
-    # InferenceX golden_al_distribution/minimaxm3_eagle3.yaml: k=3 -> 2.93 / 2.83 (§A7).
-    assert catalog.golden_acceptance_length("MiniMax-M3", 3) == 2.93
-    assert catalog.golden_acceptance_length("MiniMax-M3", 3, thinking=True) == 2.83
-    with pytest.raises(catalog.CatalogError, match="known k"):
-        catalog.golden_acceptance_length("MiniMax-M3", 12)
