@@ -172,6 +172,14 @@ class Settings:
         )
 
 
+def given(config: pytest.Config) -> bool:
+    """Whether the command line or the ini file sets any inferbench option."""
+    for name, value in vars(config.option).items():
+        if name.startswith("inferbench_") and value not in (None, False):
+            return True
+    return any(key.startswith("inferbench_") for key in config.inicfg)
+
+
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
 

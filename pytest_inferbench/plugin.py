@@ -1,13 +1,16 @@
-"""pytest hooks of pytest-inferbench: hooks only, each delegating to the module doing the work."""
+"""pytest hooks of pytest-inferbench: hooks only, each delegating to the module doing the work.
+
+A run without recipes and without inferbench options sees no trace of the plugin
+(`activation.py`): no header, no signal handler, no report collector.
+"""
 
 from __future__ import annotations
 
-from fnmatch import fnmatch
 from typing import TYPE_CHECKING
 
 import pytest
 
-from . import collect, options, report, state, xdist_hooks
+from . import activation, collect, options, report, state, xdist_hooks
 from .backends import reaper
 from .changelog import items as changelog_items
 from .evals.collect import EVAL_MARKER
@@ -30,20 +33,20 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     state.create_session_state(config)
     xdist_hooks.register(config)
-    report.register(config)
     config.addinivalue_line("markers", EVAL_MARKER)
     config.addinivalue_line("markers", changelog_items.CHANGELOG_MARKER)
-    # CI cancels with SIGTERM, which would skip every teardown and leave servers running.
-    reaper.install_sigterm_handler()
+    if options.given(config):
+        activation.engage(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    reaper.restore_sigterm_handler()
+    activation.disengage(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
-    if config.option.collectonly or hasattr(config, "workerinput"):
+    if (config.option.collectonly or hasattr(config, "workerinput")
+            or not activation.is_engaged(config)):
         return  # collection must not touch Docker; workers leave the sweep to the controller
     removed = reaper.sweep_stale_containers(state.get_session_state(config).settings)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -58,28 +61,26 @@ def pytest_keyboard_interrupt() -> None:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     settings = state.get_session_state(parent.config).settings
-    if any(fnmatch(file_path.name, pattern) for pattern in settings.recipe_globs):
+    if not activation.is_benchmark_file(file_path, settings):
+        return None
+    activation.engage(parent.config)
+    if activation.is_recipe_file(file_path, settings):
         return collect.RecipeFile.from_parent(parent, path=file_path)
-    if changelog_items.is_changelog(file_path, settings.recipe_globs):
-        return changelog_items.ChangelogFile.from_parent(parent, path=file_path)
-    return None
+    return changelog_items.ChangelogFile.from_parent(parent, path=file_path)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    settings = state.get_session_state(config).settings
-    lines = [f"inferbench: backend {settings.backend}, results in {settings.results_dir}/"]
-    if settings.backend in ("sim", "sim-server"):
-        lines.append("inferbench: SIMULATED results -- predictions of a performance model, "
-                     "not measurements of real hardware")
-    return lines
+    return activation.header_lines(config, state.get_session_state(config).settings)
 
 
-def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str:
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
     points = [i for i in items if isinstance(i, collect.BenchItem)]
     if not points:
-        return ""  # a run without recipes (the plugin's own tests) needs no inferbench line
+        return []  # a run without recipes (the plugin's own tests) needs no inferbench line
     nodes = {i.server_node.nodeid for i in points}
-    return f"inferbench: {len(nodes)} server nodes, {len(points)} benchmark points"
+    # Engaged by the recipes themselves: the header was printed before collection found them.
+    lines = activation.header_lines(config, state.get_session_state(config).settings)
+    return [*lines, f"inferbench: {len(nodes)} server nodes, {len(points)} benchmark points"]
 
 
 @pytest.hookimpl(trylast=True)

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .backends.base import LoadSettings, StartContext
 from .options import Settings
-from .xdist_hooks import worker_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+# What an xdist controller hands each worker (`xdist_hooks.worker_input`).
+RUN_ID_KEY = "inferbench_run_id"
+GPUS_KEY = "inferbench_gpus"
+DOCKER_HOST_KEY = "inferbench_docker_host"
 
 
 @dataclass
@@ -30,7 +38,7 @@ def create_session_state(config: pytest.Config) -> SessionState:
     workerinput: dict[str, Any] = getattr(config, "workerinput", {})
     settings = worker_settings(Settings.from_config(config), workerinput)
     # Workers share the controller's run id so container labels identify the whole run.
-    run_id = str(workerinput.get("inferbench_run_id") or uuid.uuid4().hex[:12])
+    run_id = str(workerinput.get(RUN_ID_KEY) or uuid.uuid4().hex[:12])
     worker = str(workerinput.get("workerid", "master"))
     state = SessionState(
         settings=settings,
@@ -43,6 +51,18 @@ def create_session_state(config: pytest.Config) -> SessionState:
     )
     config.stash[STATE_KEY] = state
     return state
+
+
+def worker_settings(settings: Settings, workerinput: Mapping[str, Any] | None) -> Settings:
+    """The settings a worker runs with: its GPU slice and its Docker Engine."""
+    if not workerinput:
+        return settings
+    changes: dict[str, Any] = {}
+    if GPUS_KEY in workerinput:
+        changes["gpus"] = str(workerinput[GPUS_KEY])
+    if DOCKER_HOST_KEY in workerinput:
+        changes["docker_host"] = str(workerinput[DOCKER_HOST_KEY])
+    return dataclasses.replace(settings, **changes) if changes else settings
 
 
 def get_session_state(config: pytest.Config) -> SessionState:

@@ -4,30 +4,30 @@ The controller's `pytest_configure_node` writes into each worker's `workerinput`
 - `inferbench_run_id`: the controller's run id, so every container of the run shares a label;
 - `inferbench_gpus`: a disjoint slice of `--inferbench-gpus` (equal shares, in worker order);
 - `inferbench_docker_host`: one of `--inferbench-docker-hosts`, round robin by worker index.
-The worker applies them with `worker_settings(settings, config.workerinput)`. Under
+The worker applies them with `state.worker_settings(settings, config.workerinput)`. Under
 `--dist loadscope` the tree RecipeFile -> ServerNode -> point keeps every point of a server
 node on one worker, so a node's server starts once, on that worker's GPUs.
 
-plugin.py registers `XdistHooks` only when the xdist plugin is present.
+plugin.py registers `XdistHooks` only when the xdist plugin is present. The controller collects
+nothing itself, so it learns from the workers' collections whether the run has recipes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from . import activation
 from .gpu import GpuSpecError, format_gpu_ids, parse_gpu_ids, split_between_workers
+from .state import DOCKER_HOST_KEY, GPUS_KEY, RUN_ID_KEY, get_session_state
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Sequence
 
     import pytest
 
     from .options import Settings
 
-RUN_ID_KEY = "inferbench_run_id"
-GPUS_KEY = "inferbench_gpus"
-DOCKER_HOST_KEY = "inferbench_docker_host"
+__all__ = ["DOCKER_HOST_KEY", "GPUS_KEY", "RUN_ID_KEY", "XdistHooks", "register", "worker_input"]
 
 
 def worker_index(workerid: str) -> int:
@@ -58,28 +58,18 @@ def worker_input(settings: Settings, run_id: str, workerid: str, workercount: in
     return values
 
 
-def worker_settings(settings: Settings, workerinput: Mapping[str, Any] | None) -> Settings:
-    """The settings a worker runs with: its GPU slice and its Docker Engine."""
-    if not workerinput:
-        return settings
-    changes: dict[str, Any] = {}
-    if GPUS_KEY in workerinput:
-        changes["gpus"] = str(workerinput[GPUS_KEY])
-    if DOCKER_HOST_KEY in workerinput:
-        changes["docker_host"] = str(workerinput[DOCKER_HOST_KEY])
-    return dataclasses.replace(settings, **changes) if changes else settings
-
-
 class XdistHooks:
     """Hook implementations registered on the controller (and harmlessly on workers)."""
 
     def pytest_configure_node(self, node: Any) -> None:
-        from .state import get_session_state
-
         state = get_session_state(node.config)
         node.workerinput.update(worker_input(
             state.settings, state.run_id, str(node.workerinput["workerid"]),
             int(node.workerinput["workercount"])))
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        config: pytest.Config = node.config
+        activation.engage_for_node_ids(config, ids, get_session_state(config).settings)
 
 
 def register(config: pytest.Config) -> None:

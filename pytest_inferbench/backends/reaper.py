@@ -4,11 +4,15 @@
   tolerates "already gone", so a second call or a call after a half-done start is harmless.
 - `install_sigterm_handler` / `restore_sigterm_handler`: pytest runs no teardown on SIGTERM
   (CI cancel, `timeout`); mapping it to KeyboardInterrupt makes pytest unwind normally, so
-  every ServerNode teardown runs. The lead calls these from pytest_configure/unconfigure.
+  every ServerNode teardown runs. `activation.py` installs it when a run uses the plugin and
+  keeps the handler it replaced in the config stash, to restore at unconfigure.
 - `sweep_stale_containers`: containers carry `inferbench.owner=<host>:<pid>` of the process that
   started them; at session start (controller only) those whose owner on this host is dead are
   removed. Containers of other live runs sharing the engine are left alone.
-- `stop_all_tracked`: an atexit safety net for handles whose teardown never ran.
+- `stop_all_tracked`: an atexit safety net for handles whose teardown never ran (registered
+  with the first tracked handle, so a run that starts no server leaves atexit alone).
+
+A signal and atexit are process-wide, so the interrupted flag and the tracked handles are too.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ import signal
 import socket
 import subprocess
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import FrameType
+
+# What signal.getsignal() returns: a handler, SIG_DFL / SIG_IGN, or None (set outside Python).
+SignalHandler = Union["Callable[[int, FrameType | None], Any]", int, signal.Handlers, None]
 
 LABEL_RUN = "inferbench.run"
 LABEL_WORKER = "inferbench.worker"
@@ -82,8 +89,6 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 # --- SIGTERM -------------------------------------------------------------------------------
 
 _interrupted = threading.Event()
-_previous_sigterm: Any = None
-_installed = False
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -91,23 +96,25 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
-def install_sigterm_handler() -> bool:
-    """Map SIGTERM to KeyboardInterrupt; main thread only. Returns whether it was installed."""
-    global _previous_sigterm, _installed
+def install_sigterm_handler() -> list[SignalHandler]:
+    """Map SIGTERM to KeyboardInterrupt (main thread only).
+
+    Returns the replaced handler, as a one-item list, for `restore_sigterm_handler`; an empty
+    list when nothing was installed (not the main thread, or ours is already in place).
+    """
     _interrupted.clear()  # a new session (pytester runs several in one process)
-    if _installed or threading.current_thread() is not threading.main_thread():
-        return False
-    _previous_sigterm = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is _on_sigterm:
+        return []
     signal.signal(signal.SIGTERM, _on_sigterm)
-    _installed = True
-    return True
+    return [previous]
 
 
-def restore_sigterm_handler() -> None:
-    global _installed
-    if _installed and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _previous_sigterm or signal.SIG_DFL)
-        _installed = False
+def restore_sigterm_handler(previous: SignalHandler) -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def mark_interrupted() -> None:
@@ -119,11 +126,15 @@ def mark_interrupted() -> None:
 
 _tracked: dict[int, Callable[[], None]] = {}
 _tracked_lock = threading.Lock()
+_atexit_registered = threading.Event()
 
 
 def track(key: object, stop: Callable[[], None]) -> None:
     with _tracked_lock:
         _tracked[id(key)] = stop
+        if not _atexit_registered.is_set():
+            _atexit_registered.set()
+            atexit.register(stop_all_tracked)
 
 
 def untrack(key: object) -> None:
@@ -131,7 +142,6 @@ def untrack(key: object) -> None:
         _tracked.pop(id(key), None)
 
 
-@atexit.register
 def stop_all_tracked() -> None:
     _interrupted.set()
     with _tracked_lock:

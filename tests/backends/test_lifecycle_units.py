@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench import gpu, xdist_hooks
+from pytest_inferbench import gpu, state, xdist_hooks
 from pytest_inferbench.backends.base import ServerStartError
 from pytest_inferbench.backends.docker import (
     CONTAINER_HF_CACHE,
@@ -92,9 +92,9 @@ def test_worker_input_slices_gpus_and_assigns_docker_hosts(pytestconfig: pytest.
     assert [i[xdist_hooks.GPUS_KEY] for i in inputs] == ["0,1,2,3", "4,5,6,7"]
     assert [i[xdist_hooks.DOCKER_HOST_KEY] for i in inputs] == ["tcp://a:2375", "tcp://b:2375"]
     assert {i[xdist_hooks.RUN_ID_KEY] for i in inputs} == {"run1"}
-    worker = xdist_hooks.worker_settings(settings, inputs[1])
+    worker = state.worker_settings(settings, inputs[1])
     assert (worker.gpus, worker.docker_host) == ("4,5,6,7", "tcp://b:2375")
-    assert xdist_hooks.worker_settings(settings, None) is settings
+    assert state.worker_settings(settings, None) is settings
 
 
 def test_too_few_gpus_for_the_workers_leaves_each_worker_none(pytestconfig: pytest.Config) -> None:

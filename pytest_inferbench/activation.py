@@ -1,0 +1,96 @@
+"""The plugin acts only in runs that use it.
+
+Installed in an environment, the plugin must leave other pytest runs as they were: no SIGTERM
+handler, no header line, no report collector. It engages when the command line or the ini file
+sets an inferbench option (at configure), or when collection finds a recipe or changelog file
+(in-process at `pytest_collect_file`; on an xdist controller, which collects nothing, when a
+worker reports such items). Engaging installs the SIGTERM handler and registers the report
+collector; `disengage` at unconfigure restores the previous SIGTERM handler. What it changed is
+kept in the config stash, so every session (pytester runs several in one process) starts clean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from . import report
+from .backends import reaper
+from .changelog.items import is_changelog
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .backends.reaper import SignalHandler
+    from .options import Settings
+
+
+@dataclass
+class Activation:
+    engaged: bool = False
+    header_shown: bool = False
+    restore: list[SignalHandler] = field(default_factory=list)  # the handler before ours
+
+
+ACTIVATION_KEY = pytest.StashKey[Activation]()
+
+
+def _activation(config: pytest.Config) -> Activation:
+    return config.stash.setdefault(ACTIVATION_KEY, Activation())
+
+
+def is_engaged(config: pytest.Config) -> bool:
+    return _activation(config).engaged
+
+
+def engage(config: pytest.Config) -> None:
+    """Install the SIGTERM handler and the report collector (once per session)."""
+    activation = _activation(config)
+    if activation.engaged:
+        return
+    activation.engaged = True
+    activation.restore.extend(reaper.install_sigterm_handler())
+    report.register(config)
+
+
+def disengage(config: pytest.Config) -> None:
+    """At unconfigure: put back the SIGTERM handler that was there before."""
+    activation = config.stash.get(ACTIVATION_KEY, None)
+    if activation is not None and activation.restore:
+        reaper.restore_sigterm_handler(activation.restore.pop())
+
+
+def is_recipe_file(path: Path, settings: Settings) -> bool:
+    """A master-config file, by the `inferbench_recipes` globs."""
+    return any(fnmatch(path.name, pattern) for pattern in settings.recipe_globs)
+
+
+def is_benchmark_file(path: Path, settings: Settings) -> bool:
+    """A recipe or a `perf-changelog.yaml` beside recipes."""
+    return is_recipe_file(path, settings) or is_changelog(path, settings.recipe_globs)
+
+
+def engage_for_node_ids(config: pytest.Config, node_ids: Iterable[str],
+                        settings: Settings) -> None:
+    """xdist controller: engage when a worker collected items of a benchmark file."""
+    if not is_engaged(config) and any(
+            is_benchmark_file(config.rootpath / nodeid.split("::", 1)[0], settings)
+            for nodeid in node_ids):
+        engage(config)
+
+
+def header_lines(config: pytest.Config, settings: Settings) -> list[str]:
+    """The backend and SIMULATED lines, once per session, only when the plugin is engaged."""
+    activation = _activation(config)
+    if not activation.engaged or activation.header_shown:
+        return []
+    activation.header_shown = True
+    lines = [f"inferbench: backend {settings.backend}, results in {settings.results_dir}/"]
+    if settings.backend in ("sim", "sim-server"):
+        lines.append("inferbench: SIMULATED results -- predictions of a performance model, "
+                     "not measurements of real hardware")
+    return lines
