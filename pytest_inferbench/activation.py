@@ -20,6 +20,7 @@ import pytest
 
 from . import report
 from .backends import reaper
+from .backends.registry import backend_info
 from .changelog.items import is_changelog
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def header_lines(config: pytest.Config, settings: Settings) -> list[str]:
         return []
     activation.header_shown = True
     lines = [f"inferbench: backend {settings.backend}, results in {settings.results_dir}/"]
-    if settings.backend in ("sim", "sim-server"):
+    if backend_info(settings.backend).simulated:
         lines.append("inferbench: SIMULATED results -- predictions of a performance model, "
                      "not measurements of real hardware")
     return lines

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from .backends.registry import BACKENDS as REGISTRY
 from .workload import DEFAULT_RANGE_RATIO, WARMUP_MODES
 
-BACKENDS = ("sim", "sim-server", "docker", "process", "external")
+BACKENDS = tuple(REGISTRY)
 EVAL_RUNNERS = ("builtin", "lm-eval")
 
 

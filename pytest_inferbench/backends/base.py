@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ..launch import ServerSpec
     from ..metrics import RequestRecord
+    from ..options import Settings
     from ..recipe import BenchPoint, ServerConfig
 
 
@@ -39,7 +40,7 @@ class StartContext:
     results_dir: Path
     run_id: str  # one per pytest session; container labels and log names carry it
     worker_id: str  # "master" or the xdist worker id
-    options: Any  # options.Settings; typed loosely to keep backends free of pytest
+    options: Settings
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..backends.registry import backend_info
 from ..specdecode import read_speculative_decoding
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from ..recipe import ServerConfig
 
 SIM_EVAL_ACCURACY = 0.937
-SIMULATED_BACKENDS = ("sim", "sim-server")
 ACCURACY_ENV = "INFERBENCH_SIM_EVAL_ACCURACY"
 
 
@@ -88,7 +88,7 @@ def run_eval_item(
         pytest.fail(str(exc), pytrace=False)
     item.user_properties.extend(p for p in result.properties() if p[0] != "eval_task")
     item.user_properties.append(("eval_threshold", threshold.value))
-    if settings.backend in SIMULATED_BACKENDS:
+    if backend_info(settings.backend).simulated:
         item.user_properties.append(("simulated", True))
     failures = check_eval(result, threshold)
     if failures:
@@ -104,7 +104,7 @@ def _eval_server(
     settings: Settings,
     ctx: StartContext,
 ) -> Iterator[str]:
-    if settings.backend not in SIMULATED_BACKENDS:
+    if not backend_info(settings.backend).simulated:
         if base_url is None:
             pytest.fail(
                 f"{server.node_name}: the server has no HTTP address to evaluate", pytrace=False

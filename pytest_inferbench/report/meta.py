@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..backends.registry import backend_info
 from ..redact import Redactor
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def run_metadata(
     config: pytest.Config, settings: Any, points: Sequence[dict[str, Any]], started: float
 ) -> dict[str, Any]:
     redactor = Redactor.from_env(settings.pass_env)
-    simulated = settings.backend in ("sim", "sim-server") or any(
+    simulated = backend_info(settings.backend).simulated or any(
         p.get("simulated") is True for p in points
     )
     return {

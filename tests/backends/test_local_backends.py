@@ -19,7 +19,8 @@ from lifecycle_helpers import (
     write_recipe,
 )
 
-from pytest_inferbench.backends import get_backend
+from pytest_inferbench import options
+from pytest_inferbench.backends import BACKENDS, get_backend
 from pytest_inferbench.backends.base import LoadSettings, ServerStartError
 from pytest_inferbench.backends.external import ExternalBackend
 from pytest_inferbench.backends.process import ProcessBackend
@@ -61,7 +62,9 @@ def server_pid(handle: SupervisedHandle) -> int:
 
 def test_registry_covers_every_backend_name() -> None:
     names = ("sim", "sim-server", "docker", "process", "external")
+    assert tuple(BACKENDS) == names == options.BACKENDS  # the option's choices
     assert [get_backend(n).name for n in names] == list(names)
+    assert [n for n, info in BACKENDS.items() if info.simulated] == ["sim", "sim-server"]
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         get_backend("nope")
 

@@ -1,0 +1,41 @@
+"""The backend registry: every backend's name, where its class lives, whether it simulates.
+
+A new backend is one entry in `BACKENDS` (the `--inferbench-backend` choices come from it).
+This module imports nothing, so options and reports can ask about a backend without loading it;
+`backends.get_backend` imports the class only when a run selects it, so the default simulator
+never imports the docker SDK and a docker run never imports the simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["BACKENDS", "BackendInfo", "backend_info"]
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    module: str  # under pytest_inferbench.backends
+    class_name: str
+    simulated: bool  # its results are predictions of a performance model, not measurements
+
+
+BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
+    BackendInfo("sim", "sim", "SimBackend", simulated=True),
+    BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True),
+    BackendInfo("docker", "docker", "DockerBackend", simulated=False),
+    BackendInfo("process", "process", "ProcessBackend", simulated=False),
+    BackendInfo("external", "external", "ExternalBackend", simulated=False),
+)}
+
+
+def backend_info(name: str) -> BackendInfo:
+    info = BACKENDS.get(name)
+    if info is None:
+        raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
+    return info
