@@ -55,7 +55,8 @@ class ServerNode(pytest.Collector):
                                         callobj=_bench_callobj())
         from .evals.collect import make_eval_item
 
-        eval_item = make_eval_item(self)  # last, so it runs after the points on the same server
+        # Last, so it runs after the points on the same server.
+        eval_item = make_eval_item(self, self.server)
         if eval_item is not None:
             yield eval_item
 
@@ -114,7 +115,9 @@ def _bench_callobj() -> Any:
 
     def run_point(request: pytest.FixtureRequest) -> None:
         """Run this benchmark point against its server node and check its gates."""
-        run_bench_item(request.node)
+        item = request.node
+        assert isinstance(item, BenchItem)
+        run_bench_item(item, item.point, item.server_node)
 
     return run_point
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
@@ -13,7 +13,18 @@ from .state import RESULT_KEY, get_session_state
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .collect import BenchItem
+    from .backends.base import ServerHandle
+    from .launch import ServerSpec
+    from .recipe import BenchPoint
+
+
+class RunningNode(Protocol):
+    """A server node as its points see it (`collect.ServerNode`)."""
+
+    name: str
+    spec: ServerSpec | None
+    handle: ServerHandle | None
+    dead_reason: str | None
 
 
 def result_path(results_dir: Path, nodeid: str) -> Path:
@@ -22,24 +33,23 @@ def result_path(results_dir: Path, nodeid: str) -> Path:
     return results_dir / "points" / f"{slug}.json"
 
 
-def run_bench_item(item: BenchItem) -> None:
+def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode) -> None:
     from . import gates, report, results
 
-    node = item.server_node
     state = get_session_state(item.config)
     handle = node.handle
     if handle is None:  # setup failed; pytest already reported it, never reached in practice
         pytest.fail(f"{node.name}: server was not started", pytrace=False)
     try:
-        measurement = handle.run_point(item.point, state.load)
+        measurement = handle.run_point(point, state.load)
     except ServerDiedError as exc:
         node.dead_reason = str(exc)
         pytest.fail(str(exc), pytrace=False)
-    result = results.build_result(item.point, measurement, spec=node.spec,
+    result = results.build_result(point, measurement, spec=node.spec,
                                   backend=state.settings.backend)
     result["nodeid"] = item.nodeid
     failures = results.measurement_failures(result)
-    failures += gates.evaluate_point(result, item.point, node.spec, state.settings)
+    failures += gates.evaluate_point(result, point, node.spec, state.settings)
     result["gate_failures"] = failures
     results.write_json_atomic(result_path(state.settings.results_dir, item.nodeid), result)
     item.stash[RESULT_KEY] = result

@@ -25,6 +25,7 @@ from ..redact import Redactor
 from . import reaper
 from .base import Backend, ServerStartError
 from .readiness import LogPump, free_port, log_path_for
+from .reaper import make_client
 
 if TYPE_CHECKING:
     from ..launch import ServerSpec
@@ -34,15 +35,6 @@ if TYPE_CHECKING:
 
 MOUNTS_ENV = "INFERBENCH_DOCKER_MOUNTS"
 CONTAINER_HF_CACHE = "/root/.cache/huggingface/hub"
-
-
-def make_client(host: str | None) -> Any:
-    """A client for `host` (tcp://, unix://, ssh://) or, when None, DOCKER_HOST / the socket."""
-    import docker
-
-    client = docker.DockerClient(base_url=host) if host else docker.from_env()
-    client.ping()
-    return client
 
 
 def server_address(docker_host: str | None) -> str:

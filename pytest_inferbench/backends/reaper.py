@@ -9,6 +9,7 @@
 - `sweep_stale_containers`: containers carry `inferbench.owner=<host>:<pid>` of the process that
   started them; at session start (controller only) those whose owner on this host is dead are
   removed. Containers of other live runs sharing the engine are left alone.
+- `make_client`: a Docker Engine client (the docker backend's and the sweep's).
 - `stop_all_tracked`: an atexit safety net for handles whose teardown never ran (registered
   with the first tracked handle, so a run that starts no server leaves atexit alone).
 
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import FrameType
+
+    from ..options import Settings
 
 # What signal.getsignal() returns: a handler, SIG_DFL / SIG_IGN, or None (set outside Python).
 SignalHandler = Union["Callable[[int, FrameType | None], Any]", int, signal.Handlers, None]
@@ -181,17 +184,24 @@ def sweep_client(client: Any) -> list[str]:
     return removed
 
 
-def sweep_stale_containers(settings: Any) -> list[str]:
+def make_client(host: str | None) -> Any:
+    """A client for `host` (tcp://, unix://, ssh://) or, when None, DOCKER_HOST / the socket."""
+    import docker
+
+    client = docker.DockerClient(base_url=host) if host else docker.from_env()
+    client.ping()
+    return client
+
+
+def sweep_stale_containers(settings: Settings) -> list[str]:
     """Session start, controller only: sweep every engine this run will use (docker backend).
 
     Returns one line per removed container (for the terminal); nothing when the backend is
     not docker or no engine answers (the backend reports that itself, with context).
     """
-    if getattr(settings, "backend", None) != "docker":
+    if settings.backend != "docker":
         return []
-    from .docker import make_client
-
-    hosts = list(settings.docker_hosts) or [settings.docker_host]
+    hosts: list[str | None] = [*settings.docker_hosts] or [settings.docker_host]
     lines = []
     for host in hosts:
         try:

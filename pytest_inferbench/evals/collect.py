@@ -9,14 +9,30 @@ data it skips with that reason, or fails when evals are required.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
+from ..state import get_session_state
 from .thresholds import thresholds_path
 
 if TYPE_CHECKING:
-    from ..collect import ServerNode
+    from pathlib import Path
+
+    from ..backends.base import ServerHandle
+    from ..launch import ServerSpec
+    from ..recipe import ServerConfig
+
+
+class EvalNode(Protocol):
+    """The server node an eval item belongs to, as the item sees it (`collect.ServerNode`)."""
+
+    name: str
+    path: Path
+    config: pytest.Config
+    server: ServerConfig
+    spec: ServerSpec | None
+    handle: ServerHandle | None
 
 EVAL_ITEM_NAME = "eval-gsm8k"
 EVAL_MARKER = "eval: accuracy eval item of a server node (GSM8K); deselect with -m 'not eval'"
@@ -33,30 +49,26 @@ class EvalItem(pytest.Function):
             self.add_marker(pytest.mark.skip(reason=server.skip_reason))
 
     @property
-    def server_node(self) -> ServerNode:
-        from ..collect import ServerNode
-
-        assert isinstance(self.parent, ServerNode)
-        return self.parent
+    def server_node(self) -> EvalNode:
+        assert self.parent is not None and hasattr(self.parent, "server")
+        return cast("EvalNode", self.parent)
 
     def reportinfo(self) -> tuple[Any, int, str]:
         node = self.server_node
         return node.path, node.server.line - 1, f"{node.name}::{self.name}"
 
 
-def wants_eval_item(node: ServerNode) -> bool:
-    from ..state import get_session_state
-
-    settings = get_session_state(node.config).settings
+def wants_eval_item(config: pytest.Config, server: ServerConfig) -> bool:
+    settings = get_session_state(config).settings
     return (
         settings.eval_data is not None
         or settings.eval_required
-        or thresholds_path(node.server).is_file()
+        or thresholds_path(server).is_file()
     )
 
 
-def make_eval_item(node: ServerNode) -> EvalItem | None:
-    if not wants_eval_item(node):
+def make_eval_item(node: pytest.Collector, server: ServerConfig) -> EvalItem | None:
+    if not wants_eval_item(node.config, server):
         return None
     return EvalItem.from_parent(node, name=EVAL_ITEM_NAME, callobj=_eval_callobj())
 
@@ -64,7 +76,6 @@ def make_eval_item(node: ServerNode) -> EvalItem | None:
 def _eval_callobj() -> Any:
     def eval_gsm8k(request: pytest.FixtureRequest) -> None:
         """GSM8K 5-shot against this server node; both lm-eval filters must pass."""
-        from ..state import get_session_state
         from .item import run_eval_item  # the eval's HTTP client stack, only when one runs
 
         item = request.node

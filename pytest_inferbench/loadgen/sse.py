@@ -11,17 +11,27 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from .client import ClientConfig
+    from collections.abc import Callable, Sequence
 
 ERROR_DETAIL_CHARS = 200
 # Streams are parsed after they end, by one task, this many events at a time: parsing never
 # holds the event loop long enough to delay the stamps of streams still running.
 PARSE_SLICE_EVENTS = 64
+
+
+class StreamFormat(Protocol):
+    """What parsing needs to know of the request (the client's `ClientConfig` is one)."""
+
+    @property
+    def chat(self) -> bool:
+        """Chat completions (`delta.content`) rather than completions (`text`)."""
+
+    @property
+    def count_text_tokens(self) -> Callable[[str], int]:
+        """Tokens in a chunk's text, for servers that stream no usage."""
 
 
 @dataclass
@@ -37,7 +47,7 @@ class ParsedStream:
     response_id: str = ""
     usage_tokens_so_far: int = 0
 
-    def feed(self, arrived: float, event: bytes, cfg: ClientConfig) -> None:
+    def feed(self, arrived: float, event: bytes, cfg: StreamFormat) -> None:
         """One SSE event that arrived at `arrived`."""
         payload = b"".join(line[5:].strip() for line in event.split(b"\n")
                            if line.startswith(b"data:"))
@@ -108,14 +118,14 @@ def _choice_text(choice: dict[str, Any], chat: bool) -> str:
     return str(content) + str(reasoning)
 
 
-def parse_stream(reads: Sequence[tuple[float, bytes]], cfg: ClientConfig) -> ParsedStream:
+def parse_stream(reads: Sequence[tuple[float, bytes]], cfg: StreamFormat) -> ParsedStream:
     out = ParsedStream()
     for arrived, event in _events(reads):
         out.feed(arrived, event, cfg)
     return out
 
 
-async def parse_stream_in_slices(reads: Sequence[tuple[float, bytes]], cfg: ClientConfig,
+async def parse_stream_in_slices(reads: Sequence[tuple[float, bytes]], cfg: StreamFormat,
                                  slice_events: int = PARSE_SLICE_EVENTS) -> ParsedStream:
     """`parse_stream`, yielding to the event loop every `slice_events` events."""
     out = ParsedStream()

@@ -7,16 +7,25 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pytest
 
-    from . import ReportCollector
+
+class WrittenFiles(Protocol):
+    """The report collector, as far as the HTML report needs it."""
+
+    written: list[Path]
+
+    def finish(self) -> None:
+        """Write every summary file now (once)."""
 
 
 class HtmlPlots:
-    def __init__(self, collector: ReportCollector) -> None:
+    def __init__(self, collector: WrittenFiles) -> None:
         self.collector = collector
 
     def pytest_html_results_summary(

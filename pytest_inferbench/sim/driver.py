@@ -19,6 +19,7 @@ import numpy as np
 
 from ..metrics import RequestRecord
 from .engine import Engine
+from .stretch import advance
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -93,7 +94,7 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
         due = math.inf
         if pending and len(sent) < concurrency:
             due = start + float(arrivals[pending[0]]) - clock.now
-        batch = engine.advance(MAX_STRETCH, due)
+        batch = advance(engine, MAX_STRETCH, due)
         clock.extend(batch.durations)
         for rid in batch.finished:
             i, t_send = sent.pop(rid)

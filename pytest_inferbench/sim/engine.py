@@ -5,13 +5,12 @@ spends a `max_num_batched_tokens` budget on decode tokens first, then chunked pr
 and newly admitted requests; a paged KV cache of `block_size`-token blocks whose size is HBM x
 `gpu_memory_utilization` minus the weights (per GPU); when a decode step finds no free block the
 most recently admitted request is preempted and later recomputed. Each step's duration comes
-from `physics.StepCost`. The running set lives in numpy slot arrays so `advance()` can price and
-apply a whole stretch of identical decode steps at once (see `sim/stretch.py`).
+from `physics.StepCost`. The running set lives in numpy slot arrays so `stretch.advance()` can
+price and apply a whole stretch of identical decode steps at once.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -362,23 +361,6 @@ class Engine:
             prefill_tokens=p_tok,
             prefill_seqs=p_seqs, prefill_ctx=p_ctx, prefill_ctx_win=p_win,
             prefill_pairs=pairs, prefill_win_pairs=win_pairs))
-
-    # ----------------------------------------------------------------- fast path
-    def advance(self, max_steps: int, max_duration_s: float = math.inf) -> StepBatch:
-        """Run up to `max_steps` steps at once when nothing can change the batch.
-
-        When every running request is decoding and no waiting request can be admitted, the
-        batch stays the same until one finishes or the KV cache runs out, so the whole stretch
-        is priced in one vectorized call, stopping after the step that reaches `max_duration_s`
-        (the next arrival). Otherwise it runs one ordinary `step()`.
-        """
-        from .stretch import run_stretch
-
-        batch = run_stretch(self, max_steps, max_duration_s)
-        if batch is not None:
-            return batch
-        result = self.step()
-        return StepBatch(np.array([result.duration_s]), result.finished)
 
     def can_admit(self) -> bool:
         """Would the next step admit (part of) the first waiting request?"""

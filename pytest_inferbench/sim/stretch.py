@@ -20,6 +20,21 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 
+def advance(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> StepBatch:
+    """Run up to `max_steps` steps at once when nothing can change the batch.
+
+    When every running request is decoding and no waiting request can be admitted, the batch
+    stays the same until one finishes or the KV cache runs out, so the whole stretch is priced
+    in one vectorized call, stopping after the step that reaches `max_duration_s` (the next
+    arrival). Otherwise it runs one ordinary `engine.step()`.
+    """
+    batch = run_stretch(engine, max_steps, max_duration_s)
+    if batch is not None:
+        return batch
+    result = engine.step()
+    return StepBatch(np.array([result.duration_s]), result.finished)
+
+
 def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
                 ) -> StepBatch | None:
     """Run the stretch if the engine is in one (at least 2 steps); else None.

@@ -13,6 +13,7 @@ from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
 from pytest_inferbench.sim.engine import Engine, RequestRejectedError
 from pytest_inferbench.sim.physics import ACTIVATION_BUFFERS, EngineConfigError, shard_model
+from pytest_inferbench.sim.stretch import advance
 
 BASE = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="atom", tp=4,
                     max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
@@ -49,7 +50,7 @@ def closed_loop(engine: Engine, lengths: list[tuple[int, int]], conc: int, *,
     traces: dict[int, tuple[list[int], list[int]]] = {}
     while engine.has_work():
         if fast:
-            batch = engine.advance(1 << 20)
+            batch = advance(engine, 1 << 20)
             total += float(batch.durations.sum())
             steps_seen += len(batch.durations)
             finished = batch.finished
