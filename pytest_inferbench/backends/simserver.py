@@ -16,16 +16,26 @@ from .process import start_local
 from .readiness import free_port
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..launch import ServerSpec
     from ..recipe import ServerConfig
     from .base import StartContext
     from .supervised import SupervisedHandle
 
 
-def sim_serve_argv(hardware: str, time_scale: float, server_argv: tuple[str, ...]
-                   ) -> tuple[str, ...]:
+def sim_serve_argv(hardware: str, time_scale: float, server_argv: tuple[str, ...],
+                   simulator_args: Sequence[str] = ()) -> tuple[str, ...]:
     return (sys.executable, "-m", "pytest_inferbench.sim", "serve", "--hardware", hardware,
-            "--time-scale", str(time_scale), "--", *server_argv)
+            "--time-scale", str(time_scale), *simulator_args, "--", *server_argv)
+
+
+def start_sim_server(name: str, hardware: str, spec: ServerSpec, ctx: StartContext, *,
+                     time_scale: float, simulator_args: Sequence[str] = ()) -> SupervisedHandle:
+    """Start the simulator as a supervised subprocess and wait until it is healthy."""
+    port = free_port()
+    argv = sim_serve_argv(hardware, time_scale, spec.argv_for_port(port), simulator_args)
+    return start_local(name, argv, spec, port, ctx, simulated=True)
 
 
 class SimServerBackend(Backend):
@@ -33,6 +43,5 @@ class SimServerBackend(Backend):
 
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
-        port = free_port()
-        argv = sim_serve_argv(server.hardware, ctx.options.time_scale, spec.argv_for_port(port))
-        return start_local(server.node_name, argv, spec, port, ctx, simulated=True)
+        return start_sim_server(server.node_name, server.hardware, spec, ctx,
+                                time_scale=ctx.options.time_scale)

@@ -123,9 +123,7 @@ def start_oracle_server(
 ) -> SupervisedHandle:
     """The simulated HTTP server for `server`, answering GSM8K from the eval data."""
     from ..backends.base import ServerStartError
-    from ..backends.process import start_local
-    from ..backends.readiness import free_port
-    from ..backends.simserver import sim_serve_argv
+    from ..backends.simserver import start_sim_server
 
     if spec is None:
         pytest.fail(
@@ -133,18 +131,10 @@ def start_oracle_server(
             pytrace=False,
         )
     assert settings.eval_data is not None
-    port = free_port()
-    argv = list(sim_serve_argv(server.hardware, 0.0, spec.argv_for_port(port)))
-    split = argv.index("--")
-    argv[split:split] = [
-        "--eval-oracle",
-        str(settings.eval_data),
-        "--eval-accuracy",
-        str(sim_eval_accuracy()),
-        "--seed",
-        str(settings.seed),
-    ]
+    oracle = ("--eval-oracle", str(settings.eval_data), "--eval-accuracy",
+              str(sim_eval_accuracy()), "--seed", str(settings.seed))
     try:
-        return start_local(f"{server.node_name}-eval", argv, spec, port, ctx, simulated=True)
+        return start_sim_server(f"{server.node_name}-eval", server.hardware, spec, ctx,
+                                time_scale=0.0, simulator_args=oracle)
     except ServerStartError as exc:
         pytest.fail(f"simulated eval server did not start: {exc}", pytrace=False)

@@ -1,0 +1,168 @@
+"""The package's import graph: no circles, and each part imports only what docs/architecture.md
+says it may. Every import counts, also those under TYPE_CHECKING and inside functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_inferbench"
+ROOT = "pytest_inferbench"
+
+# Part -> the parts it may import (docs/architecture.md, "Modules"). A module belongs to the
+# longest part its name starts with; imports within a part are free.
+MAY_IMPORT: dict[str, set[str]] = {
+    "plugin": {"activation", "backends", "changelog", "collect", "evals", "options", "report",
+               "state", "xdist_hooks"},
+    "activation": {"backends", "changelog", "options", "report"},
+    "xdist_hooks": {"activation", "gpu", "options", "state"},
+    "options": {"backends.registry", "workload"},
+    "state": {"backends", "options"},
+    "recipe": set(),
+    "schema": {"recipe"},
+    "launch": {"recipe"},
+    "specdecode": set(),
+    "golden": {"specdecode"},
+    "tokenizer": set(),
+    "workload": set(),
+    "metrics": set(),
+    "gpu": set(),
+    "redact": set(),
+    "collect": {"backends", "evals", "launch", "recipe", "runner", "schema", "state"},
+    "runner": {"backends", "gates", "launch", "recipe", "report", "results", "state"},
+    "results": {"backends", "launch", "metrics", "recipe"},
+    "backends": {"backends.registry", "gpu", "launch", "loadgen", "metrics", "options", "recipe",
+                 "redact", "sim", "tokenizer", "workload"},
+    "backends.registry": set(),
+    "loadgen": {"launch", "metrics", "tokenizer", "workload"},
+    "sim": {"golden", "metrics", "specdecode", "workload"},
+    "sim.server": {"sim", "tokenizer"},
+    "gates": {"golden", "launch", "options", "recipe", "results", "specdecode"},
+    "evals": {"backends", "launch", "options", "recipe", "results", "specdecode", "state"},
+    "changelog": {"state"},
+    "report": {"backends.registry", "gates", "redact", "results", "state", ROOT},
+    "testing": {ROOT},
+    ROOT: set(),
+}
+# `python -m pytest_inferbench.sim` starts the server: the entry point belongs to it.
+PART_OF = {"sim.__main__": "sim.server"}
+# The engine core has no I/O and no clock (docs/simulator.md).
+ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.spec_decode", "sim.state",
+               "sim.stretch", "sim.driver")
+NO_IO_OR_CLOCK = {"asyncio", "httpx", "os", "socket", "subprocess", "threading", "time"}
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts) or ROOT] = path
+    return names
+
+
+def imports_of(name: str, path: Path, modules: set[str]) -> tuple[set[str], set[str]]:
+    """(package modules, outside top-level modules) that `name` imports anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    inside: set[str] = set()
+    outside: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == ROOT or alias.name.startswith(ROOT + "."):
+                    inside.add(alias.name.removeprefix(ROOT + ".") if alias.name != ROOT else ROOT)
+                else:
+                    outside.add(alias.name.partition(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                module = node.module or ""
+                if module != ROOT and not module.startswith(ROOT + "."):
+                    outside.add(module.partition(".")[0])
+                    continue
+                base = "" if module == ROOT else module.removeprefix(ROOT + ".")
+            else:
+                up = package.split(".") if package not in ("", ROOT) else []
+                up = up[: len(up) - (node.level - 1)]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            submodules = {f"{base}.{a.name}" if base else a.name for a in node.names}
+            found = submodules & modules
+            inside |= found or {base or ROOT}
+    inside.discard(name)
+    return inside, outside
+
+
+def graph() -> dict[str, set[str]]:
+    modules = module_names()
+    return {name: imports_of(name, path, set(modules))[0] for name, path in modules.items()}
+
+
+def part_of(module: str) -> str:
+    if module in PART_OF:
+        return PART_OF[module]
+    candidates = [p for p in MAY_IMPORT if module == p or module.startswith(p + ".")]
+    return max(candidates, key=len) if candidates else ROOT
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles() -> None:
+    assert cycles(graph()) == []
+
+
+def test_every_part_imports_only_what_it_may() -> None:
+    broken = []
+    for module, targets in sorted(graph().items()):
+        part = part_of(module)
+        allowed = MAY_IMPORT[part]
+        for target in sorted(targets):
+            other = part_of(target)
+            if other != part and not any(other == a or other.startswith(a + ".")
+                                         for a in allowed):
+                broken.append(f"{module} -> {target} ({part} may not import {other})")
+    assert broken == []
+
+
+def test_the_engine_core_has_no_io_and_no_clock() -> None:
+    modules = module_names()
+    for name in ENGINE_CORE:
+        _, outside = imports_of(name, modules[name], set(modules))
+        assert not outside & NO_IO_OR_CLOCK, (name, outside & NO_IO_OR_CLOCK)
+
+
+def test_the_graph_sees_relative_typing_and_function_level_imports() -> None:
+    edges = graph()
+    assert "sim.engine" in edges["sim.driver"]  # `from .engine import Engine`
+    assert "launch" in edges["gates.speculative"]  # under TYPE_CHECKING
+    assert "evals.item" in edges["evals.collect"]  # inside a function
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
