@@ -78,10 +78,6 @@ class RequestRecord:
     # (the same when the transport cannot tell). The gap is the client's own dispatch delay.
     dispatch_time: float | None = None
 
-    @property
-    def first_token_time(self) -> float | None:
-        return float(self.chunk_times[0]) if len(self.chunk_times) else None
-
 
 def percentile_label(p: float) -> str:
     """vLLM's key label: `99` for integral percentiles, `99.9` otherwise."""

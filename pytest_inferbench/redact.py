@@ -44,13 +44,3 @@ class Redactor:
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
-
-
-def redactor_for(pass_env: Iterable[str]) -> Redactor:
-    """The redactor for a run: values of the passed-through host variables, from os.environ."""
-    return Redactor.from_env(pass_env)
-
-
-def redact(text: str, pass_env: Iterable[str] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")) -> str:
-    """One-shot helper for reporters: `redact(longrepr_text, settings.pass_env)`."""
-    return Redactor.from_env(pass_env).text(text)

@@ -79,6 +79,15 @@ class ClientConfig:
     def chat(self) -> bool:
         return self.endpoint.rstrip("/").endswith("/chat/completions")
 
+    @property
+    def tls(self) -> bool:
+        return self.base_url.startswith("https")
+
+
+def tls_verification(cfg: ClientConfig) -> ssl.SSLContext | bool:
+    """A verifying TLS context for https servers; nothing to verify on plain http."""
+    return ssl.create_default_context() if cfg.tls else False
+
 
 def make_http_client(cfg: ClientConfig, connections: int | None = None,
                      verify: ssl.SSLContext | bool | None = None) -> httpx.AsyncClient:
@@ -91,9 +100,9 @@ def make_http_client(cfg: ClientConfig, connections: int | None = None,
     if cfg.api_key:
         headers["Authorization"] = f"Bearer {cfg.api_key}"
     if verify is None:
-        verify = ssl.create_default_context() if cfg.base_url.startswith("https") else False
+        verify = tls_verification(cfg)
     # A slot (one connection) gets the stamping transport; larger pools and https stay httpx's.
-    transport = SlotTransport() if size == 1 and not cfg.base_url.startswith("https") else None
+    transport = SlotTransport() if size == 1 and not cfg.tls else None
     return httpx.AsyncClient(base_url=cfg.base_url, limits=limits, timeout=cfg.timeouts.httpx(),
                              trust_env=False, headers=headers, verify=verify,
                              transport=transport)
@@ -107,8 +116,7 @@ async def connection_slots(cfg: ClientConfig) -> AsyncIterator[list[httpx.AsyncC
     concurrency 64 a shared pool blocked the event loop for ~100 ms per burst. A connection
     per slot is the same number of keep-alive connections at constant cost.
     """
-    verify: ssl.SSLContext | bool = (
-        ssl.create_default_context() if cfg.base_url.startswith("https") else False)
+    verify = tls_verification(cfg)  # one context shared by every slot
     clients = [make_http_client(cfg, 1, verify) for _ in range(cfg.concurrency)]
     try:
         yield clients
@@ -241,12 +249,6 @@ async def send_raw(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
     except httpx.HTTPError as exc:
         error = _exception_reason(exc, cfg)
     return RawResponse(prompt, sent, stamp(), reads, error, scheduled, dispatched)
-
-
-async def send_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
-                       scheduled: float | None = None) -> RequestRecord:
-    """One streamed request as a record; never raises for a server or network failure."""
-    return await (await send_raw(client, cfg, prompt, scheduled)).record(cfg)
 
 
 class _RecordBuilder:

@@ -90,10 +90,6 @@ def resolve_distribution(spec: SpecConfig, golden_al: Callable[[], float]) -> tu
     return min_variance_distribution(min(al, k + 1.0), k)
 
 
-def mean_acceptance_length(probs: Sequence[float]) -> float:
-    return 1.0 + float(sum(i * p for i, p in enumerate(probs)))
-
-
 POOL_SIZE = 1 << 16
 
 

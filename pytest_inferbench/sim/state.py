@@ -76,10 +76,6 @@ class EngineCounters:
     spec_accepted_histogram: tuple[int, ...]  # verify steps that accepted 0..k drafts
 
     @property
-    def kv_cache_usage(self) -> float:
-        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
-
-    @property
     def spec_accepted_per_pos(self) -> tuple[int, ...]:
         """Accepted drafts at position i (vLLM num_accepted_tokens_per_pos)."""
         h = self.spec_accepted_histogram

@@ -101,7 +101,7 @@ class SimulatedHeader:
         await self.app(scope, receive, send_marked if scope["type"] == "http" else send)
 
 
-class SimServer:
+class SimulatorApp:
     """State of one simulated server: engine loop, faults, counters."""
 
     def __init__(self, config: ServeConfig, clock: Callable[[], float] = time.monotonic) -> None:
@@ -324,7 +324,3 @@ def _crash(faults: FaultConfig) -> None:
     print(f"inferbench-sim: fault injection: exiting after {faults.fail_after_requests} "
           f"requests (--fail-after-requests)", file=sys.stderr, flush=True)
     os._exit(FAULT_EXIT_CODE)
-
-
-def build_app(config: ServeConfig) -> ASGIApp:
-    return SimServer(config).app()

@@ -219,7 +219,7 @@ def banner(config: ServeConfig, host: str, port: int) -> str:
 def serve(argv: Sequence[str]) -> int:
     import uvicorn
 
-    from .app import SimServer
+    from .app import SimulatorApp
 
     sim_words, server_argv = split_argv(argv)
     options = build_parser().parse_args(sim_words)
@@ -236,7 +236,7 @@ def serve(argv: Sequence[str]) -> int:
         tmp = options.port_file.with_name(options.port_file.name + ".tmp")
         tmp.write_text(str(port))
         tmp.replace(options.port_file)
-    sim = SimServer(config)
+    sim = SimulatorApp(config)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
