@@ -48,8 +48,9 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode) -> N
     result = results.build_result(point, measurement, spec=node.spec,
                                   backend=state.settings.backend)
     result["nodeid"] = item.nodeid
-    failures = results.measurement_failures(result)
-    failures += gates.evaluate_point(result, point, node.spec, state.settings)
+    findings = gates.check_point(result, point, node.spec, state.settings)
+    result.update({k: v for k, v in findings.fields.items() if k not in result})
+    failures = [*results.measurement_failures(result), *findings.failures]
     result["gate_failures"] = failures
     results.write_json_atomic(result_path(state.settings.results_dir, item.nodeid), result)
     item.stash[RESULT_KEY] = result

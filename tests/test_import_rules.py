@@ -40,7 +40,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gates": {"golden", "launch", "options", "recipe", "results", "specdecode"},
     "evals": {"backends", "launch", "options", "recipe", "results", "specdecode", "state"},
     "changelog": {"state"},
-    "report": {"backends.registry", "gates", "redact", "results", "state", ROOT},
+    "report": {"backends.registry", "gates", "options", "redact", "results", "state", ROOT},
     "testing": {ROOT},
     ROOT: set(),
 }

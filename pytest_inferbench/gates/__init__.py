@@ -9,10 +9,12 @@ Entry points for the collection code:
 - `load_baseline_for(settings) -> Baseline | None` (once per session).
 - `acceptance_fields(point, spec, gates) -> dict`: spec-decode method, k, thinking mode, forced
   and golden AL of a point.
-- `evaluate_point(result, point, spec, settings, gates=None, baseline=<settings>) ->
-  list[str]`: the failures; it also adds `acceptance_fields` to a result dict, so the written
-  result always holds the measured AL next to the golden AL. Unreadable gates, golden-AL or
-  baseline files come back as failure lines naming the file and line, never as tracebacks.
+- `evaluate_point(result, point, spec, settings, gates, baseline) -> list[str]`: the failures;
+  the result is only read.
+- `check_point(result, point, spec, settings) -> PointFindings`: the runner's entry: loads the
+  gates and the baseline, returns the failures and the `acceptance_fields` to record with the
+  result (the measured AL next to the golden AL). Unreadable gates, golden-AL or baseline
+  files come back as failure lines naming the file and line, never as tracebacks.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ if TYPE_CHECKING:
 __all__ = [
     "Gates",
     "GatesFileError",
+    "PointFindings",
     "acceptance_fields",
+    "check_point",
     "evaluate_point",
     "load_baseline_for",
     "load_gates",
@@ -52,7 +56,6 @@ __all__ = [
 
 SYNTHETIC_AL_TOLERANCE = 0.03
 GOLDEN_AL_DELTA = "golden_al_delta"  # virtual result key: |acceptance_length - golden AL|
-FROM_SETTINGS = object()  # evaluate_point default: the baseline named by the settings
 
 
 @dataclass(frozen=True)
@@ -152,32 +155,43 @@ def acceptance_fields(point: BenchPoint, spec: ServerSpec | None, gates: Gates) 
     }
 
 
+@dataclass(frozen=True)
+class PointFindings:
+    """What the gates say of a point: its failures and the fields to record with its result."""
+
+    failures: tuple[str, ...]
+    fields: Mapping[str, Any]  # acceptance_fields(): the golden AL next to the measured one
+
+
+def check_point(
+    result: Mapping[str, Any], point: BenchPoint, spec: ServerSpec | None, settings: Settings
+) -> PointFindings:
+    """The gates of the point's recipe directory and `--inferbench-baseline` (both cached),
+    applied to a result; unreadable files come back as failures naming the file and line."""
+    try:
+        gates = load_gates(point.server.source, settings)
+        baseline = load_baseline_for(settings)
+    except (GatesFileError, GoldenALError, BaselineError) as exc:
+        return PointFindings((str(exc),), {})  # bad input: the file:line reason, no traceback
+    fields = acceptance_fields(point, spec, gates)
+    failures = evaluate_point(result, point, spec, settings, gates, baseline)
+    return PointFindings(tuple(failures), fields)
+
+
 def evaluate_point(
     result: Mapping[str, Any],
     point: BenchPoint,
     spec: ServerSpec | None,
     settings: Settings,
-    gates: Gates | None = None,
-    baseline: Baseline | object | None = FROM_SETTINGS,
+    gates: Gates,
+    baseline: Baseline | None,
 ) -> list[str]:
     """Every gate the point fails, one line each (empty list: the point passes).
 
-    A speculative point's result dict also gains `acceptance_fields()` (golden AL, method,
-    k, thinking mode), so the measured AL is written next to the golden one.
-    Without `gates`, the gates of the point's recipe directory are loaded (cached); without
-    `baseline`, `--inferbench-baseline` is loaded (cached). Pass `baseline=None` for none.
+    The result is read, never changed; a speculative point is judged together with its
+    `acceptance_fields()` (golden AL, method, k, thinking mode).
     """
-    try:
-        if gates is None:
-            gates = load_gates(point.server.source, settings)
-        if baseline is FROM_SETTINGS:
-            baseline = load_baseline_for(settings)
-    except (GatesFileError, GoldenALError, BaselineError) as exc:
-        return [str(exc)]  # bad input fails the point with the file:line reason, no traceback
-    assert baseline is None or isinstance(baseline, Baseline)
     extra = {k: v for k, v in acceptance_fields(point, spec, gates).items() if k not in result}
-    if isinstance(result, dict):
-        result.update(extra)  # written with the result: the measured AL next to the golden AL
     values = {**result, **extra}
     failures = _failure_ratio(values, settings.max_failure_ratio)
     failures += _speculative(values, point, spec)

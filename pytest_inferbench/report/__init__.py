@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..state import RESULT_KEY, STATE_KEY
 from .meta import run_metadata
 from .tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
+
+    from ..options import Settings
 
 RESULT_ATTR = "inferbench_result"
 COLLECTOR_NAME = "inferbench-report"
@@ -104,7 +107,6 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
         )
     if report.when != "call":
         return
-    from ..state import RESULT_KEY
 
     result = item.stash.get(RESULT_KEY, None)
     if result is not None:
@@ -217,9 +219,7 @@ def write_summary(
         terminalreporter.write_line(f"inferbench: {note}")
 
 
-def _settings(config: pytest.Config) -> Any:
-    from ..state import STATE_KEY
-
+def _settings(config: pytest.Config) -> Settings | None:
     state = config.stash.get(STATE_KEY, None)
     return state.settings if state is not None else None
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     import pytest
 
+    from ..options import Settings
+
 
 def git_commit(cwd: str) -> str | None:
     try:
@@ -54,7 +56,7 @@ def docker_engine(host: str | None) -> dict[str, Any] | None:
 
 
 def run_metadata(
-    config: pytest.Config, settings: Any, points: Sequence[dict[str, Any]], started: float
+    config: pytest.Config, settings: Settings, points: Sequence[dict[str, Any]], started: float
 ) -> dict[str, Any]:
     redactor = Redactor.from_env(settings.pass_env)
     simulated = backend_info(settings.backend).simulated or any(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..workload import PlannedRequest, Workload
     from .config import EngineConfig
     from .engine import Trace
+    from .state import EngineCounters
 
 MAX_STRETCH = 1 << 20
 
@@ -152,7 +153,8 @@ def simulate_point(config: EngineConfig, workload: Workload,
     return SimulatedPoint([r for r in records if r is not None], clock.now, metrics)
 
 
-def server_metrics(before: Any, after: Any, engine: Engine) -> dict[str, Any]:
+def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
+                   ) -> dict[str, Any]:
     """What a scrape of the server's counters before and after the point would say."""
     drafts = after.spec_num_drafts - before.spec_num_drafts
     accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens

@@ -19,23 +19,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
+
+    from ..state import EngineCounters, StepResult
 
 TIMELINE_KEEP = 100_000  # finished requests kept for /debug/inferbench/timeline
 
 
-class StepLike(Protocol):
-    duration_s: float
-    emitted: Sequence[tuple[int, int]]
-    finished: Sequence[int]
-
-
 class EngineLike(Protocol):
+    """What the server drives (`sim.engine.Engine`)."""
+
+    k: int  # draft tokens per verify step (0: no speculative decoding)
+
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None: ...
     def abort_request(self, request_id: int) -> None: ...
     def has_work(self) -> bool: ...
-    def step(self) -> Any: ...
-    def counters(self) -> Any: ...
+    def step(self) -> StepResult: ...
+    def counters(self) -> EngineCounters: ...
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class EngineLoop:
             self._deliver(result, step_end)
             step_start = step_end
 
-    def _deliver(self, result: StepLike, step_end: float) -> None:
+    def _deliver(self, result: StepResult, step_end: float) -> None:
         finished = set(result.finished)
         for request_id, tokens in result.emitted:
             queue = self._queues.get(request_id)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from prometheus_client.core import Metric
 
+    from .engine_loop import EngineLike
     from .prom_latency import LatencyHistograms
 
 PERSONAS = ("atom", "vllm", "sglang")
@@ -55,7 +56,7 @@ class MetricsSnapshot:
         return 1.0 + self.accepted_tokens / self.verify_steps if self.verify_steps else 0.0
 
 
-def snapshot_from_engine(engine: Any) -> MetricsSnapshot:
+def snapshot_from_engine(engine: EngineLike) -> MetricsSnapshot:
     """Read the engine's counters (`Engine.counters()`, `Engine.k`) into a snapshot."""
     c = engine.counters()
     k = int(engine.k)
