@@ -17,9 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .specdecode import THINKING_OFF, THINKING_ON
+from .yamllines import MappingNode, YamlSyntaxError, compose, line_of, to_python
 
 __all__ = ["PACKAGED_DIR", "GoldenAL", "GoldenALError", "load_golden_al", "model_key", "packaged"]
 
@@ -91,26 +90,37 @@ def load_golden_al(directory: Path) -> GoldenAL:
         prefix, _, method = path.stem.partition("_")
         if not method:
             raise GoldenALError(f"{path}: name must be <model-prefix>_<method>.yaml")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise GoldenALError(f"{path}: invalid YAML: {exc}") from None
-        if not isinstance(data, dict) or len(data) != 1:
-            raise GoldenALError(f"{path}: expected one top-level model key")
-        modes = next(iter(data.values()))
-        if not isinstance(modes, dict):
-            raise GoldenALError(f"{path}: expected thinking_on/thinking_off mappings")
         key = (model_key(prefix), method.lower())
-        for mode, by_k in modes.items():
-            if mode not in (THINKING_ON, THINKING_OFF) or not isinstance(by_k, dict):
-                raise GoldenALError(
-                    f"{path}: {mode!r} must be thinking_on or thinking_off "
-                    "mapping k to an acceptance length"
-                )
-            for k, al in by_k.items():
-                if (not isinstance(k, int) or isinstance(al, bool)
-                        or not isinstance(al, (int, float))):
-                    raise GoldenALError(f"{path}: {mode}.{k}: expected integer k -> number")
-                table[(key[0], key[1], mode, k)] = float(al)
+        for (mode, k), al in _curves(path).items():
+            table[(key[0], key[1], mode, k)] = al
         sources[key] = path.name
     return GoldenAL(tuple(table.items()), tuple(sources.items()))
+
+
+def _curves(path: Path) -> dict[tuple[str, int], float]:
+    """`{(thinking mode, k): AL}` of one file; `GoldenALError` with file:line otherwise."""
+    try:
+        root = compose(path.read_text(encoding="utf-8"))
+    except YamlSyntaxError as exc:
+        raise GoldenALError(f"{path}:{exc.line}: invalid YAML: {exc.problem}") from None
+    if not isinstance(root, MappingNode) or len(root.value) != 1:
+        raise GoldenALError(f"{path}:{line_of(root) if root else 1}: expected one top-level "
+                            "model key")
+    modes = root.value[0][1]
+    if not isinstance(modes, MappingNode):
+        raise GoldenALError(f"{path}:{line_of(modes)}: expected thinking_on/thinking_off "
+                            "mappings")
+    curves: dict[tuple[str, int], float] = {}
+    for mode_node, by_k in modes.value:
+        mode = to_python(mode_node)
+        if mode not in (THINKING_ON, THINKING_OFF) or not isinstance(by_k, MappingNode):
+            raise GoldenALError(f"{path}:{line_of(mode_node)}: {mode!r} must be thinking_on or "
+                                "thinking_off mapping k to an acceptance length")
+        for k_node, al_node in by_k.value:
+            k, al = to_python(k_node), to_python(al_node)
+            if (not isinstance(k, int) or isinstance(al, bool)
+                    or not isinstance(al, (int, float))):
+                raise GoldenALError(f"{path}:{line_of(k_node)}: {mode}.{k}: expected integer "
+                                    "k -> number")
+            curves[(mode, k)] = float(al)
+    return curves

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
+from . import yamllines
 
 if TYPE_CHECKING:
     from .recipe import ServerConfig
@@ -82,9 +82,10 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             f"{server.node_name}: no launch spec for {server.config_key} "
             f"(looked for {path}; expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise LaunchSpecError(f"{path}: YAML syntax error: {exc}") from None
+        data = yamllines.to_python(yamllines.compose(path.read_text(encoding="utf-8"))) or {}
+    except yamllines.YamlSyntaxError as exc:
+        raise LaunchSpecError(f"{path}: YAML syntax error at line {exc.line}: {exc.problem}"
+                              ) from None
     _check_keys(path, "", data, LAUNCH_KEYS)
     command = _str_list(path, "command", data.get("command", []))
     args = _str_list(path, "args", data.get("args", []))

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+from .. import yamllines
+
 OPERATORS = (">=", "<=")
 MATCH_KEYS = ("config", "isl", "osl", "conc")
 _REQUIRE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|=|>|<)\s*(-?[0-9.eE+-]+)\s*$")
@@ -114,11 +116,9 @@ def load_gates_file(path: Path) -> GatesFile:
 def parse_gates(text: str, path: Path | None = None) -> GatesFile:
     where = display_path(path) if path else "<gates>"
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise GatesFileError(f"{where}{line}: invalid YAML: {exc}") from None
+        root = yamllines.compose(text)
+    except yamllines.YamlSyntaxError as exc:
+        raise GatesFileError(f"{where}:{exc.line}: invalid YAML: {exc.problem}") from None
     parser = _Parser(where)
     gates = parser.gates_file(root, path)
     if parser.errors:
