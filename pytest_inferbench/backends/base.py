@@ -41,6 +41,8 @@ class StartContext:
     run_id: str  # one per pytest session; container labels and log names carry it
     worker_id: str  # "master" or the xdist worker id
     options: Settings
+    # Server log files this session has named, so a node started twice gets a second file.
+    log_paths: set[Path] = field(default_factory=set, compare=False)
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,8 @@ class DockerBackend(Backend):
             raise
         from .supervised import start_supervised
 
-        log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id)
+        log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id,
+                                ctx.log_paths)
         return start_supervised(Container(server.node_name, client, container, log_path, redactor),
                                 base_url=f"http://{server_address(engine)}:{port}",
                                 spec=spec, ctx=ctx)

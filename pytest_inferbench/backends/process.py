@@ -65,7 +65,7 @@ def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
                 ctx: StartContext, simulated: bool = False) -> SupervisedHandle:
     settings = ctx.options
     redactor = Redactor.from_env(settings.pass_env)
-    log_path = log_path_for(ctx.results_dir, name, ctx.worker_id)
+    log_path = log_path_for(ctx.results_dir, name, ctx.worker_id, ctx.log_paths)
     from .supervised import start_supervised
 
     server = LocalProcess(name, argv, process_env(spec), log_path, redactor)

@@ -166,17 +166,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def log_path_for(results_dir: Path, node: str, worker_id: str) -> Path:
-    """`<results>/server-logs/<node>.<worker>.log`, unique within this process."""
+def log_path_for(results_dir: Path, node: str, worker_id: str, taken: set[Path]) -> Path:
+    """`<results>/server-logs/<node>.<worker>.log`, not one of `taken` (the session's
+    `StartContext.log_paths`), which it joins."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", node).strip("_") or "server"
     base = results_dir / "server-logs" / f"{slug}.{worker_id}"
     path = base.with_suffix(".log")
     counter = 2
-    while path in _used_log_paths:
+    while path in taken:
         path = Path(f"{base}-{counter}.log")
         counter += 1
-    _used_log_paths.add(path)
+    taken.add(path)
     return path
-
-
-_used_log_paths: set[Path] = set()

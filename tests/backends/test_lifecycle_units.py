@@ -129,8 +129,9 @@ def test_only_dead_owners_on_this_host_are_stale(tmp_path: Path) -> None:
 
 
 def test_log_paths_are_unique_per_node_and_worker(tmp_path: Path) -> None:
-    first = log_path_for(tmp_path, "key-tp4 / x", "gw0")
-    second = log_path_for(tmp_path, "key-tp4 / x", "gw0")
+    taken: set[Path] = set()
+    first = log_path_for(tmp_path, "key-tp4 / x", "gw0", taken)
+    second = log_path_for(tmp_path, "key-tp4 / x", "gw0", taken)
     assert first.parent == tmp_path / "server-logs"
     assert first != second
     assert "/" not in first.name.replace(str(tmp_path), "")
