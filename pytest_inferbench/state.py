@@ -53,16 +53,15 @@ def create_session_state(config: pytest.Config) -> SessionState:
     return state
 
 
-def worker_settings(settings: Settings, workerinput: Mapping[str, Any] | None) -> Settings:
+def worker_settings(settings: Settings, workerinput: Mapping[str, object] | None) -> Settings:
     """The settings a worker runs with: its GPU slice and its Docker Engine."""
     if not workerinput:
         return settings
-    changes: dict[str, Any] = {}
     if GPUS_KEY in workerinput:
-        changes["gpus"] = str(workerinput[GPUS_KEY])
+        settings = dataclasses.replace(settings, gpus=str(workerinput[GPUS_KEY]))
     if DOCKER_HOST_KEY in workerinput:
-        changes["docker_host"] = str(workerinput[DOCKER_HOST_KEY])
-    return dataclasses.replace(settings, **changes) if changes else settings
+        settings = dataclasses.replace(settings, docker_host=str(workerinput[DOCKER_HOST_KEY]))
+    return settings
 
 
 def get_session_state(config: pytest.Config) -> SessionState:
