@@ -28,6 +28,8 @@ from .readiness import LogPump, free_port, log_path_for
 from .reaper import make_client
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..launch import ServerSpec
     from ..recipe import ServerConfig
     from .base import StartContext
@@ -68,12 +70,18 @@ def parse_mounts(text: str, source: str = MOUNTS_ENV) -> dict[str, dict[str, str
     return volumes
 
 
-def hf_cache_mount(environ: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """The host's HF hub cache mounted read-write (downloads persist); only when it exists,
-    because docker would otherwise create it root-owned."""
+def host_hf_hub(environ: Mapping[str, str]) -> str | None:
+    """The host's Hugging Face hub cache (HF_HUB_CACHE, else HF_HOME/hub), when it exists:
+    a container engine would otherwise create the mount source root-owned."""
     hub = environ.get("HF_HUB_CACHE") or str(
         Path(environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
-    if not Path(hub).is_dir():
+    return hub if Path(hub).is_dir() else None
+
+
+def hf_cache_mount(environ: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The host's HF hub cache mounted read-write (downloads persist)."""
+    hub = host_hf_hub(environ)
+    if hub is None:
         return {}, {}
     return {hub: {"bind": CONTAINER_HF_CACHE, "mode": "rw"}}, {"HF_HUB_CACHE": CONTAINER_HF_CACHE}
 
@@ -124,6 +132,9 @@ class Container:
         if self.container.status in ("exited", "dead"):
             return int(self.container.attrs["State"]["ExitCode"])
         return None
+
+    def exit_detail(self) -> str:
+        return ""
 
     def terminate(self) -> None:
         try:

@@ -51,6 +51,9 @@ class LocalProcess:
     def exit_code(self) -> int | None:
         return self.process.poll()
 
+    def exit_detail(self) -> str:
+        return ""
+
     def terminate(self) -> None:
         reaper.stop_process_group(self.process)
 

@@ -95,6 +95,7 @@ class ReadinessProbe:
     exit_code: Callable[[], int | None]  # None while the server still runs
     log_tail: Callable[[], str]
     log_path: Path
+    exit_detail: Callable[[], str] = str  # why it exited, beyond the code ("" by default)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.
             code = probe.exit_code()
             if code is not None:
                 raise ServerStartError(_message(
-                    probe, f"exited with code {code} before it became ready "
+                    probe, f"exited with code {code}{_detail(probe)} before it became ready "
                     f"({time.monotonic() - started:.1f}s after start)"))
             try:
                 response = client.get(probe.health_url)
@@ -142,12 +143,17 @@ def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.
                 last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if time.monotonic() >= deadline:
                 code = probe.exit_code()  # it may have died during the last poll
-                reason = (f"exited with code {code}" if code is not None else
+                reason = (f"exited with code {code}{_detail(probe)}" if code is not None else
                           f"not ready after {timeout_s:g}s (last health check "
                           f"{probe.health_url}: {last_error})")
                 raise ServerStartError(_message(probe, reason))
             time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
             poll_s = min(poll_s * 1.5, 2.0)
+
+
+def _detail(probe: ReadinessProbe) -> str:
+    detail = probe.exit_detail()
+    return f" ({detail})" if detail else ""
 
 
 def _message(probe: ReadinessProbe, reason: str) -> str:

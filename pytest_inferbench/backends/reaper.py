@@ -120,6 +120,11 @@ def restore_sigterm_handler(previous: SignalHandler) -> None:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
+def interrupted() -> bool:
+    """Has this run been interrupted (Ctrl-C, SIGTERM, interpreter exit)?"""
+    return _interrupted.is_set()
+
+
 def mark_interrupted() -> None:
     """For pytest_keyboard_interrupt: later stops kill at once instead of waiting."""
     _interrupted.set()

@@ -36,6 +36,10 @@ class Supervised(Protocol):
 
     def exit_code(self) -> int | None: ...
 
+    def exit_detail(self) -> str:
+        """Why it stopped beyond the exit code (e.g. a Slurm job state); "" if nothing more."""
+        ...
+
     def terminate(self) -> None: ...
 
 
@@ -52,8 +56,10 @@ class SupervisedHandle(HttpServerHandle):
     def check_alive(self) -> None:
         code = self.supervised.exit_code()
         if code is not None:
+            detail = self.supervised.exit_detail()
             raise ServerDiedError(
-                f"server {self.supervised.name} exited with code {code} during the sweep; "
+                f"server {self.supervised.name} exited with code {code} during the sweep"
+                f"{' (' + detail + ')' if detail else ''}; "
                 f"log {self.supervised.log.path}\n--- last log lines ---\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
@@ -115,7 +121,8 @@ def start_supervised(supervised: Supervised, *, base_url: str, spec: ServerSpec,
         timeout = startup_timeout(spec.startup_timeout_s, ctx.options.startup_timeout_s)
         ready = wait_until_ready(ReadinessProbe(
             name=supervised.name, health_url=base_url + spec.health_path,
-            exit_code=supervised.exit_code, log_tail=supervised.log.tail,
+            exit_code=supervised.exit_code, exit_detail=supervised.exit_detail,
+            log_tail=supervised.log.tail,
             log_path=supervised.log.path), timeout)
         return SupervisedHandle(supervised, base_url=base_url, spec=spec,
                                 simulated=simulated or ready.simulated,
