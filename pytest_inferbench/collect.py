@@ -72,6 +72,11 @@ class ServerNode(pytest.Collector):
         self.spec = resolve(self.server, launch_dir,
                             startup_timeout_override=settings.startup_timeout_s)
         backend = get_backend(settings.backend)
+        if self.spec.roles and not backend.supports_roles:
+            raise ServerStartError(
+                f"{self.spec.launch_file}: a server of several roles "
+                f"({', '.join(r.name for r in self.spec.roles)}) needs the slurm backend, "
+                f"not {settings.backend}")
         self.handle = backend.start(self.server, self.spec, state.start_context)
 
     def teardown(self) -> None:

@@ -39,6 +39,22 @@ class ClientOptions:
 
 
 @dataclass(frozen=True)
+class RoleSpec:
+    """One kind of process of a server made of several (e.g. workers and a router).
+
+    Its argv may also hold `{host}` and `{port}` (this instance's), `{hosts:ROLE}` and
+    `{addrs:ROLE}` (the comma-joined hostnames / host:port of every instance of ROLE), filled
+    by the backend once it knows where each instance runs.
+    """
+
+    name: str
+    count: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    srun_args: tuple[str, ...] = ()  # slurm backend: more srun words for this role's steps
+
+
+@dataclass(frozen=True)
 class ServerSpec:
     image: str
     argv: tuple[str, ...]  # may hold "{port}", filled by the backend when it picks the port
@@ -53,6 +69,9 @@ class ServerSpec:
     client: ClientOptions
     launch_file: Path
     mounts: tuple[str, ...] = ()  # host:container[:ro|rw] bind mounts for the docker backend
+    roles: tuple[RoleSpec, ...] = ()  # several processes (slurm backend); argv = serve role's
+    serve_role: str = ""  # the role clients talk to, ready when it answers
+    nodes: int = 0  # nodes to allocate for the roles (0: one per role instance)
 
     def argv_for_port(self, port: int) -> tuple[str, ...]:
         return tuple(a.replace(PORT_PLACEHOLDER, str(port)) for a in self.argv)
@@ -63,7 +82,9 @@ class ServerSpec:
 
 
 LAUNCH_KEYS = ("image", "command", "args", "env", "mounts", "port", "health-path",
-               "startup-timeout", "served-model", "client", "overlays")
+               "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
+               "nodes")
+ROLE_KEYS = ("count", "command", "args", "env", "srun-args")
 OVERLAY_NAMES = ("mtp", "ep", "dp-attn")
 OVERLAY_KEYS = ("args", "env", "client")
 CLIENT_KEYS = ("use-chat-template", "endpoint")
@@ -105,10 +126,16 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         env.update(_str_dict(path, f"overlays.{name}.env", overlay.get("env", {})))
         client = {**client, **_check_keys(path, f"overlays.{name}.client",
                                           overlay.get("client", {}), CLIENT_KEYS)}
-    if not command:
-        raise LaunchSpecError(f"{path}: command: empty (expected the server program as a list)")
     values = {"{model}": server.model, "{tp}": str(server.tp), "{ep}": str(server.ep)}
-    argv = tuple(_fill(a, values) for a in (*command, *args))
+    roles = _roles(path, data, command, env, values)
+    serve_role = str(data.get("serve-role", "router")) if roles else ""
+    if roles and serve_role not in {r.name for r in roles}:
+        raise LaunchSpecError(f"{path}: serve-role: {serve_role!r} is not one of the roles "
+                              f"({', '.join(r.name for r in roles)})")
+    if not command and not roles:
+        raise LaunchSpecError(f"{path}: command: empty (expected the server program as a list)")
+    argv = (next(r.argv for r in roles if r.name == serve_role) if roles
+            else tuple(_fill(a, values) for a in (*command, *args)))
     timeout = startup_timeout_override or float(data.get("startup-timeout", 1800))
     return ServerSpec(
         image=str(data.get("image") or server.image),
@@ -127,7 +154,46 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         ),
         launch_file=path,
         mounts=mounts,
+        roles=roles,
+        serve_role=serve_role,
+        nodes=_count(path, "nodes", data.get("nodes", 0), minimum=0),
     )
+
+
+def _roles(path: Path, data: dict[str, Any], command: list[str], env: dict[str, str],
+           values: dict[str, str]) -> tuple[RoleSpec, ...]:
+    """The `roles:` form: each role's argv is its `command` (else the top-level one) and its
+    `args`; its env is the top-level env with the role's on top."""
+    if "roles" not in data:
+        return ()
+    roles = data["roles"]
+    if not isinstance(roles, dict) or not roles:
+        raise LaunchSpecError(f"{path}: roles: empty (expected role names with count and args)")
+    if data.get("args") or data.get("overlays"):
+        raise LaunchSpecError(f"{path}: roles: give args per role; top-level args and "
+                              "overlays apply to single-process servers only")
+    specs = []
+    for name, body in roles.items():
+        where = f"roles.{name}"
+        role = _check_keys(path, where, body, ROLE_KEYS)
+        words = (_str_list(path, f"{where}.command", role["command"]) if "command" in role
+                 else command)
+        words = words + _str_list(path, f"{where}.args", role.get("args", []))
+        if not words:
+            raise LaunchSpecError(f"{path}: {where}: no command (give one here or at the top)")
+        specs.append(RoleSpec(
+            name=str(name), count=_count(path, f"{where}.count", role.get("count", 1)),
+            argv=tuple(_fill(w, values) for w in words),
+            env=tuple(sorted({**env, **_str_dict(path, f"{where}.env",
+                                                 role.get("env", {}))}.items())),
+            srun_args=tuple(_str_list(path, f"{where}.srun-args", role.get("srun-args", [])))))
+    return tuple(specs)
+
+
+def _count(path: Path, where: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise LaunchSpecError(f"{path}: {where}: {value!r} (expected an integer >= {minimum})")
+    return value
 
 
 def _fill(word: str, values: dict[str, str]) -> str:

@@ -7,7 +7,8 @@ stores `Settings.from_config(config)` in the config stash; everything else reads
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def add_options(parser: pytest.Parser) -> None:
     add = group.addoption
     add("--inferbench-backend", choices=BACKENDS, default=None,
         help="how each server node is served: sim (virtual-time simulator, default), sim-server "
-             "(simulator over HTTP as a subprocess), docker, process, external")
+             "(simulator over HTTP as a subprocess), docker, process, external, slurm")
     add("--inferbench-results", default=None, metavar="DIR",
         help="directory for result JSON, logs, plots (default: inferbench-results)")
     add("--inferbench-prompts-per-conc", type=int, default=None, metavar="N",
@@ -80,6 +81,8 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-no-plots", action="store_true", default=False,
         help="do not draw PNG plots even when matplotlib is installed")
 
+    add_slurm_options(parser)
+
     parser.addini("inferbench_recipes", "glob patterns of recipe files", type="linelist",
                   default=["*-master.yaml"])
     parser.addini("inferbench_backend", "default backend", default="sim")
@@ -120,6 +123,7 @@ class Settings:
     plots: bool
     range_ratio: float = DEFAULT_RANGE_RATIO
     warmup: str = "same"
+    slurm: SlurmSettings = field(default_factory=lambda: SlurmSettings())
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -170,6 +174,7 @@ class Settings:
             plots=not config.getoption("inferbench_no_plots"),
             range_ratio=ratio,
             warmup=opt("inferbench_warmup") or "same",
+            slurm=SlurmSettings.from_config(config),
         )
 
 
@@ -195,3 +200,97 @@ def _int(value: str | None) -> int | None:
 
 def _words(value: str | None, sep: str | None) -> tuple[str, ...]:
     return tuple(w.strip() for w in (value or "").split(sep) if w.strip())
+
+
+# --- slurm backend ------------------------------------------------------------------------
+
+SLURM_OPTIONS = (
+    # (name after --inferbench-slurm- / inferbench_slurm_, metavar, help)
+    ("partition", "NAME", "partition of every allocation (salloc --partition)"),
+    ("account", "NAME", "account charged for every allocation (salloc --account)"),
+    ("time", "TIME", "time limit of every allocation, Slurm format (salloc --time, e.g. 500)"),
+    ("gres", "NAME", "generic resource requested per GPU of a server, --gres=NAME:<tp> "
+                     "(default gpu; none requests no gres)"),
+    ("args", "ARGV", "more salloc words for every allocation, e.g. '--exclude=n1 --mem=0'"),
+    ("squash-dir", "DIR", "container mode: where enroot squashfs images are imported once per "
+                          "image; must be visible to the compute nodes "
+                          "(default ~/.cache/inferbench/squash)"),
+    ("container-workdir", "PATH", "container mode: the current directory is mounted here and "
+                                  "the server starts in it (default /workspace)"),
+)
+SLURM_SWITCHES = (
+    ("exclusive", "allocate whole nodes (salloc --exclusive)"),
+    ("container", "run servers in the launch spec's image through pyxis "
+                  "(srun --container-image=...), imported with enroot; default: plain processes"),
+    ("sim", "run the simulated server in place of each single-process server, with the launch "
+            "spec's argv (as the sim-server backend does): a cluster tried without GPUs"),
+)
+
+
+def add_slurm_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("inferbench")
+    for name, metavar, text in SLURM_OPTIONS:
+        group.addoption(f"--inferbench-slurm-{name}", default=None, metavar=metavar,
+                        help=f"slurm backend: {text}")
+        ini = f"inferbench_slurm_{name.replace('-', '_')}"
+        if name == "args":
+            parser.addini(ini, f"slurm backend: {text}", type="args", default=[])
+        else:
+            parser.addini(ini, f"slurm backend: {text}", type="string", default="")
+    for name, text in SLURM_SWITCHES:
+        group.addoption(f"--inferbench-slurm-{name}", action="store_true", default=False,
+                        help=f"slurm backend: {text}")
+        parser.addini(f"inferbench_slurm_{name}", f"slurm backend: {text}", type="bool",
+                      default=False)
+    parser.addini("inferbench_slurm_container_mounts",
+                  "slurm backend, container mode: more host:container[:ro] mounts, one a line",
+                  type="linelist", default=[])
+
+
+DEFAULT_SQUASH_DIR = Path("~/.cache/inferbench/squash").expanduser()
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """Options of the slurm backend (command line over ini)."""
+
+    partition: str = ""
+    account: str = ""
+    time: str = ""
+    gres: str = "gpu"  # "" = request no gres
+    args: tuple[str, ...] = ()
+    exclusive: bool = False
+    container: bool = False
+    sim: bool = False
+    squash_dir: Path = DEFAULT_SQUASH_DIR
+    container_workdir: str = "/workspace"
+    container_mounts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> SlurmSettings:
+        def value(name: str) -> str:
+            cli = config.getoption(f"inferbench_slurm_{name}")
+            return str(cli) if cli is not None else str(config.getini(f"inferbench_slurm_{name}"))
+
+        def switch(name: str) -> bool:
+            return bool(config.getoption(f"inferbench_slurm_{name}")
+                        or config.getini(f"inferbench_slurm_{name}"))
+
+        cli_args = config.getoption("inferbench_slurm_args")
+        gres = value("gres") or "gpu"
+        defaults = cls()
+        return cls(
+            partition=value("partition"),
+            account=value("account"),
+            time=value("time"),
+            gres="" if gres.lower() == "none" else gres,
+            args=tuple(shlex.split(cli_args) if cli_args is not None
+                       else config.getini("inferbench_slurm_args")),
+            exclusive=switch("exclusive"),
+            container=switch("container"),
+            sim=switch("sim"),
+            squash_dir=Path(value("squash_dir")).expanduser() if value("squash_dir")
+            else defaults.squash_dir,
+            container_workdir=value("container_workdir") or defaults.container_workdir,
+            container_mounts=tuple(config.getini("inferbench_slurm_container_mounts")),
+        )

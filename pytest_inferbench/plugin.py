@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from . import activation, collect, options, report, state, xdist_hooks
-from .backends import reaper
+from .backends import reaper, sweep_stale
 from .changelog import items as changelog_items
 from .evals.collect import EVAL_MARKER
 
@@ -48,7 +48,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if (config.option.collectonly or hasattr(config, "workerinput")
             or not activation.is_engaged(config)):
         return  # collection must not touch Docker; workers leave the sweep to the controller
-    removed = reaper.sweep_stale_containers(state.get_session_state(config).settings)
+    removed = sweep_stale(state.get_session_state(config).settings)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     for line in removed:
         if reporter is not None:

@@ -6,11 +6,15 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from .base import Backend
 from .registry import BACKENDS, BackendInfo, backend_info
 
-__all__ = ["BACKENDS", "BackendInfo", "backend_info", "get_backend"]
+if TYPE_CHECKING:
+    from ..options import Settings
+
+__all__ = ["BACKENDS", "BackendInfo", "backend_info", "get_backend", "sweep_stale"]
 
 
 def get_backend(name: str) -> Backend:
@@ -20,3 +24,15 @@ def get_backend(name: str) -> Backend:
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise TypeError(f"backends.{info.module}.{info.class_name} is not a Backend")
     return cls()
+
+
+def sweep_stale(settings: Settings) -> list[str]:
+    """Session start, controller only: what earlier runs killed before their teardown left
+    behind for this run's backend (containers, Slurm allocations); one line per removal."""
+    if settings.backend == "slurm":
+        from .slurm.jobs import sweep_stale_jobs
+
+        return sweep_stale_jobs()
+    from .reaper import sweep_stale_containers
+
+    return sweep_stale_containers(settings)

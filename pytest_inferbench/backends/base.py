@@ -85,6 +85,7 @@ class ServerHandle(ABC):
 
 class Backend(ABC):
     name: str
+    supports_roles = False  # can start a server made of several roles (launch spec `roles:`)
 
     @abstractmethod
     def start(self, server: ServerConfig, spec: ServerSpec,

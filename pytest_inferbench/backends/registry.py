@@ -31,6 +31,7 @@ BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
     BackendInfo("docker", "docker", "DockerBackend", simulated=False),
     BackendInfo("process", "process", "ProcessBackend", simulated=False),
     BackendInfo("external", "external", "ExternalBackend", simulated=False),
+    BackendInfo("slurm", "slurm.backend", "SlurmBackend", simulated=False),
 )}
 
 

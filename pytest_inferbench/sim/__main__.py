@@ -10,11 +10,16 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 USAGE = ("usage: python -m pytest_inferbench.sim serve [SIMULATOR OPTIONS] [--] <server argv>\n"
-         "       python -m pytest_inferbench.sim serve --help")
+         "       python -m pytest_inferbench.sim serve --help\n"
+         "       python -m pytest_inferbench.sim route --port P --workers HOST:PORT,...")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] == "route":
+        from .server.router import route
+
+        return route(words[1:])
     if not words or words[0] != "serve":
         print(USAGE, file=sys.stderr)
         return 2

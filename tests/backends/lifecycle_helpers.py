@@ -102,3 +102,23 @@ def assert_never_ready_message(message: str, timeout_s: int) -> None:
     assert f"not ready after {timeout_s}s (last health check http://127.0.0.1:" in head, message
     assert re.search(r"/health: (HTTP 503|ConnectError|ReadTimeout)", head), message
     assert tail.strip(), message
+
+
+def slurm_jobs() -> list[tuple[str, str, str, str]]:
+    """(id, name, state, comment) of every job in squeue."""
+    import subprocess
+
+    out = subprocess.run(["squeue", "--noheader", "--format=%i|%j|%T|%k"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    return [tuple(line.split("|", 3)) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
+
+
+def jobs_of_run(run_id: str) -> list[str]:
+    """Ids of the jobs in squeue whose name carries this run id (the backend's job names)."""
+    return [job_id for job_id, name, _, _ in slurm_jobs() if f"-{run_id}-" in name]
+
+
+def cancel_jobs(job_ids: list[str]) -> None:
+    import subprocess
+
+    subprocess.run(["scancel", *job_ids], timeout=30, check=False)

@@ -61,7 +61,7 @@ def server_pid(handle: SupervisedHandle) -> int:
 
 
 def test_registry_covers_every_backend_name() -> None:
-    names = ("sim", "sim-server", "docker", "process", "external")
+    names = ("sim", "sim-server", "docker", "process", "external", "slurm")
     assert tuple(BACKENDS) == names == options.BACKENDS  # the option's choices
     assert [get_backend(n).name for n in names] == list(names)
     assert [n for n, info in BACKENDS.items() if info.simulated] == ["sim", "sim-server"]

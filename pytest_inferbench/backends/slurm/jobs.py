@@ -1,0 +1,168 @@
+"""One allocation's life: `salloc --no-shell`, its state and hosts, `scancel`; stale sweeps.
+
+Every call is a Slurm client command run as an argv with a timeout (a slurmctld that stops
+answering makes a clear error, not a hang). An allocation registers its cancel with the reaper
+before salloc even runs, so an interrupt while it waits in the queue cancels it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import socket
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+from .. import reaper
+from ..base import ServerStartError
+from . import commands
+from .commands import JobInfo
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ...options import SlurmSettings
+
+COMMAND_TIMEOUT_S = 30.0
+STATE_POLL_S = 1.0  # at most one scontrol per second per allocation
+SETTLE_WAIT_S = 5.0  # a job COMPLETING until its last step process is gone
+GONE_WAIT_S = 10.0  # after scancel: until the job leaves squeue (its steps have ended)
+
+
+class SlurmCommandError(RuntimeError):
+    pass
+
+
+def run_command(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+    """stdout of a Slurm client command; SlurmCommandError with its stderr when it fails."""
+    try:
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise SlurmCommandError(f"{argv[0]} not found: is this a Slurm login node?") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmCommandError(f"{' '.join(argv[:3])} did not answer in {timeout_s:g}s") from None
+    if done.returncode != 0:
+        raise SlurmCommandError(f"{' '.join(argv[:3])} exited with code {done.returncode}: "
+                                f"{done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+class Allocation:
+    """A `salloc --no-shell` job holding the nodes of one server."""
+
+    def __init__(self, settings: SlurmSettings, *, name: str, comment: str, nodes: int,
+                 gpus_per_node: int) -> None:
+        self.name = name
+        self.job_id = ""
+        self.hosts: tuple[str, ...] = ()
+        self._argv = commands.salloc_argv(settings, name=name, comment=comment, nodes=nodes,
+                                          gpus_per_node=gpus_per_node)
+        self._info: JobInfo | None = None
+        self._info_at = 0.0
+        self._cancelled = False
+
+    def request(self) -> None:
+        """Run salloc until the nodes are granted (it may wait in the queue); raise
+        ServerStartError with salloc's words when Slurm refuses."""
+        reaper.track(self, self.cancel)
+        try:
+            process = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        except FileNotFoundError:
+            raise ServerStartError("salloc not found: is this a Slurm login node?") from None
+        try:
+            output = process.communicate()[0].decode("utf-8", "replace")
+        except BaseException:
+            reaper.stop_process_group(process, grace_s=1.0)  # salloc withdraws its request
+            raise
+        self.job_id = commands.granted_job_id(output) or commands.announced_job_id(output) or ""
+        if process.returncode != 0 or not commands.granted_job_id(output):
+            raise ServerStartError(f"salloc exited with code {process.returncode}: "
+                                   f"{output.strip() or '(no output)'}\nargv: {self._argv}")
+        try:
+            info = self.info(fresh=True)
+            self.hosts = tuple(run_command(commands.hostnames_argv(info.nodelist)).split())
+        except SlurmCommandError as exc:
+            raise ServerStartError(f"slurm job {self.job_id}: {exc}") from None
+        if not self.hosts:
+            raise ServerStartError(f"{info.describe()}: no nodes in the allocation")
+
+    def info(self, fresh: bool = False) -> JobInfo:
+        """The job's state, asked of slurmctld at most once per STATE_POLL_S."""
+        now = time.monotonic()
+        if fresh or self._info is None or now - self._info_at >= STATE_POLL_S:
+            try:
+                text = run_command(commands.job_info_argv(self.job_id))
+            except SlurmCommandError as exc:
+                if "Invalid job id" not in str(exc):
+                    raise
+                text = ""  # purged from slurmctld's memory: long over
+            self._info, self._info_at = commands.parse_job_info(self.job_id, text), now
+        assert self._info is not None
+        return self._info
+
+    def final_info(self, wait_s: float = SETTLE_WAIT_S) -> JobInfo:
+        """The job's state once it has settled: COMPLETING (steps still ending) says nothing
+        about why it ends, the state after it (TIMEOUT, CANCELLED, ...) does."""
+        deadline = time.monotonic() + wait_s
+        info = self.info(fresh=True)
+        while info.state == "COMPLETING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            info = self.info(fresh=True)
+        return info
+
+    def cancel(self) -> None:
+        """scancel (idempotent), then wait until the job has left the queue."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        reaper.untrack(self)
+        if not self.job_id:  # salloc never said its id: cancel by the run-unique name
+            with contextlib.suppress(SlurmCommandError):
+                run_command(("scancel", "--quiet", f"--name={self.name}"))
+            return
+        with contextlib.suppress(SlurmCommandError):
+            if reaper.interrupted():
+                run_command(commands.scancel_argv([self.job_id], kill=True))
+            run_command(commands.scancel_argv([self.job_id]))
+        deadline = time.monotonic() + GONE_WAIT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(SlurmCommandError):
+                if self.info(fresh=True).state not in commands.ACTIVE_STATES:
+                    return
+            time.sleep(0.2)
+
+
+def this_host_names() -> set[str]:
+    name = socket.gethostname()
+    return {name, name.split(".")[0], socket.getfqdn(), "localhost"}
+
+
+def is_this_host(host: str) -> bool:
+    """Is an allocated node this machine (a one-host cluster, a local test)?"""
+    if host in this_host_names():
+        return True
+    try:
+        return socket.gethostbyname(host).startswith("127.")
+    except OSError:
+        return False
+
+
+def sweep_stale_jobs() -> list[str]:
+    """Session start, controller only: cancel this user's inferbench allocations whose owning
+    pytest process on this host is gone (killed before its teardown). Jobs of live runs and
+    of other hosts are left alone. Returns one line per cancelled job."""
+    try:
+        jobs = commands.parse_own_jobs(run_command(commands.own_jobs_argv(getpass.getuser())))
+    except SlurmCommandError:
+        return []  # no Slurm answers: the backend reports that itself, with context
+    stale = [job for job in jobs if job.name.startswith(commands.JOB_NAME_PREFIX)
+             and (owner := commands.comment_owner(job.comment)) is not None
+             and reaper.is_stale({reaper.LABEL_OWNER: owner})]
+    if stale:
+        with contextlib.suppress(SlurmCommandError):
+            run_command(commands.scancel_argv([job.job_id for job in stale]))
+    return [f"cancelled stale slurm job {job.job_id} ({job.name}, {job.state})" for job in stale]
