@@ -78,6 +78,9 @@ def add_options(parser: pytest.Parser) -> None:
         help="changelog items: entries added since --inferbench-changelog-base must link PR N")
     add("--inferbench-changelog-base", default=None, metavar="REV",
         help="git revision the changelog is compared against (default origin/main)")
+    add("--inferbench-runner-name", default=None, metavar="NAME",
+        help="runner name that ends each point's RESULT_FILENAME, as InferenceX's workflow "
+             "names it (default: $RUNNER_NAME on a GitHub runner, else the recipe's runner)")
     add("--inferbench-no-plots", action="store_true", default=False,
         help="do not draw PNG plots even when matplotlib is installed")
 
@@ -124,6 +127,7 @@ class Settings:
     range_ratio: float = DEFAULT_RANGE_RATIO
     warmup: str = "same"
     slurm: SlurmSettings = field(default_factory=lambda: SlurmSettings())
+    runner_name: str | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -175,6 +179,7 @@ class Settings:
             range_ratio=ratio,
             warmup=opt("inferbench_warmup") or "same",
             slurm=SlurmSettings.from_config(config),
+            runner_name=opt("inferbench_runner_name"),
         )
 
 

@@ -32,7 +32,8 @@ SCHEMA_VERSION = 1
 
 
 def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
-             image: str | None, simulated: bool) -> dict[str, Any]:
+             image: str | None, simulated: bool, runner_name: str | None = None
+             ) -> dict[str, Any]:
     s = point.server
     return {
         "schema_version": SCHEMA_VERSION,
@@ -60,28 +61,45 @@ def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
         "backend": backend,
         "image": image if image is not None else (spec.image if spec else s.image),
         "simulated": simulated,
-        "result_filename": point.result_filename(),
+        "result_filename": point.result_filename(runner_name),
         "recipe": f"{s.source}:{point.line}",
     }
 
 
 def build_result(point: BenchPoint, measurement: PointMeasurement, *,
                  spec: ServerSpec | None, backend: str, image: str | None = None,
-                 goodput_slos: Mapping[str, float] | None = None) -> dict[str, Any]:
+                 goodput_slos: Mapping[str, float] | None = None,
+                 runner_name: str | None = None) -> dict[str, Any]:
     """One JSON-ready dict for one point. Per-GPU numbers divide by TP, as InferenceX does."""
     result = identity(point, spec=spec, backend=backend, image=image,
-                      simulated=measurement.simulated)
+                      simulated=measurement.simulated, runner_name=runner_name)
     summary = metrics.summarize(
         measurement.records, duration_s=measurement.duration_s,
         num_prompts=measurement.num_prompts, max_concurrency=measurement.max_concurrency,
         num_gpus=point.server.tp, goodput_slos=goodput_slos)
-    result["date"] = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    # benchmark_serving's setup keys: the client it would have been (completions: `vllm`).
+    result["date"] = time.strftime("%Y%m%d-%H%M%S")
+    chat = spec is not None and spec.client.chat
+    result["client_backend"] = "openai-chat" if chat else "vllm"
+    result["model_id"] = result["tokenizer_id"] = point.server.model
+    result["best_of"] = 1
+    result["burstiness"] = 1.0
     # vLLM writes "inf" for a closed loop; an open loop reports its schedule's realized rate.
     result["request_rate"] = "inf"
     scheduled = [r.scheduled_time for r in measurement.records if r.scheduled_time is not None]
     if len(scheduled) > 1 and max(scheduled) > min(scheduled):
         result["request_rate"] = (len(scheduled) - 1) / (max(scheduled) - min(scheduled))
     result.update(summary)
+    started = measurement.started_unix
+    if started is None:
+        started = time.time() - measurement.duration_s
+    result["benchmark_start_time_unix"] = started
+    result["benchmark_end_time_unix"] = started + measurement.duration_s
+    # Per request in send order; a failed request's output is 0 tokens, as vLLM counts it.
+    result["input_lens"] = [r.input_tokens for r in measurement.records]
+    result["output_lens"] = [r.output_tokens if r.success else 0 for r in measurement.records]
+    result["workload"] = dict(measurement.workload)
+    result["token_counts_estimated"] = bool(measurement.workload.get("token_counts_estimated"))
     sources = sorted({r.token_source for r in measurement.records if r.token_source})
     result["chunk_token_source"] = ",".join(sources)
     server = dict(measurement.server_metrics)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -27,14 +26,30 @@ class RunningNode(Protocol):
     dead_reason: str | None
 
 
-def result_path(results_dir: Path, nodeid: str) -> Path:
-    """One JSON file per node id, named so it sorts with its server node."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "__", nodeid.replace("::", "__")).strip("_")
-    return results_dir / "points" / f"{slug}.json"
+POINTS_DIR = "points"  # only the points' raw and agg files live here; run-level files beside it
+
+
+def write_point_files(results_dir: Path, result: dict[str, Any]) -> list[str]:
+    """The point's raw and agg files (`result_files`); notes for what could not be written."""
+    from . import result_files
+    from .results import write_json_atomic
+
+    raw_path, agg_path = result_files.point_paths(results_dir / POINTS_DIR,
+                                                  str(result["result_filename"]))
+    raw = result_files.raw_result(result)
+    write_json_atomic(raw_path, raw)
+    try:
+        agg = result_files.agg_result(raw)
+    except ZeroDivisionError:
+        return [f"no {agg_path.name}: a TPOT of 0 ms has no interactivity (InferenceX's "
+                "process_result.py fails on it too)"]
+    write_json_atomic(agg_path, agg)
+    return []
 
 
 def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode) -> None:
     from . import gates, report, results
+    from .result_files import runner_name
 
     state = get_session_state(item.config)
     handle = node.handle
@@ -45,14 +60,16 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode) -> N
     except ServerDiedError as exc:
         node.dead_reason = str(exc)
         pytest.fail(str(exc), pytrace=False)
-    result = results.build_result(point, measurement, spec=node.spec,
-                                  backend=state.settings.backend)
+    settings = state.settings
+    result = results.build_result(
+        point, measurement, spec=node.spec, backend=settings.backend,
+        runner_name=runner_name(point.server.runner, settings.runner_name))
     result["nodeid"] = item.nodeid
-    findings = gates.check_point(result, point, node.spec, state.settings)
+    findings = gates.check_point(result, point, node.spec, settings)
     result.update({k: v for k, v in findings.fields.items() if k not in result})
     failures = [*results.measurement_failures(result), *findings.failures]
     result["gate_failures"] = failures
-    results.write_json_atomic(result_path(state.settings.results_dir, item.nodeid), result)
+    result["notes"] = [*result["notes"], *write_point_files(settings.results_dir, result)]
     item.stash[RESULT_KEY] = result
     item.user_properties.extend(report.result_properties(result))
     if failures:

@@ -1,9 +1,10 @@
 """Baselines: results of an earlier run, matched to the current points by identity.
 
 A baseline is a `summary.json` written by this plugin (`{"points": [result, ...]}`), a plain
-JSON list of results, a single result JSON, or a directory holding any of these (searched
-recursively). A point is identified by its recipe identity, never by image or backend, so a
-new image is compared against the old one.
+JSON list of results, a single result JSON (a point's raw file gives back its full record),
+or a directory holding any of these (searched recursively, e.g. a whole results directory).
+A point is identified by its recipe identity, never by image or backend, so a new image is
+compared against the old one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..result_files import NAMESPACE, point_record
 from ..results import write_json_atomic
 
 if TYPE_CHECKING:
@@ -93,6 +95,9 @@ def _results_in(data: object) -> list[dict[str, Any]]:
         return [p for p in data["points"] if isinstance(p, dict)]
     if isinstance(data, list):
         return [p for p in data if isinstance(p, dict)]
+    if isinstance(data, dict) and isinstance(data.get(NAMESPACE), dict) and (
+            "max_concurrency" in data):
+        return [point_record(data)]  # a point's raw file
     if isinstance(data, dict) and ("conc" in data or "max_concurrency" in data):
         return [data]
     return []

@@ -50,6 +50,7 @@ PROPERTY_KEYS: tuple[str, ...] = (
     "backend",
     "image",
     "simulated",
+    "token_counts_estimated",
     "num_prompts",
     "completed",
     "failed",

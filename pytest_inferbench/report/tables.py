@@ -9,6 +9,8 @@ if TYPE_CHECKING:
 
 EVAL_PREFIX = "eval_"
 SIMULATED_NOTE = "SIMULATED: numbers predicted by the performance model, not measured on hardware"
+ESTIMATED_NOTE = ("TOKEN COUNTS ESTIMATED: no local tokenizer for the served model, prompts are "
+                  "English words (install the `tokenizer` extra and the model's tokenizer files)")
 
 
 def _num(scale: float = 1.0, digits: int = 1) -> Callable[[Any], str]:
@@ -65,6 +67,10 @@ def _simulated(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
     return any(r.get("simulated") is True for kind in ("points", "evals") for r in entry[kind])
 
 
+def _estimated(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
+    return any(r.get("token_counts_estimated") is True for r in entry["points"])
+
+
 def _eval_line(row: Mapping[str, Any]) -> str:
     scores = []
     for name in ("strict-match", "flexible-extract"):
@@ -83,7 +89,8 @@ def _eval_line(row: Mapping[str, Any]) -> str:
 def terminal_tables(nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]]) -> list[str]:
     lines: list[str] = []
     for node, entry in nodes.items():
-        title = f"{node}" + (f"  [{SIMULATED_NOTE}]" if _simulated(entry) else "")
+        title = f"{node}" + (f"  [{SIMULATED_NOTE}]" if _simulated(entry) else "") + (
+            f"  [{ESTIMATED_NOTE}]" if _estimated(entry) else "")
         lines += ["", title]
         if entry["points"]:
             table = [[h for h, _, _ in COLUMNS]] + [_cells(r) for r in entry["points"]]
@@ -103,7 +110,10 @@ def markdown_tables(
     if meta.get("simulated"):
         out += [f"> **{SIMULATED_NOTE}.**", ""]
     for node, entry in nodes.items():
-        out += [f"### {node}" + (" (simulated)" if _simulated(entry) else ""), ""]
+        out += [f"### {node}" + (" (simulated)" if _simulated(entry) else "")
+                + (" (token counts estimated)" if _estimated(entry) else ""), ""]
+        if _estimated(entry):
+            out += [f"> {ESTIMATED_NOTE}.", ""]
         if entry["points"]:
             out.append("| " + " | ".join(h for h, _, _ in COLUMNS) + " |")
             out.append("|" + "---:|" * len(COLUMNS))

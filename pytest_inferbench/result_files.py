@@ -1,0 +1,120 @@
+"""The two files of a point, as InferenceX's pipeline has them.
+
+- `<RESULT_FILENAME>.json`: the raw result exactly as InferenceX's vendored vLLM
+  `benchmark_serving.py --save-result` writes it (every key, same names, units and types, in its
+  order), plus one namespaced key, `inferbench`, holding everything else the plugin knows about
+  the point (identity, per-token ITL, acceptance length, server metric deltas, client
+  self-check, workload, `simulated`, gate failures). `{**raw, **raw["inferbench"]}` without
+  the namespace key gives back the point's full record (`point_record`).
+- `agg_<RESULT_FILENAME>.json`: what InferenceX's `utils/process_result.py` writes from the raw
+  file with the workflow's environment (`benchmark-tmpl.yml`): identity from the matrix row
+  (`dp_attention` as the string the workflow passes), per-GPU throughputs over TP, every `*_ms`
+  key in seconds without the suffix, every TPOT key also as interactivity `1000 / tpot_ms`. A
+  simulated point's agg file carries one more key, `inferbench: {"simulated": true}`, so a
+  prediction can never pass for a measurement; a measured point's agg file has nothing else.
+
+RESULT_FILENAME is `recipe.BenchPoint.result_filename(runner_name)`: the workflow's template,
+with the runner name last (`RUNNER_NAME` on a GitHub runner, else the runner type).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, percentile_label
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+NAMESPACE = "inferbench"
+AGG_PREFIX = "agg_"
+RUNNER_NAME_ENV = "RUNNER_NAME"  # set by GitHub Actions on every runner
+
+# benchmark_serving's keys in the order it writes them (setup, run, per-request lists, then
+# mean/median/std/p90/p99/p99.9 of each latency metric).
+SETUP_KEYS = ("date", "backend", "model_id", "tokenizer_id", "best_of", "num_prompts",
+              "request_rate", "burstiness", "max_concurrency")
+RUN_KEYS = ("duration", "benchmark_start_time_unix", "benchmark_end_time_unix", "completed",
+            "total_input_tokens", "total_output_tokens", "request_throughput",
+            "request_goodput:", "output_throughput", "total_token_throughput",
+            "input_lens", "output_lens")
+
+
+def latency_keys() -> tuple[str, ...]:
+    stats = ("mean", "median", "std", *(f"p{percentile_label(p)}" for p in DEFAULT_PERCENTILES))
+    return tuple(f"{stat}_{metric}_ms" for metric in LATENCY_METRICS for stat in stats)
+
+
+RAW_KEYS = (*SETUP_KEYS, *RUN_KEYS, *latency_keys())
+
+
+def runner_name(runner_type: str, explicit: str | None = None) -> str:
+    """The runner name of RESULT_FILENAME: given, else GitHub's RUNNER_NAME, else the type."""
+    return explicit or os.environ.get(RUNNER_NAME_ENV) or runner_type
+
+
+def raw_result(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The raw point file from the point's record (`results.build_result`)."""
+    missing = [key for key in RAW_KEYS if key not in record]
+    if missing:
+        raise KeyError(f"point record lacks benchmark_serving keys: {', '.join(missing)}")
+    raw: dict[str, Any] = {key: record[key] for key in RAW_KEYS}
+    raw["backend"] = record["client_backend"]  # the client's backend, as benchmark_serving's
+    raw[NAMESPACE] = {key: value for key, value in record.items()
+                      if key not in raw or value != raw[key]}
+    return raw
+
+
+def point_record(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The full record back from a raw point file."""
+    extra = raw.get(NAMESPACE)
+    top = {key: value for key, value in raw.items() if key != NAMESPACE}
+    return {**top, **extra} if isinstance(extra, dict) else top
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def agg_result(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`process_result.py`'s output for a single-node raw point file."""
+    record = point_record(raw)
+    tp = int(record["tp"])
+    total = float(raw["total_token_throughput"])
+    output = float(raw["output_throughput"])
+    agg: dict[str, Any] = {
+        "hw": record["runner"],
+        "conc": int(raw["max_concurrency"]),
+        "image": record["image"],
+        "model": raw["model_id"],
+        "infmax_model_prefix": record["model_prefix"],
+        "framework": record["framework"],
+        "precision": record["precision"],
+        "spec_decoding": record["spec_decoding"],
+        "disagg": bool(record["disagg"]),
+        "isl": int(record["isl"]),
+        "osl": int(record["osl"]),
+        "is_multinode": False,
+        "tp": tp,
+        "ep": int(record["ep"]),
+        "dp_attention": _flag(bool(record["dp_attention"])),  # an env string in InferenceX
+        "tput_per_gpu": total / tp,
+        "output_tput_per_gpu": output / tp,
+        "input_tput_per_gpu": (total - output) / tp,
+    }
+    for key, value in raw.items():
+        if key.endswith("ms"):
+            agg[key.replace("_ms", "")] = float(value) / 1000.0
+        if "tpot" in key:
+            agg[key.replace("_ms", "").replace("tpot", "intvty")] = 1000.0 / float(value)
+    if record.get("simulated"):
+        agg[NAMESPACE] = {"simulated": True}
+    return agg
+
+
+def point_paths(points_dir: Path, result_filename: str) -> tuple[Path, Path]:
+    """(raw file, agg file) of a point."""
+    return (points_dir / f"{result_filename}.json",
+            points_dir / f"{AGG_PREFIX}{result_filename}.json")
