@@ -108,7 +108,6 @@ def test_process_result_reproduces_every_agg_file(pytester: pytest.Pytester) -> 
     for name in ("amd-master.yaml", "gates.yaml"):
         shutil.copy(REPO / "benchmarks" / name, pytester.path / name)
     shutil.copytree(REPO / "benchmarks" / "launch", pytester.path / "launch")
-    shutil.copytree(REPO / "benchmarks" / "golden_al", pytester.path / "golden_al")
     (pytester.path / "sample-master.yaml").write_text(SAMPLE)
     selected = "minimaxm3 mi355x atom"
     result = pytester.runpytest_subprocess(
