@@ -5,8 +5,12 @@ Prompt, filters and metric follow InferenceX `utils/evals/gsm8k.yaml` (inference
 
 - `doc_to_text`: "Question: {q}\\nEnd your response with the answer on the last line, formatted
   as: #### [number]\\nAnswer:"; shots are `doc_to_text + " " + answer`, joined by a blank line
-  (lm-eval's target and few-shot delimiters); on chat endpoints each shot is a user/assistant
-  turn pair, as lm-eval sends few-shot examples with `--apply_chat_template`;
+  (lm-eval's target and few-shot delimiters), and the shots and the question go to the chat
+  endpoint as one user turn, as lm-eval sends them with `--apply_chat_template` and without
+  `--fewshot_as_multiturn` (InferenceX's `run_lm_eval`);
+- few-shot sampling: lm-eval's default sampler, `random.Random(1234).sample(train, 5)` drawn
+  afresh for every scored question in order (`fewshot_split: train`, seed 1234 is lm-eval's
+  default `fewshot_random_seed`), so each question gets the shots lm-eval would give it;
 - `strict-match`: regex `#### (\\-?[0-9\\.\\,]+)`, last match; `flexible-extract`: regex
   `(-?[$0-9.,]{2,})|(-?[0-9]+)`, last match; no match -> "[invalid]" (lm-eval's fallback);
 - `exact_match` with ignore_case and regexes_to_ignore `[",", "\\$", "(?s).*#### ", "\\.$"]`,
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
 
 TASK = "gsm8k"
 NUM_FEWSHOT = 5
+FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed
 METRIC = "exact_match"
 FILTERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("strict-match", re.compile(r"#### (\-?[0-9\.\,]+)")),
@@ -75,12 +81,12 @@ def load_items(path: Path) -> list[GsmItem]:
 
 
 def split_shots(test_path: Path, limit: int | None = None) -> tuple[list[GsmItem], list[GsmItem]]:
-    """(shots, scored items): shots from train.jsonl beside the test file, else the first five
-    test items, which are then not scored."""
+    """(shot pool, scored items): the pool is train.jsonl beside the test file (lm-eval's
+    `fewshot_split: train`), else the first five test items, which are then not scored."""
     items = load_items(test_path)
     train = test_path.with_name("train.jsonl")
     if train.is_file() and train.resolve() != test_path.resolve():
-        shots = load_items(train)[:NUM_FEWSHOT]
+        shots = load_items(train)
         scored = items
     else:
         shots, scored = items[:NUM_FEWSHOT], items[NUM_FEWSHOT:]
@@ -101,16 +107,18 @@ def build_prompt(shots: Sequence[GsmItem], question: str) -> str:
     return "\n\n".join([*examples, doc_to_text(question)])
 
 
+def sample_shots(pool: Sequence[GsmItem], count: int) -> list[list[GsmItem]]:
+    """The shots of each of `count` scored questions, in order, as lm-eval's default sampler
+    draws them (`pool` is the few-shot split)."""
+    rng = random.Random(FEWSHOT_SEED)
+    n = min(NUM_FEWSHOT, len(pool))
+    return [rng.sample(list(pool), n) for _ in range(count)]
+
+
 def build_messages(shots: Sequence[GsmItem], question: str) -> list[dict[str, str]]:
-    """Chat form, as lm-eval sends it with --apply_chat_template: one user/assistant turn per
-    shot (the assistant turn is the worked answer), then the question."""
-    messages: list[dict[str, str]] = []
-    for shot in shots:
-        messages += [
-            {"role": "user", "content": doc_to_text(shot.question)},
-            {"role": "assistant", "content": shot.answer},
-        ]
-    return [*messages, {"role": "user", "content": doc_to_text(question)}]
+    """Chat form, as lm-eval sends it with --apply_chat_template (no --fewshot_as_multiturn):
+    the shots and the question as one user turn."""
+    return [{"role": "user", "content": build_prompt(shots, question)}]
 
 
 def extract(response: str, pattern: re.Pattern[str]) -> str:

@@ -18,9 +18,10 @@ import pytest
 
 from ..backends.registry import backend_info
 from ..specdecode import read_speculative_decoding
+from .files import finish_eval_dir
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
-from .runner import EvalResult, run_gsm8k_eval
+from .runner import EvalResult, run_gsm8k_eval, served_model
 from .thresholds import ThresholdsError, check_eval, lookup_threshold, thresholds_path
 
 if TYPE_CHECKING:
@@ -86,6 +87,9 @@ def run_eval_item(
             result = runner(url, spec, server, settings, settings.results_dir)
     except (EvalDataError, ThresholdsError, LmEvalError) as exc:
         pytest.fail(str(exc), pytrace=False)
+    finish_eval_dir(server, result, served_model(spec, server),
+                    simulated=backend_info(settings.backend).simulated,
+                    runner=settings.eval_runner)
     item.user_properties.extend(p for p in result.properties() if p[0] != "eval_task")
     item.user_properties.append(("eval_threshold", threshold.value))
     if backend_info(settings.backend).simulated:

@@ -1,10 +1,12 @@
 """`--inferbench-eval-runner lm-eval`: EleutherAI lm-evaluation-harness against the server.
 
 The task is written next to the results as `gsm8k_inferbench.yaml`: InferenceX's gsm8k.yaml
-(prompt, stop strings, both filters, exact_match settings) over local jsonl files, with the
-same shots and scored items as the builtin runner (`split_shots`, `first_n` sampler), so both
-runners score the same server responses the same way. lm-eval runs as a subprocess (argv list)
-with the HF hub offline; its `results_*.json` feeds the same threshold gate.
+(prompt, stop strings, both filters, exact_match settings, lm-eval's default few-shot sampler
+over the train split) over local jsonl files, with the same shot pool and scored items as the
+builtin runner (`split_shots`). lm-eval runs as a subprocess (argv list) with the HF hub
+offline and InferenceX's `run_lm_eval` arguments (`local-chat-completions
+--apply_chat_template`, `max_length` and `max_tokens` from `runner.plan_eval`); its results
+and samples are copied into the node's eval directory and feed the same threshold gate.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,14 +29,22 @@ from .gsm8k import (
     NUM_FEWSHOT,
     REGEXES_TO_IGNORE,
     STOP_CHAT,
-    STOP_COMPLETIONS,
     TASK,
     FilterScore,
     GsmItem,
     doc_to_text,
     split_shots,
 )
-from .runner import MAX_TOKENS, REQUEST_TIMEOUT_S, EvalResult, client_setup, eval_concurrency
+from .runner import (
+    CHAT_ENDPOINT,
+    REQUEST_TIMEOUT_S,
+    RETRIES,
+    EvalPlan,
+    EvalResult,
+    eval_dir,
+    plan_eval,
+    served_model,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -61,7 +72,7 @@ def _write_items(path: Path, items: list[GsmItem]) -> None:
     )
 
 
-def task_config(shots_file: Path, scored_file: Path, chat: bool) -> dict[str, Any]:
+def task_config(shots_file: Path, scored_file: Path) -> dict[str, Any]:
     return {
         "task": LM_EVAL_TASK,
         "dataset_path": "json",
@@ -71,13 +82,12 @@ def task_config(shots_file: Path, scored_file: Path, chat: bool) -> dict[str, An
         "fewshot_split": "train",
         "test_split": "test",
         "num_fewshot": NUM_FEWSHOT,
-        "fewshot_config": {"sampler": "first_n"},
         "doc_to_text": doc_to_text("{{question}}"),
         "doc_to_target": "{{answer}}",
         "target_delimiter": " ",
         "fewshot_delimiter": "\n\n",
         "generation_kwargs": {
-            "until": list(STOP_CHAT if chat else STOP_COMPLETIONS),
+            "until": list(STOP_CHAT),
             "do_sample": False,
             "temperature": 0.0,
         },
@@ -108,22 +118,18 @@ def task_config(shots_file: Path, scored_file: Path, chat: bool) -> dict[str, An
 
 
 def lm_eval_argv(
-    base_url: str,
-    endpoint: str,
-    model: str,
-    chat: bool,
-    concurrency: int,
-    task_dir: Path,
-    output_dir: Path,
+    base_url: str, model: str, plan: EvalPlan, task_dir: Path, output_dir: Path
 ) -> list[str]:
     model_args = ",".join(
         [
             f"model={model}",
-            f"base_url={base_url.rstrip('/')}{endpoint}",
-            f"num_concurrent={concurrency}",
-            "max_retries=3",
+            f"base_url={base_url.rstrip('/')}{CHAT_ENDPOINT}",
+            "eos_string=</s>",
+            f"max_retries={RETRIES}",
+            f"num_concurrent={plan.concurrency}",
             f"timeout={REQUEST_TIMEOUT_S:g}",
             "tokenized_requests=False",
+            f"max_length={plan.context_length}",
             "tokenizer_backend=None",
         ]
     )
@@ -132,7 +138,8 @@ def lm_eval_argv(
         "-m",
         "lm_eval",
         "--model",
-        "local-chat-completions" if chat else "local-completions",
+        "local-chat-completions",
+        "--apply_chat_template",
         "--model_args",
         model_args,
         "--tasks",
@@ -140,14 +147,14 @@ def lm_eval_argv(
         "--include_path",
         str(task_dir),
         "--gen_kwargs",
-        f"max_gen_toks={MAX_TOKENS},temperature=0",
+        f"max_tokens={plan.max_tokens},temperature=0,top_p=1",
         "--batch_size",
         "1",
         "--output_path",
         str(output_dir),
         "--log_samples",
     ]
-    return [*argv, "--apply_chat_template"] if chat else argv
+    return argv
 
 
 def run_lm_eval(
@@ -166,14 +173,15 @@ def run_lm_eval(
         raise ValueError("run_lm_eval needs settings.eval_data")
     server = target.server if isinstance(target, BenchPoint) else target
     shots, items = split_shots(settings.eval_data, settings.eval_limit)
-    chat, endpoint, model = client_setup(spec, server)
-    concurrency = eval_concurrency(target)
-    out_dir = results_dir / "evals" / server.node_name / "lm-eval"
+    model = served_model(spec, server)
+    plan = plan_eval(target, spec)
+    node_dir = eval_dir(results_dir, server)
+    out_dir = node_dir / "lm-eval"
     task_dir = out_dir / "task"
     task_dir.mkdir(parents=True, exist_ok=True)
     _write_items(task_dir / "shots.jsonl", shots)
     _write_items(task_dir / "scored.jsonl", items)
-    config = task_config(task_dir / "shots.jsonl", task_dir / "scored.jsonl", chat)
+    config = task_config(task_dir / "shots.jsonl", task_dir / "scored.jsonl")
     (task_dir / f"{LM_EVAL_TASK}.yaml").write_text(
         yaml.safe_dump(config, sort_keys=False), encoding="utf-8"
     )
@@ -186,7 +194,7 @@ def run_lm_eval(
     }
     started = time.perf_counter()
     done = subprocess.run(
-        lm_eval_argv(base_url, endpoint, model, chat, concurrency, task_dir, out_dir / "output"),
+        lm_eval_argv(base_url, model, plan, task_dir, out_dir / "output"),
         capture_output=True,
         text=True,
         env=env,
@@ -203,7 +211,11 @@ def run_lm_eval(
     found = sorted((out_dir / "output").rglob("results_*.json"))
     if not found:
         raise LmEvalError(f"lm-eval wrote no results_*.json under {out_dir / 'output'}")
-    data = json.loads(found[-1].read_text(encoding="utf-8"))
+    # As append_lm_eval_summary: lm-eval's json/jsonl files move up into the eval workspace.
+    for produced in (out_dir / "output").rglob("*.json*"):
+        shutil.copy(produced, node_dir / produced.name)
+    results_file = node_dir / found[-1].name
+    data = json.loads(results_file.read_text(encoding="utf-8"))
     task = data.get("results", {}).get(LM_EVAL_TASK, {})
     n = int(data.get("n-samples", {}).get(LM_EVAL_TASK, {}).get("effective", len(items)))
     scores = tuple(
@@ -216,6 +228,5 @@ def run_lm_eval(
         for name in ("strict-match", "flexible-extract")
         if f"{METRIC},{name}" in task
     )
-    return EvalResult(
-        TASK, server.model_prefix, endpoint, n, scores, 0, "", duration, concurrency, found[-1]
-    )
+    return EvalResult(TASK, server.model_prefix, CHAT_ENDPOINT, n, scores, 0, "", duration,
+                      plan.concurrency, results_file, plan)

@@ -1,10 +1,22 @@
-"""Run GSM8K against a served model over its OpenAI API, concurrently, and score it.
+"""Run GSM8K against a served model as InferenceX's `run_eval` does, and score it.
 
-Chat or completions follows the launch spec's client options (InferenceX runs evals on chat;
-a spec-decode spec sets use-chat-template, so its eval also uses chat). Greedy decoding
-(temperature 0, top_p 1), like InferenceX's `--gen_kwargs`. Results and samples are written in
-lm-eval's layout (`results_<ts>.json` with `results.gsm8k["exact_match,strict-match"]`, ...)
-under `<results>/evals/<node>/`, so tools that read lm-eval output read these too.
+- Always the chat endpoint with the server's chat template, for every node (InferenceX runs
+  lm-eval's `local-chat-completions --apply_chat_template`, spec-decoding or not).
+- Greedy decoding (temperature 0, top_p 1) and `max_tokens` from the eval context length as
+  `run_lm_eval` computes it: context `ctx` = the server's `--max-model-len` (or
+  `--context-length`) from the launch argv, else ISL + OSL + 256 of the eval point, capped at the
+  model's native maximum when its config is on this machine; `max_tokens` = ctx - 4096 when
+  ctx > 4096, else ctx / 2, at most 16384.
+- Which point, at which concurrency (InferenceX's `mark_eval_entries`): evals run at 8k1k, at
+  concurrency >= 16, with `num_concurrent` = that concurrency. InferenceX evaluates the highest
+  and the median eligible concurrency in separate jobs; a node here is evaluated once, against
+  the server it was benchmarked on, at the highest. A node without an eligible 8k1k point is
+  still evaluated, at its highest concurrency, so every node gets an accuracy check.
+
+Results and samples are written in lm-eval's layout (`results_<ts>.json` with
+`results.gsm8k["exact_match,strict-match"]`, ...) under `<results>/evals/<node>/`, beside the
+`meta_env.json` that `evals/files.py` writes, so InferenceX's `validate_scores.py` and eval
+collector read that directory as they read an eval job's workspace.
 """
 
 from __future__ import annotations
@@ -12,23 +24,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from ..recipe import BenchPoint as BenchPointType
 from ..results import write_json_atomic
+from ..sim.args import ArgvError, argv_value
 from .gsm8k import (
     METRIC,
     NUM_FEWSHOT,
     STOP_CHAT,
-    STOP_COMPLETIONS,
     TASK,
     FilterScore,
     GsmItem,
     build_messages,
-    build_prompt,
+    sample_shots,
     score_responses,
     split_shots,
 )
@@ -40,10 +52,79 @@ if TYPE_CHECKING:
     from ..options import Settings
     from ..recipe import BenchPoint, ServerConfig
 
-MAX_TOKENS = 2048
-MAX_CONCURRENCY = 64
-RETRIES = 3
+CHAT_ENDPOINT = "/v1/chat/completions"
+RETRIES = 5  # InferenceX passes max_retries=5 to lm-eval
 REQUEST_TIMEOUT_S = 1800.0  # InferenceX passes timeout=1800 to lm-eval
+EVAL_SEQ = (8192, 1024)  # InferenceX evaluates 8k1k points only
+MIN_EVAL_CONC = 16
+DEFAULT_EVAL_CONTEXT = 16384  # run_lm_eval's fallback EVAL_MAX_MODEL_LEN
+OUTPUT_RESERVE = 4096
+MAX_EVAL_OUTPUT = 16384
+RESULTS_GLOB = "results*.json"  # what validate_scores.py reads
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """Where and how a node's eval runs (InferenceX's selection and budget)."""
+
+    concurrency: int
+    isl: int
+    osl: int
+    context_length: int
+    max_tokens: int
+
+
+def eval_point(target: ServerConfig | BenchPoint) -> tuple[int, int, int]:
+    """(concurrency, isl, osl) of the eval: the highest 8k1k concurrency >= 16, else the
+    node's highest concurrency."""
+    if isinstance(target, BenchPointType):
+        return target.conc, target.isl, target.osl
+    points = [(c, s.isl, s.osl) for s in target.sweeps for c in s.concurrencies]
+    eligible = [p for p in points if (p[1], p[2]) == EVAL_SEQ and p[0] >= MIN_EVAL_CONC]
+    return max(eligible or points, default=(1, *EVAL_SEQ))
+
+
+def native_context_length(model: str) -> int | None:
+    """The model's own maximum context from its local config (as InferenceX's
+    get_native_max_context_length); None without transformers or the files."""
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        return None
+    try:
+        config = AutoConfig.from_pretrained(model, local_files_only=True, trust_remote_code=True)
+    except Exception:  # no local config: no cap, as InferenceX when it prints 0
+        return None
+    for attr in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def eval_max_tokens(context_length: int) -> int:
+    """run_lm_eval: leave 4096 tokens for the prompt (half the context when it is smaller)."""
+    budget = (context_length - OUTPUT_RESERVE if context_length > OUTPUT_RESERVE
+              else context_length // 2)
+    return min(budget, MAX_EVAL_OUTPUT)
+
+
+def plan_eval(target: ServerConfig | BenchPoint, spec: ServerSpec | None) -> EvalPlan:
+    conc, isl, osl = eval_point(target)
+    server = target.server if isinstance(target, BenchPointType) else target
+    context = isl + osl + 256  # the matrix's max-model-len
+    if spec is not None:
+        try:
+            launched = argv_value(spec.argv, "max_model_len")
+        except ArgvError:
+            launched = None
+        context = launched or context
+    native = native_context_length(server.model)
+    if native is not None and context > native:
+        context = native
+    if context <= 0:
+        context = DEFAULT_EVAL_CONTEXT
+    return EvalPlan(conc, isl, osl, context, eval_max_tokens(context))
 
 
 @dataclass(frozen=True)
@@ -58,6 +139,7 @@ class EvalResult:
     duration_s: float
     concurrency: int
     results_file: Path | None = None
+    plan: EvalPlan | None = None
 
     def score(self, filter_name: str) -> FilterScore | None:
         return next((s for s in self.scores if s.name == filter_name), None)
@@ -77,18 +159,18 @@ class EvalResult:
         return props
 
 
-def eval_concurrency(target: ServerConfig | BenchPoint) -> int:
-    if isinstance(target, BenchPointType):
-        return target.conc
-    highest = max((c for s in target.sweeps for c in s.concurrencies), default=1)
-    return max(1, min(highest, MAX_CONCURRENCY))
+def served_model(spec: ServerSpec | None, server: ServerConfig) -> str:
+    return spec.served_model if spec else server.model
 
 
-def client_setup(spec: ServerSpec | None, server: ServerConfig) -> tuple[bool, str, str]:
-    """(chat?, endpoint path, model name) as the launch spec's client options say."""
-    chat = spec is not None and (spec.client.use_chat_template or "chat" in spec.client.endpoint)
-    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
-    return chat, endpoint, spec.served_model if spec else server.model
+def eval_dir(results_dir: Path, server: ServerConfig) -> Path:
+    """A node's eval workspace; an earlier run's files there are removed first, as InferenceX
+    removes `results*.json` and `sample*.jsonl` before a job (validate_scores globs them)."""
+    out_dir = results_dir / "evals" / server.node_name
+    for pattern in (RESULTS_GLOB, "samples_*.jsonl", "meta_env.json"):
+        for stale in out_dir.glob(pattern):
+            stale.unlink()
+    return out_dir
 
 
 def run_gsm8k_eval(
@@ -102,12 +184,13 @@ def run_gsm8k_eval(
     if settings.eval_data is None:
         raise ValueError("run_gsm8k_eval needs settings.eval_data")
     server = target.server if isinstance(target, BenchPointType) else target
-    shots, items = split_shots(settings.eval_data, settings.eval_limit)
-    chat, endpoint, model = client_setup(spec, server)
-    concurrency = eval_concurrency(target)
+    pool, items = split_shots(settings.eval_data, settings.eval_limit)
+    shots = sample_shots(pool, len(items))
+    model = served_model(spec, server)
+    plan = plan_eval(target, spec)
     started = time.perf_counter()
     outcomes = asyncio.run(
-        _ask_all(base_url.rstrip("/") + endpoint, model, chat, shots, items, concurrency)
+        _ask_all(base_url.rstrip("/") + CHAT_ENDPOINT, model, shots, items, plan)
     )
     duration = time.perf_counter() - started
     responses = [text for text, _ in outcomes]
@@ -116,49 +199,53 @@ def run_gsm8k_eval(
     result = EvalResult(
         TASK,
         server.model_prefix,
-        endpoint,
+        CHAT_ENDPOINT,
         len(items),
         scores,
         len(errors),
         errors[0] if errors else "",
         duration,
-        concurrency,
+        plan.concurrency,
+        plan=plan,
     )
-    out_dir = results_dir / "evals" / server.node_name
-    results_file = _write_artifacts(out_dir, result, model, base_url, items, responses)
-    return EvalResult(**{**result.__dict__, "results_file": results_file})
+    out_dir = eval_dir(results_dir, server)
+    results_file = _write_artifacts(out_dir, result, model, base_url, items, shots, responses)
+    return replace(result, results_file=results_file)
 
 
 async def _ask_all(
-    url: str, model: str, chat: bool, shots: list[GsmItem], items: list[GsmItem], concurrency: int
+    url: str, model: str, shots: list[list[GsmItem]], items: list[GsmItem], plan: EvalPlan
 ) -> list[tuple[str, str]]:
+    concurrency = plan.concurrency
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=30.0)
     gate = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
 
-        async def ask(item: GsmItem) -> tuple[str, str]:
+        async def ask(index: int, item: GsmItem) -> tuple[str, str]:
             async with gate:
-                return await _ask(client, url, _payload(model, chat, shots, item.question), chat)
+                payload = _payload(model, shots[index], item.question, plan.max_tokens)
+                return await _ask(client, url, payload)
 
-        return list(await asyncio.gather(*(ask(item) for item in items)))
+        return list(await asyncio.gather(*(ask(i, item) for i, item in enumerate(items))))
 
 
-def _payload(model: str, chat: bool, shots: list[GsmItem], question: str) -> dict[str, Any]:
-    common: dict[str, Any] = {
+def _payload(model: str, shots: list[GsmItem], question: str, max_tokens: int
+             ) -> dict[str, Any]:
+    """lm-eval's local-chat-completions request with InferenceX's --gen_kwargs."""
+    return {
         "model": model,
-        "max_tokens": MAX_TOKENS,
+        "messages": build_messages(shots, question),
+        "max_tokens": max_tokens,
         "temperature": 0.0,
         "top_p": 1.0,
+        "stop": list(STOP_CHAT),
         "stream": False,
     }
-    if chat:
-        return {**common, "messages": build_messages(shots, question), "stop": list(STOP_CHAT)}
-    return {**common, "prompt": build_prompt(shots, question), "stop": list(STOP_COMPLETIONS)}
 
 
 async def _ask(
-    client: httpx.AsyncClient, url: str, payload: dict[str, Any], chat: bool
+    client: httpx.AsyncClient, url: str, payload: dict[str, Any]
 ) -> tuple[str, str]:
     """(generated text, error); transport errors and 5xx are retried like lm-eval does."""
     error = ""
@@ -169,7 +256,7 @@ async def _ask(
             error = f"{type(exc).__name__}: {exc}"
         else:
             if response.status_code < 400:
-                return _text(response.json(), chat), ""
+                return _text(response.json()), ""
             error = f"HTTP {response.status_code}: {response.text[:200]}"
             if response.status_code < 500:
                 break
@@ -177,14 +264,11 @@ async def _ask(
     return "", error
 
 
-def _text(body: Any, chat: bool) -> str:
+def _text(body: Any) -> str:
     try:
-        choice = body["choices"][0]
-        if chat:
-            message = choice["message"]
-            # InferenceX's lm-eval patch: reasoning models may put everything in reasoning_content.
-            return str(message.get("content") or message.get("reasoning_content") or "")
-        return str(choice.get("text") or "")
+        message = body["choices"][0]["message"]
+        # InferenceX's lm-eval patch: reasoning models may put everything in reasoning_content.
+        return str(message.get("content") or message.get("reasoning_content") or "")
     except (KeyError, IndexError, TypeError):
         return ""
 
@@ -195,9 +279,11 @@ def _write_artifacts(
     model: str,
     base_url: str,
     items: list[GsmItem],
+    shots: list[list[GsmItem]],
     responses: list[str],
 ) -> Path:
     stamp = time.strftime("%Y-%m-%dT%H-%M-%S")
+    plan = result.plan
     task_results: dict[str, Any] = {"alias": TASK}
     for s in result.scores:
         task_results[f"{METRIC},{s.name}"] = s.score
@@ -207,10 +293,16 @@ def _write_artifacts(
         "n-shot": {TASK: NUM_FEWSHOT},
         "n-samples": {TASK: {"original": result.n, "effective": result.n}},
         "higher_is_better": {TASK: {METRIC: True}},
+        "configs": {TASK: {"task": TASK, "num_fewshot": NUM_FEWSHOT, "fewshot_split": "train",
+                           "metric_list": [{"metric": METRIC}]}},
         "config": {
-            "model": model,
-            "base_url": base_url + result.endpoint,
-            "num_concurrent": result.concurrency,
+            "model": "local-chat-completions",
+            "model_args": {"model": model, "base_url": base_url + result.endpoint,
+                           "num_concurrent": result.concurrency,
+                           "max_length": plan.context_length if plan else None},
+            "gen_kwargs": {"max_tokens": plan.max_tokens if plan else None,
+                           "temperature": 0, "top_p": 1},
+            "apply_chat_template": True,
             "runner": "pytest-inferbench builtin",
         },
         "failed_requests": result.failed_requests,
@@ -219,8 +311,9 @@ def _write_artifacts(
     path = out_dir / f"results_{stamp}.json"
     write_json_atomic(path, data)
     samples = "".join(
-        json.dumps({"question": i.question, "target": i.answer, "response": r}) + "\n"
-        for i, r in zip(items, responses, strict=True)
+        json.dumps({"doc_id": n, "question": i.question, "target": i.answer,
+                    "shots": [s.question for s in doc_shots], "response": r}) + "\n"
+        for n, (i, doc_shots, r) in enumerate(zip(items, shots, responses, strict=True))
     )
     (out_dir / f"samples_{TASK}_{stamp}.jsonl").write_text(samples, encoding="utf-8")
     return path

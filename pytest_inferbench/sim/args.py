@@ -21,7 +21,7 @@ from .spec_decode import SpecConfig, distribution_from_position_rates
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["ArgvError", "engine_config_from_argv", "framework_of_argv"]
+__all__ = ["ArgvError", "argv_value", "engine_config_from_argv", "framework_of_argv"]
 
 # Flags that take no value (store_true / BooleanOptionalAction), canonical spelling.
 BOOLEAN_FLAGS = frozenset({
@@ -118,6 +118,13 @@ def _parse(args: list[str]) -> _Parsed:
         elif name not in SERVER_FLAGS and name not in specdecode.FLAGS:
             out.ignored.append(word if value is None or eq else f"{word} {value}")
     return out
+
+
+def argv_value(argv: Sequence[str], field: str) -> Any | None:
+    """What a launch argv sets one field to (e.g. "max_model_len" from `--max-model-len` or
+    `--context-length`), typed; None when the argv does not set it."""
+    values = _parse(_strip_program(argv)).values
+    return _typed({field: values[field]})[field] if field in values else None
 
 
 def _is_number(word: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,6 +18,7 @@ from pytest_inferbench.evals.gsm8k import (
     exact_match,
     extract,
     mean_and_stderr,
+    sample_shots,
     score_responses,
     split_shots,
 )
@@ -86,16 +88,23 @@ def test_prompt_is_five_shot_lm_eval_layout() -> None:
     )
 
 
-def test_chat_messages_are_lm_eval_multiturn() -> None:
+def test_chat_messages_are_one_user_turn_as_lm_eval_sends_them() -> None:
     shots = [GsmItem("A?", "a\n#### 1")]
     tail = (
         "\nEnd your response with the answer on the last line, formatted as: #### [number]\nAnswer:"
     )
     assert build_messages(shots, "C?") == [
-        {"role": "user", "content": f"Question: A?{tail}"},
-        {"role": "assistant", "content": "a\n#### 1"},
-        {"role": "user", "content": f"Question: C?{tail}"},
+        {"role": "user", "content": f"Question: A?{tail} a\n#### 1\n\nQuestion: C?{tail}"},
     ]
+
+
+def test_shots_are_drawn_per_question_as_lm_eval_default_sampler() -> None:
+    pool = [GsmItem(f"Q{i}?", f"a\n#### {i}") for i in range(50)]
+    shots = sample_shots(pool, 3)
+    # lm-eval: random.Random(fewshot_random_seed=1234), then sample(fewshot docs, 5) per doc.
+    rng = random.Random(1234)
+    assert shots == [rng.sample(pool, 5) for _ in range(3)]
+    assert shots[0] != shots[1]
 
 
 def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
@@ -118,7 +127,7 @@ def test_shots_come_from_train_beside_test_else_first_five(tmp_path: Path) -> No
     assert len(scored) == 3  # the shots are not scored
     write_jsonl(tmp_path / "train.jsonl", 6, start=100)
     shots, scored = split_shots(test, limit=4)
-    assert shots[0].question == "What is 100 plus 1?" and len(shots) == 5
+    assert shots[0].question == "What is 100 plus 1?" and len(shots) == 6  # the whole pool
     assert len(scored) == 4
 
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
 from pytest_inferbench.evals.lm_eval_runner import lm_eval_available, run_lm_eval, task_config
 from pytest_inferbench.evals.runner import run_gsm8k_eval
-from pytest_inferbench.launch import ClientOptions
 
 
 def test_task_config_carries_the_inferencex_filters(tmp_path: Path) -> None:
-    config = task_config(tmp_path / "shots.jsonl", tmp_path / "scored.jsonl", chat=True)
+    config = task_config(tmp_path / "shots.jsonl", tmp_path / "scored.jsonl")
     filters = {f["name"]: f["filter"][0] for f in config["filter_list"]}
     assert filters["strict-match"]["regex_pattern"] == r"#### (\-?[0-9\.\,]+)"
     assert filters["flexible-extract"]["regex_pattern"] == r"(-?[$0-9.,]{2,})|(-?[0-9]+)"
@@ -22,12 +20,9 @@ def test_task_config_carries_the_inferencex_filters(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not lm_eval_available(), reason="lm-eval is not installed (extra: lm-eval)")
-@pytest.mark.parametrize("chat", [False, True])
-def test_builtin_and_lm_eval_runners_agree(oracle_node, tmp_path: Path, chat: bool) -> None:  # type: ignore[no-untyped-def]
+def test_builtin_and_lm_eval_runners_agree(oracle_node, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     node = oracle_node
     spec = node.spec
-    if chat:
-        spec = dataclasses.replace(spec, client=ClientOptions(True, "/v1/chat/completions"))
     builtin = run_gsm8k_eval(node.base_url, spec, node.server, node.settings, tmp_path)
     harness = run_lm_eval(node.base_url, spec, node.server, node.settings, tmp_path)
     assert builtin.n == harness.n == 40
