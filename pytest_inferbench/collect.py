@@ -21,19 +21,56 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from .backends.base import ServerHandle
-    from .recipe import BenchPoint, ServerConfig
+    from .recipe import BenchPoint, InvalidEntry, ServerConfig
 
 
 class RecipeFile(pytest.File):
-    """One master config. Parsing happens here, lazily; nothing but the YAML is read."""
+    """One master config. Parsing happens here, lazily; nothing but the YAML is read.
+
+    A file that cannot be read fails whole; an invalid entry fails only its own item, so one
+    bad entry never hides the others.
+    """
 
     def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
         try:
-            recipe = load_recipe(self.path)
+            recipe = load_recipe(self.path, strict=False)
         except RecipeError as exc:
             raise self.CollectError(str(exc)) from None
-        for server in recipe.servers:
-            yield ServerNode.from_parent(self, name=server.node_name, server=server)
+        children: list[tuple[int, pytest.Item | pytest.Collector]] = [
+            (entry.line, InvalidEntryItem.from_parent(self, name=entry.config_key, entry=entry))
+            for entry in recipe.invalid_entries
+        ]
+        children += [(server.line, ServerNode.from_parent(self, name=server.node_name,
+                                                          server=server))
+                     for server in recipe.servers]
+        children.sort(key=lambda child: child[0])  # file order; sort is stable within an entry
+        for _, child in children:
+            yield child
+
+
+class InvalidEntryError(Exception):
+    """An entry of a recipe file failed validation (the message lists every problem)."""
+
+
+class InvalidEntryItem(pytest.Item):
+    """Stands for an invalid master entry: it fails with every `file:line` problem of the entry,
+    while the file's other entries collect and run."""
+
+    def __init__(self, *, entry: InvalidEntry, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.entry = entry
+
+    def runtest(self) -> None:
+        raise InvalidEntryError("\n".join(self.entry.problems))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, InvalidEntryError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.entry.line - 1, f"{self.entry.config_key}: invalid entry"
 
 
 class ServerNode(pytest.Collector):
@@ -95,6 +132,10 @@ class BenchItem(pytest.Function):
         super().__init__(**kwargs)
         self.point = point
         self.add_marker(pytest.mark.inferbench(**point.marker_kwargs()))
+        if point.repeated_at:
+            # The recipe gives this point more than once; it runs once. -k duplicate finds it.
+            self.keywords["duplicate"] = "also at line " + ", ".join(map(str, point.repeated_at))
+            self.extra_keyword_matches.add("duplicate")
         if point.server.skip_reason:
             self.add_marker(pytest.mark.skip(reason=point.server.skip_reason))
 

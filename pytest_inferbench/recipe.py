@@ -7,6 +7,7 @@ every ISL/OSL of that entry. One `BenchPoint` is one (isl, osl, concurrency) of 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +25,15 @@ GPU_BY_RUNNER_PREFIX: dict[str, str] = {
     "b300": "B300",
     "gb200": "GB200",
     "gb300": "GB300",
+    "rtx6000pro": "RTX6000PRO",
 }
+# Newer InferenceX files name a runner by its cluster label: `cluster:mi355x-amds`.
+CLUSTER_LABEL_PREFIX = "cluster:"
 
 
 def hardware_for_runner(runner: str) -> str | None:
     """The GPU of a runner type (`mi355x-disagg` -> MI355X), or None when unknown."""
-    name = runner.lower()
+    name = runner.lower().removeprefix(CLUSTER_LABEL_PREFIX)
     for prefix in sorted(GPU_BY_RUNNER_PREFIX, key=len, reverse=True):
         if name == prefix or name.startswith(prefix + "-") or name.startswith(prefix + "_"):
             return GPU_BY_RUNNER_PREFIX[prefix]
@@ -63,6 +67,40 @@ class SeqLenSweep:
 
 
 @dataclass(frozen=True)
+class Worker:
+    """One worker pool of a multinode entry (prefill or decode)."""
+
+    num_worker: int
+    tp: int
+    ep: int
+    dp_attn: bool
+    pp: int = 1
+    dcp: int = 1
+    pcp: int = 1
+    hardware: str | None = None
+    additional_settings: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> str:
+        """`1x8ep8dpa`: workers x TP, then every other parallelism that is not the default."""
+        text = f"{self.num_worker}x{self.tp}"
+        text += _parallel_suffix(self.ep, self.dp_attn, self.pp, self.dcp, self.pcp, sep="")
+        return text + (f"-{self.hardware}" if self.hardware else "")
+
+
+def _parallel_suffix(ep: int, dp_attn: bool, pp: int, dcp: int, pcp: int, sep: str) -> str:
+    parts = [f"pp{pp}" if pp > 1 else "", f"dcp{dcp}" if dcp > 1 else "",
+             f"pcp{pcp}" if pcp > 1 else "", f"ep{ep}" if ep > 1 else "",
+             "dpa" if dp_attn else ""]
+    return "".join(sep + part for part in parts if part)
+
+
+def settings_digest(settings: tuple[str, ...]) -> str:
+    """A short stable tag for additional-settings, which are too long for a node name."""
+    return hashlib.sha256("\n".join(settings).encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """One server node: everything that decides how the server is started."""
 
@@ -84,22 +122,42 @@ class ServerConfig:
     source: Path
     line: int  # 1-based line of the config key
     scenario: str = "fixed-seq-len"  # or "agentic-coding"
-    topology: str = ""  # multinode prefill/decode shape, part of the node name
     skip_reason: str | None = None  # parsed and valid, but not runnable by this plugin yet
+    pp: int = 1
+    dcp: int = 1  # decode context parallelism (`dcp-size`)
+    pcp: int = 1  # prefill context parallelism (`pcp-size`)
+    prefill: Worker | None = None  # multinode entries: the two worker pools
+    decode: Worker | None = None
+    offloading: str = "none"  # agentic KV offloading: `offloading` or `kv-offloading`
+    kv_offload_backend: str | None = None  # `name` or `name@version`
+    dram_utilization: float | None = None
+    router: str | None = None  # `name@version`
+    kv_p2p_transfer: str | None = None
+    # Appended by the schema when two different servers of one entry would share a name.
+    name_suffix: str = ""
+
+    @property
+    def topology(self) -> str:
+        """The part of the node name after the config key that says how the server is built."""
+        if self.prefill is not None and self.decode is not None:
+            text = f"-p{self.prefill.shape}-d{self.decode.shape}"
+            settings = self.prefill.additional_settings + self.decode.additional_settings
+            return text + (f"-s{settings_digest(settings)}" if settings else "")
+        return f"-tp{self.tp}" + _parallel_suffix(self.ep, self.dp_attn, self.pp, self.dcp,
+                                                  self.pcp, sep="-")
 
     @property
     def node_name(self) -> str:
-        name = f"{self.config_key}{self.topology}" if self.topology else (
-            f"{self.config_key}-tp{self.tp}")
+        name = self.config_key + self.topology
         if self.scenario == "agentic-coding" and "agentic" not in self.config_key:
             name += "-agentic"
-        if self.ep > 1 and not self.topology:
-            name += f"-ep{self.ep}"
-        if self.dp_attn and not self.topology:
-            name += "-dpa"
+        if self.offloading != "none":
+            name += f"-offload-{self.offloading}"
+            if self.kv_offload_backend:
+                name += "-" + self.kv_offload_backend.split("@")[0]
         if self.spec_decoding != "none" and "-mtp" not in self.config_key:
             name += "-mtp" if self.spec_decoding == "mtp" else f"-{self.spec_decoding}"
-        return name
+        return name + self.name_suffix
 
     @property
     def launch_spec_name(self) -> str:
@@ -111,10 +169,15 @@ class ServerConfig:
         return self.spec_decoding != "none"
 
     def points(self) -> tuple[BenchPoint, ...]:
+        """One point per (isl, osl, conc); a point rows repeat is kept once, at its first line."""
+        lines: dict[tuple[int, int, int], list[int]] = {}
+        for sweep in self.sweeps:
+            for conc in sweep.concurrencies:
+                lines.setdefault((sweep.isl, sweep.osl, conc), []).append(sweep.line)
         return tuple(
-            BenchPoint(server=self, isl=s.isl, osl=s.osl, conc=c, line=s.line)
-            for s in self.sweeps
-            for c in s.concurrencies
+            BenchPoint(server=self, isl=isl, osl=osl, conc=conc, line=at[0],
+                       repeated_at=tuple(at[1:]))
+            for (isl, osl, conc), at in lines.items()
         )
 
 
@@ -127,6 +190,7 @@ class BenchPoint:
     osl: int
     conc: int
     line: int
+    repeated_at: tuple[int, ...] = ()  # later recipe lines that give this same point again
 
     @property
     def name(self) -> str:
@@ -172,8 +236,18 @@ class BenchPoint:
 
 
 @dataclass(frozen=True)
+class InvalidEntry:
+    """A master entry that failed validation: its key, its line and every problem found."""
+
+    config_key: str
+    line: int
+    problems: tuple[str, ...]  # `path:line: key.path: problem (expected ...)` each
+
+
+@dataclass(frozen=True)
 class RecipeFile:
-    """A whole master config: its server nodes in file order."""
+    """A whole master config: its server nodes in file order, and the entries that are invalid."""
 
     path: Path
     servers: tuple[ServerConfig, ...]
+    invalid_entries: tuple[InvalidEntry, ...] = ()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
+# Imported before any in-process pytester run: pytester forgets the modules a run imported
+# first, and numpy's C extension cannot be imported a second time in one process.
+import numpy  # noqa: F401
 import pytest
 
 from pytest_inferbench.testing.recipes import master_entry

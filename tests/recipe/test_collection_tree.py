@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_inferbench.recipe import settings_digest
+
 ROWS_SPEC_PAIR = [
     "{ tp: 4, conc-list: [1, 2] }",
     "{ tp: 4, spec-decoding: mtp, conc-list: [1, 2] }",
@@ -161,10 +163,14 @@ def test_multinode_and_agentic_are_collected_and_skip_with_reason(
     pytester: pytest.Pytester, write_master
 ) -> None:  # type: ignore[no-untyped-def]
     write_master(MULTINODE)
+    # The node name carries the whole topology: workers x TP, EP, DP-attention of both pools,
+    # and a digest of their additional-settings.
+    node = ("dsr1-fp8-mi355x-sglang-disagg-p1x8ep8dpa-d2x8ep8dpa-s"
+            + settings_digest(("PREFILL_NODES=1",)))
     assert collected(pytester) == [
-        "amd-master.yaml::dsr1-fp8-mi355x-sglang-disagg-p1x8-d2x8::isl1024-osl1024-conc512",
-        "amd-master.yaml::dsr1-fp8-mi355x-sglang-disagg-p1x8-d2x8::isl1024-osl1024-conc1024",
-        "amd-master.yaml::agent-fp4-b200-vllm-tp8-agentic::agentic-conc4",
+        f"amd-master.yaml::{node}::isl1024-osl1024-conc512",
+        f"amd-master.yaml::{node}::isl1024-osl1024-conc1024",
+        "amd-master.yaml::agent-fp4-b200-vllm-tp8-agentic-offload-cpu::agentic-conc4",
     ]
     result = pytester.runpytest("-rs")
     result.assert_outcomes(skipped=3)

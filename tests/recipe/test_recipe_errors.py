@@ -41,7 +41,8 @@ def errors_of(tmp_path: Path, text: str) -> list[str]:
             "  precision: fp4\n",
             "  precision: fp4\n  flavour: x\n",
             "L7: k-fp4-mi355x-atom.flavour: unknown key (expected one of: image, model, "
-            "model-prefix, runner, precision, framework, multinode, scenarios, disagg)",
+            "model-prefix, runner, precision, framework, multinode, scenarios, disagg, router, "
+            "kv-p2p-transfer, recipe-fingerprint)",
         ),
         ("  multinode: false\n", "", "L2: k-fp4-mi355x-atom.multinode: missing required key"),
         (
@@ -101,7 +102,8 @@ def errors_of(tmp_path: Path, text: str) -> list[str]:
             "  runner: mi355x\n",
             "  runner: tpu-v5\n",
             "L5: k-fp4-mi355x-atom.runner: unknown runner 'tpu-v5' (expected a name starting with "
-            "one of: b200, b300, gb200, gb300, h100, h200, mi300x, mi325x, mi355x)",
+            "one of: b200, b300, gb200, gb300, h100, h200, mi300x, mi325x, mi355x, rtx6000pro, "
+            "optionally after 'cluster:')",
         ),
         (
             "  model: amd/MiniMax-M3-MXFP4\n",
@@ -151,12 +153,17 @@ def test_duplicate_config_key(tmp_path: Path) -> None:
     ]
 
 
-def test_duplicate_points_are_rejected(tmp_path: Path) -> None:
-    text = GOOD.replace("conc-start: 1, conc-end: 8", "conc-list: [4, 4]")
-    assert errors_of(tmp_path, text) == [
-        "L14: k-fp4-mi355x-atom: duplicate point k-fp4-mi355x-atom-tp4::isl1024-osl1024-conc4 "
-        "(first at line 14)"
-    ]
+def test_a_point_given_twice_runs_once_and_says_so(pytester: pytest.Pytester) -> None:
+    (pytester.path / "amd-master.yaml").write_text(
+        GOOD.replace("conc-start: 1, conc-end: 8 }", "conc-list: [4, 8] }\n"
+                     "          - { tp: 4, conc-list: [8, 16] }"))
+    result = pytester.runpytest("--collect-only", "-q", "-k", "duplicate")
+    # Two rows of one server merge; conc 8 (given by both) is one point, marked as repeated.
+    assert [line for line in result.outlines if "::" in line] == [
+        "amd-master.yaml::k-fp4-mi355x-atom-tp4::isl1024-osl1024-conc8"]
+    items, _ = pytester.inline_genitems("-q")
+    assert [i.name for i in items] == [f"isl1024-osl1024-conc{c}" for c in (4, 8, 16)]
+    assert items[1].keywords["duplicate"] == "also at line 15"
 
 
 def test_all_errors_of_a_file_are_reported_at_once(tmp_path: Path) -> None:
@@ -173,21 +180,27 @@ def test_all_errors_of_a_file_are_reported_at_once(tmp_path: Path) -> None:
     assert "unknown runner 'tpu'" in messages[2]
 
 
-def test_collection_error_goes_through_pytest(pytester: pytest.Pytester) -> None:
-    good = pytester.path / "nvidia-master.yaml"
-    good.write_text(GOOD.replace("mi355x", "h200"))
-    (pytester.path / "amd-master.yaml").write_text(GOOD.replace("{ tp: 4,", "{ tp: 0,"))
-    result = pytester.runpytest("--collect-only", "-q")
+def test_a_bad_entry_fails_its_own_item_and_the_others_collect(
+    pytester: pytest.Pytester,
+) -> None:
+    other = GOOD.replace("k-fp4-mi355x-atom:", "other-fp4-mi355x-atom:")
+    bad = GOOD.replace("{ tp: 4,", "{ tp: 0,").replace("  runner: mi355x\n", "  runner: tpu\n")
+    (pytester.path / "amd-master.yaml").write_text(bad + "\n" + other)
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "--inferbench-backend=sim",
+                                "-k", "k-fp4")
+    # One failing item for the bad entry, with every problem of that entry; no collection error.
+    result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert (
-        "amd-master.yaml:14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].tp: "
-        "got 0 (expected an integer >= 1)"
-    ) in out
-    assert "Interrupted: 1 error during collection" in out
+    assert "amd-master.yaml:5: k-fp4-mi355x-atom.runner: unknown runner 'tpu'" in out
+    assert ("amd-master.yaml:14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0]"
+            ".tp: got 0 (expected an integer >= 1)") in out
     assert "Traceback" not in out
-    # The other recipe still collects: a bad file does not hide the good ones' items.
-    result = pytester.runpytest("--collect-only", "-q", "--continue-on-collection-errors")
-    assert sum("nvidia-master.yaml::" in line for line in result.outlines) == 4
+    collected = pytester.runpytest("--collect-only", "-q").outlines
+    assert [line for line in collected if "::" in line] == [
+        "amd-master.yaml::k-fp4-mi355x-atom",
+        *(f"amd-master.yaml::other-fp4-mi355x-atom-tp4::isl1024-osl1024-conc{c}"
+          for c in (1, 2, 4, 8)),
+    ]
 
 
 def test_missing_launch_spec_errors_every_point_at_setup(pytester: pytest.Pytester) -> None:
