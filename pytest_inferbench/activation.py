@@ -21,7 +21,6 @@ import pytest
 from . import report
 from .backends import reaper
 from .backends.registry import backend_info
-from .changelog.items import is_changelog
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -72,7 +71,8 @@ def is_recipe_file(path: Path, settings: Settings) -> bool:
 
 def is_benchmark_file(path: Path, settings: Settings) -> bool:
     """A recipe or a `perf-changelog.yaml` beside recipes."""
-    return is_recipe_file(path, settings) or is_changelog(path, settings.recipe_globs)
+    return is_recipe_file(path, settings) or settings.layout.is_changelog(path,
+                                                                      settings.recipe_globs)
 
 
 def engage_for_node_ids(config: pytest.Config, node_ids: Iterable[str],

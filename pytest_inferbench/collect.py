@@ -103,7 +103,7 @@ class ServerNode(pytest.Collector):
 
         state = get_session_state(self.config)
         settings = state.settings
-        launch_dir = settings.launch_dir or Path(self.server.source).parent / "launch"
+        launch_dir = settings.launch_dir or settings.layout.launch_dir_for(self.server.source)
         # Every backend needs the spec: the argv to run, or (external) the served model name
         # and client options.
         self.spec = resolve(self.server, launch_dir,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from .backends.registry import BACKENDS as REGISTRY
+from .layout import BESIDE_RECIPES, Layout, discover
 from .workload import DEFAULT_RANGE_RATIO, WARMUP_MODES
 
 BACKENDS = tuple(REGISTRY)
@@ -77,7 +78,12 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-pr", type=int, default=None, metavar="N",
         help="changelog items: entries added since --inferbench-changelog-base must link PR N")
     add("--inferbench-changelog-base", default=None, metavar="REV",
-        help="git revision the changelog is compared against (default origin/main)")
+        help="git revision the changelog is compared against: history immutable, additions at "
+             "the end, added entries name configs the branch changed (default with "
+             "--inferbench-pr: origin/main)")
+    add("--inferbench-changed-since", default=None, metavar="REV",
+        help="run only the server nodes whose recipe entry, launch spec or server script "
+             "changed since git revision REV, or that changelog entries added since REV name")
     add("--inferbench-runner-name", default=None, metavar="NAME",
         help="runner name that ends each point's RESULT_FILENAME, as InferenceX's workflow "
              "names it (default: $RUNNER_NAME on a GitHub runner, else the recipe's runner)")
@@ -93,6 +99,17 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("inferbench_eval_data", "GSM8K jsonl for eval items", default="")
     parser.addini("inferbench_eval_required", "fail eval items that have no data", type="bool",
                   default=False)
+    # Where things are (relative to the rootdir); an InferenceX checkout needs none of these.
+    parser.addini("inferbench_recipe_dirs", "directories of recipe files, collected even when "
+                  "their names start with a dot (InferenceX: .github/configs)", type="linelist",
+                  default=[])
+    parser.addini("inferbench_changelog", "the perf-changelog.yaml to check (InferenceX: the "
+                  "repository root's; default: one beside the recipes)", default="")
+    parser.addini("inferbench_eval_thresholds", "eval thresholds JSON (InferenceX: "
+                  "utils/evals/thresholds.json; default: evals/thresholds.json beside the "
+                  "recipes)", default="")
+    parser.addini("inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
+                  "each recipe file); --inferbench-launch-dir overrides it", default="")
 
 
 @dataclass(frozen=True)
@@ -122,12 +139,14 @@ class Settings:
     eval_runner: str
     eval_limit: int | None
     pr_number: int | None
-    changelog_base: str
+    changelog_base: str | None  # None: no changelog gate unless --inferbench-pr is given
     plots: bool
     range_ratio: float = DEFAULT_RANGE_RATIO
     warmup: str = "same"
     slurm: SlurmSettings = field(default_factory=lambda: SlurmSettings())
     runner_name: str | None = None
+    layout: Layout = BESIDE_RECIPES
+    changed_since: str | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -174,12 +193,19 @@ class Settings:
             eval_runner=opt("inferbench_eval_runner") or "builtin",
             eval_limit=_int(opt("inferbench_eval_limit")),
             pr_number=_int(opt("inferbench_pr")),
-            changelog_base=opt("inferbench_changelog_base") or "origin/main",
+            changelog_base=opt("inferbench_changelog_base"),
             plots=not config.getoption("inferbench_no_plots"),
             range_ratio=ratio,
             warmup=opt("inferbench_warmup") or "same",
             slurm=SlurmSettings.from_config(config),
             runner_name=opt("inferbench_runner_name"),
+            changed_since=opt("inferbench_changed_since"),
+            layout=discover(
+                config.rootpath, tuple(config.getini("inferbench_recipes")),
+                recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
+                changelog=str(config.getini("inferbench_changelog")),
+                thresholds=str(config.getini("inferbench_eval_thresholds")),
+                launch_dir=str(config.getini("inferbench_launch_dir"))),
         )
 
 

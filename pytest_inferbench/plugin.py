@@ -59,6 +59,14 @@ def pytest_keyboard_interrupt() -> None:
     reaper.mark_interrupted()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # pytest skips dot-directories; InferenceX keeps its master configs in .github/configs.
+    if collection_path in state.get_session_state(config).unignored_dirs:
+        return False
+    return None
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     settings = state.get_session_state(parent.config).settings
     if not activation.is_benchmark_file(file_path, settings):
@@ -83,8 +91,17 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     return [*lines, f"inferbench: {len(nodes)} server nodes, {len(points)} benchmark points"]
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rev = state.get_session_state(config).settings.changed_since
+    if rev is not None:
+        from .selection import changed_since
+
+        changed_since(config, items, rev)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def keep_server_nodes_contiguous(items: list[pytest.Item]) -> None:
     # Reordering plugins could interleave servers and restart them; keep each node contiguous.
     first_seen: dict[str, int] = {}
     for index, item in enumerate(items):

@@ -17,7 +17,6 @@ import re
 from typing import TYPE_CHECKING
 
 from . import yamllines
-
 from .recipe import (
     GPU_BY_RUNNER_PREFIX,
     InvalidEntry,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,6 +28,8 @@ class SessionState:
     run_id: str
     start_context: StartContext
     load: LoadSettings
+    # Directories pytest would skip (dot-directories) that hold recipes, for pytest_ignore_collect.
+    unignored_dirs: frozenset[Path] = field(default_factory=frozenset)
 
 
 STATE_KEY = pytest.StashKey[SessionState]()
@@ -48,6 +51,7 @@ def create_session_state(config: pytest.Config) -> SessionState:
         load=LoadSettings(prompts_per_conc=settings.prompts_per_conc, seed=settings.seed,
                           request_rate=settings.request_rate, range_ratio=settings.range_ratio,
                           warmup=settings.warmup),
+        unignored_dirs=settings.layout.unignored(),
     )
     config.stash[STATE_KEY] = state
     return state

@@ -1,14 +1,15 @@
 """Typed accessors over composed YAML nodes that record `path:line: key.path: problem` errors.
 
-The YAML is composed by `yamllines` into nodes, which carry their line marks, and walked by hand; every accessor
-records what is wrong and returns None instead of raising, so one walk reports every problem.
+`yamllines` composes the YAML into nodes that carry their line marks; they are walked by hand,
+and every accessor records what is wrong and returns None instead of raising, so one walk
+reports every problem.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import yamllines
 from .recipe import expand_concurrency

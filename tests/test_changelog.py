@@ -9,12 +9,12 @@ import pytest
 
 from pytest_inferbench.changelog import (
     ChangelogError,
-    added_indices,
     check_entry,
     known_config_keys,
     load_changelog,
     parse_changelog,
 )
+from pytest_inferbench.changelog.gate import compute_gate
 from pytest_inferbench.testing.recipes import master_entry
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def check_all(repo: Path, pr: int, base: str = "main") -> list[list[str]]:
     path = repo / "perf-changelog.yaml"
     changelog = load_changelog(path)
     keys = known_config_keys(repo)
-    added = added_indices(path, base)
+    added = compute_gate(path, base, [repo / "amd-master.yaml"]).added
     return [check_entry(e, keys, pr, e.index in added) for e in changelog.entries]
 
 
@@ -82,7 +82,7 @@ def test_new_entry_linking_this_pr_or_placeholder_passes(repo: Path, link: str) 
 
 def test_unknown_base_revision_is_a_clear_error(repo: Path) -> None:
     with pytest.raises(ChangelogError, match="'origin/nope': no such git revision"):
-        added_indices(repo / "perf-changelog.yaml", "origin/nope")
+        compute_gate(repo / "perf-changelog.yaml", "origin/nope", [])
 
 
 def test_entry_problems(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_entry_problems(tmp_path: Path) -> None:
 """
     changelog = parse_changelog(text, tmp_path / "perf-changelog.yaml")
     (entry,) = changelog.entries
-    failures = check_entry(entry, {"minimaxm3-fp4-mi355x-atom"}, None, added=False)
+    failures = check_entry(entry, {"minimaxm3-fp4-mi355x-atom"}, None, added=True)
     where = tmp_path / "perf-changelog.yaml"
     assert failures == [
         f"{where}:4: unknown field 'colour'",
@@ -133,10 +133,12 @@ def test_changelog_items_in_a_plugin_run(pytester: pytest.Pytester) -> None:
         "--inferbench-changelog-base",
         "main",
     )
-    result.assert_outcomes(passed=1, failed=1, deselected=2)
+    # The history check and the old entry pass; the added entry fails.
+    result.assert_outcomes(passed=2, failed=1, deselected=2)
     result.stdout.fnmatch_lines(
         [
             "*new entry links PR 1850, but it is added by PR 1917*",
+            "*config 'minimaxm3-fp4-mi355x-atom-mtp' is not changed since main*",
             "FAILED perf-changelog.yaml::entry2 - *",
         ]
     )
@@ -144,3 +146,11 @@ def test_changelog_items_in_a_plugin_run(pytester: pytest.Pytester) -> None:
     pytester.runpytest("-p", "no:cacheprovider", "-m", "changelog").assert_outcomes(
         passed=2, deselected=2
     )
+
+
+def test_historical_entries_are_not_held_to_live_config_keys(tmp_path: Path) -> None:
+    text = OLD_ENTRY.replace("- minimaxm3-fp4-mi355x-atom\n", "- since-deprecated-config\n")
+    (entry,) = parse_changelog(text, tmp_path / "perf-changelog.yaml").entries
+    assert check_entry(entry, {"minimaxm3-fp4-mi355x-atom"}, 1900, added=False) == []
+    assert check_entry(entry, {"minimaxm3-fp4-mi355x-atom"}, 1900, added=True) == [
+        "entry at line 1: config key 'since-deprecated-config' not found in master configs"]

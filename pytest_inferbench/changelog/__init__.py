@@ -1,16 +1,15 @@
 """`perf-changelog.yaml` checks (InferenceX format, inferencex-formats.md §7).
 
 For the collection code: `load_changelog(path) -> Changelog` (entries with their lines, plus
-file-level problems), `known_config_keys(directory, globs)`, `added_indices(path, base_rev)`
-(entries new relative to a git revision) and `check_entry(entry, known_keys, pr_number,
-added) -> list[str]`. Each entry becomes one item; file-level problems belong to the first.
+file-level problems), `known_config_keys(directory, globs)` and `check_entry(entry,
+known_keys, pr_number, added) -> list[str]`; `gate.py` compares the file with a base revision.
+Each entry becomes one item; file-level problems belong to the first.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,36 +129,14 @@ def known_config_keys(directory: Path, globs: tuple[str, ...] = ("*-master.yaml"
     return keys
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", "-C", str(cwd), *args], capture_output=True, text=True, check=False, timeout=60
-    )
-
-
-def added_indices(path: Path, base_rev: str) -> set[int]:
-    """Indices of entries that are not in the file at `base_rev` (all, if it did not exist)."""
-    directory = path.resolve().parent
-    top = _git(directory, "rev-parse", "--show-toplevel")
-    if top.returncode != 0:
-        raise ChangelogError(f"{path}: not in a git repository ({top.stderr.strip()})")
-    relative = path.resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
-    if _git(directory, "rev-parse", "--verify", "--quiet", f"{base_rev}^{{commit}}").returncode:
-        raise ChangelogError(f"--inferbench-changelog-base {base_rev!r}: no such git revision")
-    shown = _git(directory, "show", f"{base_rev}:{relative}")
-    head = load_changelog(path)
-    if shown.returncode != 0:
-        return {e.index for e in head.entries}  # the file is new on this branch
-    base = {e.identity for e in parse_changelog(shown.stdout, path).entries}
-    return {e.index for e in head.entries if e.identity not in base}
-
-
 def check_entry(
     entry: ChangelogEntry, known_keys: set[str], pr_number: int | None, added: bool
 ) -> list[str]:
-    """Everything wrong with one entry, one line each."""
+    """Everything wrong with one entry, one line each. Only entries the branch added are held
+    to live config keys and to the PR number: history is never re-judged."""
     where = f"entry at line {entry.line}"
     failures = list(entry.problems)
-    for key in entry.config_keys:
+    for key in entry.config_keys if added else ():
         if "*" in key:
             if not any(fnmatch.fnmatchcase(k, key) for k in known_keys):
                 failures.append(

@@ -1,12 +1,13 @@
-"""`perf-changelog.yaml` beside the recipes becomes one item per entry (marker `changelog`).
+"""The changelog becomes one item per entry (marker `changelog`), plus a `history` item.
 
-File-level problems (trailing newline, tabs, ...) fail the first entry's item; with
-`--inferbench-pr N`, entries added since `--inferbench-changelog-base` must link PR N.
+File-level problems (trailing newline, tabs, ...) fail the first entry's item. With a base
+revision (`--inferbench-changelog-base REV`, or origin/main with `--inferbench-pr N`) the
+`history` item checks that existing entries are untouched and additions are appended, and
+each added entry must name live configs that the branch changed, and link PR N (or XXX).
 """
 
 from __future__ import annotations
 
-import fnmatch
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,100 +16,118 @@ from . import (
     Changelog,
     ChangelogEntry,
     ChangelogError,
-    added_indices,
     check_entry,
     known_config_keys,
     load_changelog,
 )
+from .gate import Gate, compute_gate, recipe_files, untouched_configs
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
-CHANGELOG_NAME = "perf-changelog.yaml"
+    from ..options import Settings
+
 CHANGELOG_MARKER = "changelog: a perf-changelog.yaml entry check"
+DEFAULT_BASE = "origin/main"
 
 
-def is_changelog(file_path: Path, recipe_globs: tuple[str, ...]) -> bool:
-    """A perf-changelog.yaml with master configs beside it."""
-    if file_path.name != CHANGELOG_NAME:
-        return False
-    return any(fnmatch.fnmatch(p.name, g) for p in file_path.parent.iterdir() for g in recipe_globs)
+def base_revision(settings: Settings) -> str | None:
+    if settings.changelog_base is not None:
+        return settings.changelog_base
+    return DEFAULT_BASE if settings.pr_number is not None else None
 
 
 class ChangelogFile(pytest.File):
     """The entries of one changelog; git and the master configs are read once per file."""
 
-    _added_cache: dict[str, set[int]] | None = None
+    _gate: Gate | ChangelogError | None = None
     _keys_cache: set[str] | None = None
 
-    def added(self, base_rev: str) -> set[int]:
-        if self._added_cache is None:
-            self._added_cache = {}
-        if base_rev not in self._added_cache:
-            self._added_cache[base_rev] = added_indices(self.path, base_rev)
-        return self._added_cache[base_rev]
+    @property
+    def settings(self) -> Settings:
+        from ..state import get_session_state
 
-    def known_keys(self, globs: tuple[str, ...]) -> set[str]:
+        return get_session_state(self.config).settings
+
+    def recipes(self) -> list[Path]:
+        layout = self.settings.layout
+        return recipe_files(layout.changelog_recipe_dirs(self.path), self.settings.recipe_globs)
+
+    def gate(self, base_rev: str) -> Gate:
+        if self._gate is None:
+            try:
+                self._gate = compute_gate(self.path, base_rev, self.recipes())
+            except ChangelogError as exc:
+                self._gate = exc
+        if isinstance(self._gate, ChangelogError):
+            raise self._gate
+        return self._gate
+
+    def known_keys(self) -> set[str]:
         if self._keys_cache is None:
-            self._keys_cache = known_config_keys(self.path.parent, globs)
+            layout = self.settings.layout
+            self._keys_cache = set().union(*(
+                known_config_keys(directory, self.settings.recipe_globs)
+                for directory in layout.changelog_recipe_dirs(self.path)))
         return self._keys_cache
 
     def collect(self) -> Iterable[pytest.Item]:
-        from ..state import get_session_state
-
-        settings = get_session_state(self.config).settings
         try:
             changelog = load_changelog(self.path)
         except ChangelogError as exc:
             raise self.CollectError(str(exc)) from None
+        if base_revision(self.settings) is not None:
+            yield HistoryItem.from_parent(self, name="history")
         if not changelog.entries:
-            yield ChangelogItem.from_parent(
-                self, name="file", changelog=changelog, entry=None, globs=settings.recipe_globs
-            )
+            yield ChangelogItem.from_parent(self, name="file", changelog=changelog, entry=None)
         for entry in changelog.entries:
-            yield ChangelogItem.from_parent(
-                self,
-                name=f"entry{entry.index + 1}",
-                changelog=changelog,
-                entry=entry,
-                globs=settings.recipe_globs,
-            )
+            yield ChangelogItem.from_parent(self, name=f"entry{entry.index + 1}",
+                                            changelog=changelog, entry=entry)
 
 
 class ChangelogItem(pytest.Item):
-    def __init__(
-        self,
-        *,
-        changelog: Changelog,
-        entry: ChangelogEntry | None,
-        globs: tuple[str, ...],
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, changelog: Changelog, entry: ChangelogEntry | None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.changelog = changelog
         self.entry = entry
-        self.globs = globs
         self.add_marker(pytest.mark.changelog)
+        # -k "minimaxm3 and mi355x" selects the entries that name those configs too.
+        if entry is not None:
+            self.extra_keyword_matches.update(entry.config_keys)
 
     def runtest(self) -> None:
-        from ..state import get_session_state
-
-        settings = get_session_state(self.config).settings
+        settings = self._file.settings
         failures: list[str] = []
         if self.entry is None or self.entry.index == 0:
             failures += self.changelog.problems
         if self.entry is not None:
-            added = False
-            if settings.pr_number is not None:
-                try:
-                    added = self.entry.index in self._file.added(settings.changelog_base)
-                except ChangelogError as exc:
-                    failures.append(str(exc))
-            known = self._file.known_keys(self.globs)
-            failures += check_entry(self.entry, known, settings.pr_number, added)
+            failures += self._entry_failures(settings)
         if failures:
             raise ChangelogCheckFailed("\n".join(failures))
+
+    def is_added(self) -> bool:
+        """Whether the branch added this entry (needs a base revision)."""
+        base = base_revision(self._file.settings)
+        return (base is not None and self.entry is not None
+                and self.entry.index in self._file.gate(base).added)
+
+    def _entry_failures(self, settings: Settings) -> list[str]:
+        assert self.entry is not None
+        base = base_revision(settings)
+        try:
+            added = self.is_added()
+        except ChangelogError as exc:
+            return [str(exc)]
+        known = self._file.known_keys()
+        failures = check_entry(self.entry, known, settings.pr_number, added)
+        if added and base is not None:
+            failures += [
+                f"entry at line {self.entry.line}: config {key!r} is not changed since {base} "
+                "(no recipe entry, launch spec or server script of it in the diff)"
+                for key in untouched_configs(self.entry, self._file.gate(base), known)]
+        return failures
 
     @property
     def _file(self) -> ChangelogFile:
@@ -123,6 +142,33 @@ class ChangelogItem(pytest.Item):
     def reportinfo(self) -> tuple[Any, int, str]:
         line = self.entry.line if self.entry else 1
         return self.path, line - 1, f"{self.name} (line {line})"
+
+
+class HistoryItem(pytest.Item):
+    """Existing entries unchanged byte for byte, additions appended after one empty line."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.changelog)
+
+    def runtest(self) -> None:
+        assert isinstance(self.parent, ChangelogFile)
+        base = base_revision(self.parent.settings)
+        assert base is not None
+        try:
+            failures = list(self.parent.gate(base).history_failures)
+        except ChangelogError as exc:
+            failures = [str(exc)]
+        if failures:
+            raise ChangelogCheckFailed("\n".join(failures))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ChangelogCheckFailed):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Any, int, str]:
+        return self.path, 0, "history"
 
 
 class ChangelogCheckFailed(Exception):

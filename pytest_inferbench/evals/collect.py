@@ -63,7 +63,7 @@ def wants_eval_item(config: pytest.Config, server: ServerConfig) -> bool:
     return (
         settings.eval_data is not None
         or settings.eval_required
-        or thresholds_path(server).is_file()
+        or thresholds_path(server, settings.layout).is_file()
     )
 
 

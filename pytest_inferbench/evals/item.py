@@ -81,7 +81,8 @@ def run_eval_item(
             pytest.fail(f"{reason}; inferbench_eval_required is set", pytrace=False)
         pytest.skip(reason)
     try:
-        threshold = lookup_threshold(thresholds_path(server), server.model_prefix, TASK)
+        threshold = lookup_threshold(thresholds_path(server, settings.layout), server.model_prefix,
+                                     TASK)
         with _eval_server(server, spec, base_url, settings, ctx) as url:
             runner = run_lm_eval if settings.eval_runner == "lm-eval" else run_gsm8k_eval
             result = runner(url, spec, server, settings, settings.results_dir)

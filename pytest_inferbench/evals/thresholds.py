@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..layout import Layout
     from ..recipe import ServerConfig
     from .runner import EvalResult
 
@@ -23,10 +24,11 @@ class ThresholdsError(Exception):
     """The thresholds file is malformed; the message names the file."""
 
 
+def thresholds_path(server: ServerConfig, layout: Layout) -> Path:
+    """InferenceX's `utils/evals/thresholds.json` in its checkout, else
+    `<recipe dir>/evals/thresholds.json` (or where `inferbench_eval_thresholds` says)."""
+    return layout.thresholds_for(Path(server.source))
 
-def thresholds_path(server: ServerConfig) -> Path:
-    """InferenceX keeps thresholds beside the recipes: `<recipe dir>/evals/thresholds.json`."""
-    return Path(server.source).resolve().parent / "evals" / "thresholds.json"
 
 @dataclass(frozen=True)
 class Threshold:

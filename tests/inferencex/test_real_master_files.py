@@ -71,5 +71,5 @@ def test_multinode_and_agentic_entries_skip_with_their_reason(
     outcomes = result.parseoutcomes()
     assert outcomes["skipped"] > 0
     assert set(outcomes) == {"skipped", "deselected"}, outcomes
-    result.stdout.fnmatch_lines(["*multinode: not supported yet*",
-                                 "*agentic-coding: not supported yet*"])
+    for reason in ("multinode: not supported yet", "agentic-coding: not supported yet"):
+        result.stdout.fnmatch_lines([f"SKIPPED * {reason}"])
