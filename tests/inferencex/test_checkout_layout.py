@@ -9,9 +9,10 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .conftest import REPO
+from .conftest import REPO, inferencex_source
 
-GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+# The shared data sit beside the InferenceX checkout (../shared/data/gsm8k).
+GSM8K = inferencex_source().parent / "data" / "gsm8k" / "test.jsonl"
 
 
 def test_minimaxm3_atom_sweep_with_evals_and_changelog_at_the_root(inferencex_copy: Path) -> None:

@@ -1,0 +1,44 @@
+"""Where recipes, changelog and thresholds live, named by ini options outside InferenceX."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_inferbench.testing.recipes import master_entry
+
+CHANGELOG = """\
+- config-keys:
+    - k-fp4-mi355x-atom
+  description:
+    - "Add k"
+  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/1
+"""
+
+
+def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", *args)
+    return [line for line in result.outlines if "::" in line]
+
+
+def test_recipe_dir_changelog_and_thresholds_from_ini(pytester: pytest.Pytester) -> None:
+    hidden = pytester.path / ".bench"
+    hidden.mkdir()
+    (hidden / "amd-master.yaml").write_text(master_entry("k-fp4-mi355x-atom"))
+    (pytester.path / "docs").mkdir()
+    (pytester.path / "docs" / "perf-changelog.yaml").write_text(CHANGELOG)
+    (pytester.path / "limits.json").write_text(json.dumps({"default": {"gsm8k": 0.5}}))
+    # pytest skips dot-directories: without the option nothing is collected.
+    assert collected(pytester) == []
+    pytester.makeini("[pytest]\ninferbench_recipe_dirs = .bench\n"
+                     "inferbench_changelog = docs/perf-changelog.yaml\n"
+                     "inferbench_eval_thresholds = limits.json\n")
+    assert collected(pytester) == [
+        ".bench/amd-master.yaml::k-fp4-mi355x-atom-tp4::isl1024-osl1024-conc1",
+        # The thresholds file asks for evals; the changelog is checked against .bench.
+        ".bench/amd-master.yaml::k-fp4-mi355x-atom-tp4::eval-gsm8k",
+        "docs/perf-changelog.yaml::entry1",
+    ]
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-m", "changelog")
+    result.assert_outcomes(passed=1, deselected=2)
