@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 import pytest
 from lifecycle_helpers import cancel_jobs, slurm_jobs, write_recipe
 
+from pytest_inferbench.result_files import AGG_PREFIX, point_record
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -95,8 +97,10 @@ def wait_for_servers(tmp_path: Path, run: Run, count: int, timeout_s: float = 90
 
 
 def point_files(tmp_path: Path) -> dict[str, dict[str, object]]:
-    return {p.name: json.loads(p.read_text())
-            for p in (tmp_path / "results" / "points").glob("*.json")}
+    """The raw point files, their `inferbench` namespace flattened (agg files left out)."""
+    return {p.name: point_record(json.loads(p.read_text()))
+            for p in (tmp_path / "results" / "points").glob("*.json")
+            if not p.name.startswith(AGG_PREFIX)}
 
 
 ATOM_ONLY = ('command: [python3, -m, atom.entrypoints.openai_server]\n'
