@@ -42,6 +42,8 @@ def _end_to_end(headers: httpx.Headers | Sequence[tuple[str, str]]) -> dict[str,
 
 class Router:
     def __init__(self, workers: Sequence[str]) -> None:
+        if not workers:
+            raise ValueError("a router needs at least one worker")
         self.workers = [w if "://" in w else f"http://{w}" for w in workers]
         self._next = itertools.cycle(self.workers)
         # No read timeout: a long generation streams for as long as the worker takes.
@@ -61,30 +63,33 @@ class Router:
         yield
         await self.client.aclose()
 
-    async def health(self, request: Request) -> Response:
-        last: httpx.Response | None = None
+    async def _ask_every_worker(self, path: str,
+                                failure_status: int) -> list[httpx.Response] | Response:
+        """GET `path` from each worker in turn; the first worker that fails decides the answer."""
+        answers = []
         for worker in self.workers:
             try:
-                last = await self.client.get(f"{worker}/health", timeout=HEALTH_TIMEOUT_S)
+                answer = await self.client.get(f"{worker}{path}", timeout=HEALTH_TIMEOUT_S)
             except httpx.HTTPError as exc:
-                return PlainTextResponse(f"worker {worker}: {type(exc).__name__}", 503)
-            if last.status_code != 200:
-                return PlainTextResponse(f"worker {worker}: HTTP {last.status_code}", 503)
-        return Response(b"", 200, headers=_end_to_end(last.headers) if last else None)
+                return PlainTextResponse(f"worker {worker}: {type(exc).__name__}", failure_status)
+            if answer.status_code != 200:
+                return PlainTextResponse(f"worker {worker}: HTTP {answer.status_code}",
+                                         failure_status)
+            answers.append(answer)
+        return answers
+
+    async def health(self, request: Request) -> Response:
+        answers = await self._ask_every_worker("/health", 503)
+        if isinstance(answers, Response):
+            return answers
+        return Response(b"", 200, headers=_end_to_end(answers[-1].headers))
 
     async def metrics(self, request: Request) -> Response:
-        parts = []
-        headers: dict[str, str] = {}
-        for worker in self.workers:
-            try:
-                answer = await self.client.get(f"{worker}/metrics", timeout=HEALTH_TIMEOUT_S)
-            except httpx.HTTPError as exc:
-                return PlainTextResponse(f"worker {worker}: {type(exc).__name__}", 502)
-            if answer.status_code != 200:
-                return PlainTextResponse(f"worker {worker}: HTTP {answer.status_code}", 502)
-            parts.append(answer.text)
-            headers = _end_to_end(answer.headers)
-        return Response("".join(parts), 200, headers=headers)
+        answers = await self._ask_every_worker("/metrics", 502)
+        if isinstance(answers, Response):
+            return answers
+        return Response("".join(a.text for a in answers), 200,
+                        headers=_end_to_end(answers[-1].headers))
 
     async def forward(self, request: Request) -> Response:
         worker = next(self._next)
