@@ -8,13 +8,12 @@ PyYAML was built with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-__all__ = ["MappingNode", "Node", "NodeErrors", "ScalarNode", "SequenceNode", "YamlSyntaxError",
+__all__ = ["MappingNode", "Node", "ScalarNode", "SequenceNode", "YamlSyntaxError",
            "compose", "describe", "line_of", "scalar", "to_python"]
 
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -68,14 +67,3 @@ def describe(node: Node) -> str:
         return "a list"
     value = scalar(node)  # type: ignore[arg-type]
     return f"{type(value).__name__} {value!r}"
-
-
-@dataclass
-class NodeErrors:
-    """Problems of one file, collected so all of them are reported at once."""
-
-    where: str  # the file, as messages should name it
-    messages: list[str] = field(default_factory=list)
-
-    def add(self, node: Node, message: str) -> None:
-        self.messages.append(f"{self.where}:{line_of(node)}: {message}")
