@@ -15,7 +15,7 @@ from pytest_inferbench.changelog import (
     parse_changelog,
 )
 from pytest_inferbench.changelog.gate import compute_gate
-from pytest_inferbench.testing.recipes import master_entry
+from pytest_inferbench.testing.recipes import changelog_entry, master_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,20 +24,9 @@ MASTER = "".join(
     master_entry(key, ["{ tp: 4, conc-start: 1, conc-end: 1 }"], isl=256, osl=16)
     for key in ("minimaxm3-fp4-mi355x-atom", "minimaxm3-fp4-mi355x-atom-mtp")
 )
-OLD_ENTRY = """\
-- config-keys:
-    - minimaxm3-fp4-mi355x-atom
-  description:
-    - "Add minimaxm3-fp4-mi355x-atom"
-  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/1900
-"""
-NEW_ENTRY = """
-- config-keys:
-    - minimaxm3-fp4-*-atom-mtp
-  description:
-    - "Add minimaxm3-fp4-mi355x-atom-mtp: EAGLE3, k=3"
-  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/{pr}
-"""
+OLD_ENTRY = changelog_entry(["minimaxm3-fp4-mi355x-atom"], "Add minimaxm3-fp4-mi355x-atom", 1900)
+NEW_ENTRY = "\n" + changelog_entry(["minimaxm3-fp4-*-atom-mtp"],
+                                   "Add minimaxm3-fp4-mi355x-atom-mtp: EAGLE3, k=3", "{pr}")
 
 
 def git(cwd: Path, *args: str) -> None:

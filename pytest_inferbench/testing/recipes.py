@@ -60,3 +60,10 @@ def large_master(entries: int) -> str:
                      image=f"img:{i}", model=f"org/model-{i}", model_prefix=f"model{i}",
                      runner=gpus[i % 4], precision="fp8", framework="vllm")
         for i in range(entries))
+
+
+def changelog_entry(config_keys: Sequence[str], description: str, pr: int | str) -> str:
+    """One `perf-changelog.yaml` entry; `pr` is the PR number (or any text ending the link)."""
+    keys = "".join(f"    - {key}\n" for key in config_keys)
+    return (f"- config-keys:\n{keys}  description:\n    - \"{description}\"\n"
+            f"  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/{pr}\n")

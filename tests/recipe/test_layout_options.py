@@ -6,15 +6,9 @@ import json
 
 import pytest
 
-from pytest_inferbench.testing.recipes import master_entry
+from pytest_inferbench.testing.recipes import changelog_entry, master_entry
 
-CHANGELOG = """\
-- config-keys:
-    - k-fp4-mi355x-atom
-  description:
-    - "Add k"
-  pr-link: https://github.com/SemiAnalysisAI/InferenceX/pull/1
-"""
+CHANGELOG = changelog_entry(["k-fp4-mi355x-atom"], "Add k", 1)
 
 
 def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
