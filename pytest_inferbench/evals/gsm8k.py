@@ -40,10 +40,8 @@ FILTERS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 REGEXES_TO_IGNORE = (",", r"\$", r"(?s).*#### ", r"\.$")
 INVALID = "[invalid]"
-# InferenceX stops chat generations at these; completions also stop at the next "Question:"
-# (upstream lm-eval's list), since a raw continuation would go on to invent new questions.
+# InferenceX stops chat generations at these (evals always run on the chat endpoint).
 STOP_CHAT = ("</s>", "<|im_end|>")
-STOP_COMPLETIONS = ("Question:", "</s>", "<|im_end|>")
 
 
 class EvalDataError(Exception):

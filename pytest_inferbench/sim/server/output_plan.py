@@ -34,10 +34,14 @@ def _cut_at_stop(texts: list[str], stops: tuple[str, ...]) -> int | None:
     """Index of the token whose text completes the first stop string, if any."""
     if not stops:
         return None
+    longest = max(len(stop) for stop in stops)
     joined = ""
     for index, text in enumerate(texts):
         joined += text
-        if any(stop in joined for stop in stops):
+        # A stop first completed by this token ends inside its text: only the tail can hold
+        # it (searching the whole text each time is quadratic in a 16k-token filler answer).
+        tail = joined[-(longest + len(text)):]
+        if any(stop in tail for stop in stops):
             return index
     return None
 
