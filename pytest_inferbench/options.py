@@ -10,6 +10,7 @@ import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -92,23 +93,23 @@ def add_options(parser: pytest.Parser) -> None:
 
     add_slurm_options(parser)
 
-    parser.addini("inferbench_recipes", "glob patterns of recipe files", type="linelist",
+    _addini(parser, "inferbench_recipes", "glob patterns of recipe files", type="linelist",
                   default=["*-master.yaml"])
-    parser.addini("inferbench_backend", "default backend", default="sim")
-    parser.addini("inferbench_results", "results directory", default="inferbench-results")
-    parser.addini("inferbench_eval_data", "GSM8K jsonl for eval items", default="")
-    parser.addini("inferbench_eval_required", "fail eval items that have no data", type="bool",
+    _addini(parser, "inferbench_backend", "default backend", default="sim")
+    _addini(parser, "inferbench_results", "results directory", default="inferbench-results")
+    _addini(parser, "inferbench_eval_data", "GSM8K jsonl for eval items", default="")
+    _addini(parser, "inferbench_eval_required", "fail eval items that have no data", type="bool",
                   default=False)
     # Where things are (relative to the rootdir); an InferenceX checkout needs none of these.
-    parser.addini("inferbench_recipe_dirs", "directories of recipe files, collected even when "
+    _addini(parser, "inferbench_recipe_dirs", "directories of recipe files, collected even when "
                   "their names start with a dot (InferenceX: .github/configs)", type="linelist",
                   default=[])
-    parser.addini("inferbench_changelog", "the perf-changelog.yaml to check (InferenceX: the "
+    _addini(parser, "inferbench_changelog", "the perf-changelog.yaml to check (InferenceX: the "
                   "repository root's; default: one beside the recipes)", default="")
-    parser.addini("inferbench_eval_thresholds", "eval thresholds JSON (InferenceX: "
+    _addini(parser, "inferbench_eval_thresholds", "eval thresholds JSON (InferenceX: "
                   "utils/evals/thresholds.json; default: evals/thresholds.json beside the "
                   "recipes)", default="")
-    parser.addini("inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
+    _addini(parser, "inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
                   "each recipe file); --inferbench-launch-dir overrides it", default="")
 
 
@@ -209,12 +210,24 @@ class Settings:
         )
 
 
+# Every inferbench ini key and its default, filled as the keys are declared.
+INI_DEFAULTS: dict[str, object] = {}
+
+
+def _addini(parser: pytest.Parser, name: str, text: str, type: Literal[
+        "string", "linelist", "args", "bool"] = "string", default: object = "") -> None:
+    INI_DEFAULTS[name] = default
+    parser.addini(name, text, type=type, default=default)
+
+
 def given(config: pytest.Config) -> bool:
     """Whether the command line or the ini file sets any inferbench option."""
     for name, value in vars(config.option).items():
         if name.startswith("inferbench_") and value not in (None, False):
             return True
-    return any(key.startswith("inferbench_") for key in config.inicfg)
+    # An ini value that differs from its default was set (pytest offers no other public way
+    # to ask whether the file names a key).
+    return any(config.getini(name) != default for name, default in INI_DEFAULTS.items())
 
 
 def _path(value: str | None) -> Path | None:
@@ -265,15 +278,15 @@ def add_slurm_options(parser: pytest.Parser) -> None:
                         help=f"slurm backend: {text}")
         ini = f"inferbench_slurm_{name.replace('-', '_')}"
         if name == "args":
-            parser.addini(ini, f"slurm backend: {text}", type="args", default=[])
+            _addini(parser, ini, f"slurm backend: {text}", type="args", default=[])
         else:
-            parser.addini(ini, f"slurm backend: {text}", type="string", default="")
+            _addini(parser, ini, f"slurm backend: {text}", type="string", default="")
     for name, text in SLURM_SWITCHES:
         group.addoption(f"--inferbench-slurm-{name}", action="store_true", default=False,
                         help=f"slurm backend: {text}")
-        parser.addini(f"inferbench_slurm_{name}", f"slurm backend: {text}", type="bool",
+        _addini(parser, f"inferbench_slurm_{name}", f"slurm backend: {text}", type="bool",
                       default=False)
-    parser.addini("inferbench_slurm_container_mounts",
+    _addini(parser, "inferbench_slurm_container_mounts",
                   "slurm backend, container mode: more host:container[:ro] mounts, one a line",
                   type="linelist", default=[])
 
