@@ -60,6 +60,19 @@ def test_an_inferbench_option_engages_the_plugin(pytester: pytest.Pytester) -> N
                                  "inferbench: SIMULATED results*"])
 
 
+@pytest.mark.parametrize(("ini", "engaged"), [
+    ("inferbench_results = elsewhere", True),
+    ("inferbench_backend = sim", False),  # the default value: as if unset
+])
+def test_an_ini_value_engages_the_plugin_when_it_differs_from_the_default(
+        pytester: pytest.Pytester, ini: str, engaged: bool) -> None:
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert any(line.startswith("inferbench: backend") for line in result.outlines) is engaged
+
+
 def test_a_recipe_run_prints_the_header_and_restores_sigterm(pytester: pytest.Pytester) -> None:
     (pytester.path / "bench-master.yaml").write_text(
         master_entry(rows=["{ tp: 4, conc-list: [1] }"], isl=64, osl=8))
