@@ -9,11 +9,20 @@ predicted key numbers so a regression in speed or physics is visible.
 
 `--pytest` also times the real `pytest -k "minimaxm3 and mi355x and atom"` run under the
 default backend (collection, result files and reporting included).
+
+`--matrix DIR` instead runs every single-node fixed-seq-len point of an InferenceX checkout's
+master files (`DIR/.github/configs/{amd,nvidia}-master.yaml`, 2973 points) with the packaged
+launch specs, over `--jobs` processes, and prints the whole-matrix wall time and every failure
+by cause:
+
+    python benchmarks/bench_sim_speed.py --matrix ../shared/inferencex --jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import multiprocessing
 import subprocess
 import sys
 import time
@@ -32,7 +41,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--filter", default="", help="substring of the node name to keep")
     parser.add_argument("--pytest", action="store_true", help="also time the pytest run")
+    parser.add_argument("--matrix", type=Path, default=None, metavar="DIR",
+                        help="run the whole single-node matrix of an InferenceX checkout")
+    parser.add_argument("--jobs", type=int, default=2, help="processes for --matrix")
     args = parser.parse_args()
+    if args.matrix is not None:
+        return run_matrix(args.matrix, args.jobs, args.filter)
     recipe = load_recipe(HERE / "amd-master.yaml")
     servers = [s for s in recipe.servers if s.model_prefix == "minimaxm3"
                and s.hardware == "MI355X" and s.framework == "atom"
@@ -76,6 +90,63 @@ def main() -> int:
         print(f"pytest -k 'minimaxm3 and mi355x and atom': {wall:.2f} s wall, exit "
               f"{proc.returncode}: {tail[0]}")
     return 0
+
+
+def _run_node(server: object) -> tuple[str, int, float, list[str]]:
+    """All points of one node: (node, points run, CPU seconds, failures)."""
+    from pytest_inferbench.backends.base import ServerStartError
+    from pytest_inferbench.recipe import ServerConfig
+
+    assert isinstance(server, ServerConfig)
+    ctx = StartContext(results_dir=Path("/tmp"), run_id="bench", worker_id="master",
+                       options=None)
+    c0 = time.process_time()
+    failures: list[str] = []
+    done = 0
+    try:
+        handle = SimBackend().start(server, resolve(server, Path(server.source).parent / "launch"),
+                                    ctx)
+    except ServerStartError as exc:
+        return server.node_name, 0, time.process_time() - c0, [f"start: {exc}"]
+    for point in server.points():
+        try:
+            m = handle.run_point(point, LoadSettings())
+            summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
+                      max_concurrency=m.max_concurrency, num_gpus=server.tp)
+            done += 1
+        except Exception as exc:  # every failure is reported by cause below
+            failures.append(f"{point.name}: {type(exc).__name__}: {exc}")
+    return server.node_name, done, time.process_time() - c0, failures
+
+
+def run_matrix(checkout: Path, jobs: int, name_filter: str) -> int:
+    from pytest_inferbench.testing.inferencex import single_node_servers
+
+    servers = [s for f in ("amd-master.yaml", "nvidia-master.yaml")
+               for s in single_node_servers(checkout / ".github" / "configs" / f)
+               if name_filter in s.node_name]
+    # Longest nodes first, so the last process to finish is not left with a big one.
+    servers.sort(key=lambda s: -sum(p.conc for p in s.points()))
+    total = sum(len(s.points()) for s in servers)
+    t0 = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        results = pool.map(_run_node, servers, chunksize=1)
+    wall = time.perf_counter() - t0
+    done = sum(r[1] for r in results)
+    cpu = sum(r[2] for r in results)
+    causes: collections.Counter[str] = collections.Counter()
+    for node, _, _, failures in results:
+        for failure in failures:
+            print(f"FAILED {node}::{failure}")
+            causes[failure.split(":")[1].strip() if failure.startswith("start") else
+                   failure.split(": ")[1]] += 1
+    for node, _, node_cpu, _ in sorted(results, key=lambda r: -r[2])[:5]:
+        print(f"slowest node {node}: {node_cpu:.2f} s CPU")
+    print(f"whole matrix: {done} of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU "
+          f"over {jobs} processes, {len(servers)} server nodes (target: <= 60 s wall)")
+    for cause, n in causes.most_common():
+        print(f"  {n} failures: {cause}")
+    return 0 if done == total else 1
 
 
 if __name__ == "__main__":

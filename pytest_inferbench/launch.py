@@ -1,14 +1,23 @@
-"""Launch specs as data: `benchmarks/launch/<prefix>_<precision>_<gpu>_<framework>.yaml`.
+"""Launch specs as data: `<prefix>_<precision>_<gpu>_<framework>.yaml`.
 
-Resolving a server node gives one immutable `ServerSpec`: image, argv list, env, port, GPU
-count, health path, startup timeout and the client options. No shell strings anywhere.
+The package ships one spec per InferenceX single-node config (`pytest_inferbench/launch_specs/`,
+written from InferenceX's server scripts), so a plugin installed anywhere, an InferenceX checkout
+included, finds them. A local launch directory (`launch/` next to the recipe, or
+`--inferbench-launch-dir`) overrides them file by file.
+
+Resolving a server node gives one immutable `ServerSpec`: image, argv list, env, config files
+the server reads (TensorRT-LLM's extra options YAML), port, GPU count, health path, startup
+timeout and the client options. No shell strings anywhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from . import yamllines
 
@@ -72,6 +81,9 @@ class ServerSpec:
     roles: tuple[RoleSpec, ...] = ()  # several processes (slurm backend); argv = serve role's
     serve_role: str = ""  # the role clients talk to, ready when it answers
     nodes: int = 0  # nodes to allocate for the roles (0: one per role instance)
+    # Config files the server reads, relative to its working directory (name, YAML text):
+    # the backends write them there before the server starts.
+    files: tuple[tuple[str, str], ...] = ()
 
     def argv_for_port(self, port: int) -> tuple[str, ...]:
         return tuple(a.replace(PORT_PLACEHOLDER, str(port)) for a in self.argv)
@@ -81,17 +93,27 @@ class ServerSpec:
         return dict(self.env)
 
 
-LAUNCH_KEYS = ("image", "command", "args", "env", "mounts", "port", "health-path",
+LAUNCH_KEYS = ("image", "command", "args", "env", "files", "mounts", "port", "health-path",
                "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
                "nodes")
 ROLE_KEYS = ("count", "command", "args", "env", "srun-args")
 OVERLAY_NAMES = ("mtp", "ep", "dp-attn")
-OVERLAY_KEYS = ("args", "env", "client")
+OVERLAY_KEYS = ("args", "env", "files", "client")
 CLIENT_KEYS = ("use-chat-template", "endpoint")
 
 
+def packaged_launch_dir() -> Path:
+    """The launch specs shipped inside the package."""
+    return Path(str(resources.files("pytest_inferbench").joinpath("launch_specs")))
+
+
 def launch_spec_path(server: ServerConfig, launch_dir: Path) -> Path:
-    return launch_dir / f"{server.launch_spec_name}.yaml"
+    """The local spec when there is one, else the packaged one (which may not exist either)."""
+    local = launch_dir / f"{server.launch_spec_name}.yaml"
+    if local.is_file():
+        return local
+    packaged = packaged_launch_dir() / local.name
+    return packaged if packaged.is_file() else local
 
 
 def resolve(server: ServerConfig, launch_dir: Path, *,
@@ -101,7 +123,8 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     if not path.is_file():
         raise LaunchSpecError(
             f"{server.node_name}: no launch spec for {server.config_key} "
-            f"(looked for {path}; expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
+            f"(looked for {path} and the packaged {packaged_launch_dir() / path.name}; "
+            "expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
     try:
         data = yamllines.to_python(yamllines.compose(path.read_text(encoding="utf-8"))) or {}
     except yamllines.YamlSyntaxError as exc:
@@ -116,6 +139,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         parts = mount.split(":")
         if len(parts) not in (2, 3) or not all(parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
             raise LaunchSpecError(f"{path}: mounts: {mount!r} (expected host:container[:ro|rw])")
+    files = _files(path, "files", data.get("files", {}))
     client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
     overlays = _check_keys(path, "overlays", data.get("overlays", {}), OVERLAY_NAMES)
     active = [name for name, on in (("mtp", server.spec_decoding == "mtp"),
@@ -124,9 +148,15 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         overlay = _check_keys(path, f"overlays.{name}", overlays.get(name, {}), OVERLAY_KEYS)
         args += _str_list(path, f"overlays.{name}.args", overlay.get("args", []))
         env.update(_str_dict(path, f"overlays.{name}.env", overlay.get("env", {})))
+        for fname, content in _files(path, f"overlays.{name}.files",
+                                     overlay.get("files", {})).items():
+            files[fname] = _deep_merge(files.get(fname, {}), content)
         client = {**client, **_check_keys(path, f"overlays.{name}.client",
                                           overlay.get("client", {}), CLIENT_KEYS)}
-    values = {"{model}": server.model, "{tp}": str(server.tp), "{ep}": str(server.ep)}
+    # A server node serves every ISL/OSL of its entry: its context is sized for the longest.
+    max_model_len = max((s.isl + s.osl + 256 for s in server.sweeps), default=32768)
+    values = {"{model}": server.model, "{tp}": str(server.tp), "{ep}": str(server.ep),
+              "{max_model_len}": str(max_model_len)}
     roles = _roles(path, data, command, env, values)
     serve_role = str(data.get("serve-role", "router")) if roles else ""
     if roles and serve_role not in {r.name for r in roles}:
@@ -157,6 +187,8 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         roles=roles,
         serve_role=serve_role,
         nodes=_count(path, "nodes", data.get("nodes", 0), minimum=0),
+        files=tuple((fname, yaml.safe_dump(content, sort_keys=False))
+                    for fname, content in files.items()),
     )
 
 
@@ -194,6 +226,24 @@ def _count(path: Path, where: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise LaunchSpecError(f"{path}: {where}: {value!r} (expected an integer >= {minimum})")
     return value
+
+
+def _files(path: Path, where: str, value: object) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and "/" not in k and k not in {".", ".."} and isinstance(v, dict)
+            for k, v in value.items()):
+        raise LaunchSpecError(f"{path}: {where}: expected a mapping of plain file names to "
+                              "YAML mappings (the file's content)")
+    return dict(value)
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        old = out.get(key)
+        out[key] = (_deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict)
+                    else value)
+    return out
 
 
 def _fill(word: str, values: dict[str, str]) -> str:

@@ -13,7 +13,9 @@ Each framework family spells it its own way (inferencex-formats.md §6); one rea
   "synthetic_acceptance_length": AL | "synthetic_acceptance_rates": [..]}'`
 - SGLang: `--speculative-algorithm EAGLE3 --speculative-draft-model-path M
   (--speculative-num-steps k | --speculative-num-draft-tokens k+1)`, `SGLANG_SIMULATE_ACC_LEN=AL`
-- TensorRT-LLM: `TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=AL-1`
+- TensorRT-LLM: the extra-options YAML's `speculative_config` (`decoding_type` MTP with
+  `num_nextn_predict_layers` or `max_draft_len`, Eagle / Eagle3 with `max_draft_len` and
+  `speculative_model_dir`), `TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=AL-1`
 - the simulator: `--sim-accepted-distribution` / `INFERBENCH_SIM_ACCEPTED_DISTRIBUTION`
 
 Flags are matched with `_` and `-` alike and as `--flag value` or `--flag=value`; the last one
@@ -127,7 +129,8 @@ def flag_values(argv: Sequence[str], names: frozenset[str] = FLAGS) -> dict[str,
     return found
 
 
-def read_speculative_decoding(argv: Sequence[str], env: Mapping[str, str] | None = None
+def read_speculative_decoding(argv: Sequence[str], env: Mapping[str, str] | None = None,
+                              trt_options: Mapping[str, object] | None = None,
                               ) -> SpeculativeDecoding | None:
     """The speculative decoding the argv/env configure, or None when the server does not speculate.
 
@@ -136,7 +139,8 @@ def read_speculative_decoding(argv: Sequence[str], env: Mapping[str, str] | None
     """
     env = env or {}
     flags = flag_values(argv)
-    readings = [_atom(flags), _vllm(flags), _sglang(flags, env), _trtllm(env)]
+    readings = [_atom(flags), _vllm(flags), _sglang(flags, env), _trtllm(env),
+                _trtllm_options(trt_options or {})]
     readings.append(_sim(flags, env, _first(r.num_tokens for r in readings)))
 
     method = _first(r.method for r in readings)
@@ -211,6 +215,18 @@ def _trtllm(env: Mapping[str, str]) -> _Reading:
     if name not in env:
         return _Reading()
     return _Reading(acceptance_length=_as_float(env[name], name) + 1.0, forced_by=(name,))
+
+
+def _trtllm_options(options: Mapping[str, object]) -> _Reading:
+    """TensorRT-LLM `speculative_config` from the extra-options YAML (sim/trtllm.py reads it)."""
+    spec = options.get("speculative_config")
+    if not isinstance(spec, dict) or not spec.get("decoding_type"):
+        return _Reading()
+    kind = str(spec["decoding_type"]).lower()
+    k = spec.get("num_nextn_predict_layers", spec.get("max_draft_len"))
+    draft = spec.get("speculative_model_dir")
+    return _Reading(method=kind, num_tokens=int(k) if k is not None else None,
+                    draft_model=str(draft) if draft else None)
 
 
 def _sim(flags: Mapping[str, str], env: Mapping[str, str], k: int | None) -> _Reading:

@@ -83,7 +83,7 @@ class SimBackend(Backend):
         try:
             config, ignored = engine_config_from_argv(
                 spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
-                framework=spec.framework or server.framework)
+                framework=spec.framework or server.framework, files=dict(spec.files))
             Engine(config)  # weights that do not fit, unknown dtypes: fail at setup
         except CONFIG_ERRORS as exc:
             raise ServerStartError(f"{server.node_name}: simulator cannot start "

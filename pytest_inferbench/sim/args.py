@@ -1,11 +1,13 @@
-"""The real server's argv -> `EngineConfig`: ATOM, vLLM and SGLang spellings.
+"""The real server's argv -> `EngineConfig`: ATOM, vLLM, SGLang and TensorRT-LLM spellings.
 
 The simulated server reads exactly what the real one would get, so one launch spec drives both.
 `--a_b` and `--a-b` are the same flag; `--flag=value` works; the argv may start with the
 program words (`python3 -m atom.entrypoints.openai_server`, `vllm serve MODEL`,
-`python -m sglang.launch_server`). Flags the simulator does not model are accepted and returned
-as "ignored" so the caller can report them once. Speculative decoding is read by
-`specdecode.read_speculative_decoding`, the reader the gates use too.
+`python -m sglang.launch_server`, `[mpirun ...] trtllm-serve MODEL`); TensorRT-LLM's
+extra-options YAML comes from the launch spec's files (`sim/trtllm.py`). Flags the simulator
+does not model are accepted and returned as "ignored" so the caller can report them once.
+Speculative decoding is read by `specdecode.read_speculative_decoding`, the reader the gates use
+too.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import specdecode
-from . import catalog
+from . import catalog, trtllm
 from .config import EngineConfig
 from .spec_decode import SpecConfig, distribution_from_position_rates
 
@@ -39,7 +41,12 @@ ALIASES: dict[str, str] = {
     "model": "model", "model-path": "model",
     "tp": "tp", "tensor-parallel-size": "tp", "tp-size": "tp",
     "ep": "ep", "ep-size": "ep", "expert-parallel-size": "ep",
+    "dp": "dp", "dp-size": "dp", "data-parallel-size": "dp",
     "max-num-seqs": "max_num_seqs", "max-running-requests": "max_num_seqs",
+    "max-batch-size": "max_num_seqs", "max-seq-len": "max_model_len",
+    "max-num-tokens": "max_num_batched_tokens",
+    "kv-cache-free-gpu-memory-fraction": "kv_cache_free_fraction",
+    "extra-llm-api-options": "trt_options", "config": "trt_options",
     "max-num-batched-tokens": "max_num_batched_tokens", "chunked-prefill-size":
     "max_num_batched_tokens",
     "block-size": "block_size", "page-size": "block_size",
@@ -50,9 +57,9 @@ ALIASES: dict[str, str] = {
     "online-quant-config": "online_quant",
     "sim-jitter": "jitter", "sim-seed": "seed",
 }
-INT_FIELDS = {"tp", "ep", "max_num_seqs", "max_num_batched_tokens", "block_size",
+INT_FIELDS = {"tp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size",
               "max_model_len", "seed"}
-FLOAT_FIELDS = {"gpu_memory_utilization", "jitter"}
+FLOAT_FIELDS = {"gpu_memory_utilization", "jitter", "kv_cache_free_fraction"}
 
 
 class ArgvError(ValueError):
@@ -68,7 +75,9 @@ class _Parsed:
 
 
 def framework_of_argv(argv: Sequence[str]) -> str | None:
-    words = " ".join(argv[:4]).lower()
+    words = " ".join(argv[:8]).lower()
+    if "trtllm" in words:
+        return "trt"
     if "atom" in words:
         return "atom"
     if "sglang" in words:
@@ -81,7 +90,16 @@ def framework_of_argv(argv: Sequence[str]) -> str | None:
 def _strip_program(argv: Sequence[str]) -> list[str]:
     """Drop `python3 -m module` / `vllm serve` so only the server's own arguments remain."""
     args = list(argv)
-    if args and ("python" in args[0].rsplit("/", 1)[-1]):
+    if args and args[0].rsplit("/", 1)[-1] == "mpirun":
+        # mpirun's own options first, then the program it starts.
+        start = next((i for i, w in enumerate(args) if w.rsplit("/", 1)[-1] == "trtllm-serve"),
+                     len(args))
+        args = args[start:]
+    if args and args[0].rsplit("/", 1)[-1] == "trtllm-serve":
+        args = args[1:]
+        if args[:1] == ["serve"]:
+            args = args[1:]
+    elif args and ("python" in args[0].rsplit("/", 1)[-1]):
         args = args[1:]
         if args[:1] == ["-m"]:
             args = args[2:]
@@ -150,14 +168,20 @@ def _typed(values: dict[str, Any]) -> dict[str, Any]:
     return typed
 
 
-def _spec(argv: Sequence[str], env: Mapping[str, str]) -> SpecConfig | None:
+def _spec(argv: Sequence[str], env: Mapping[str, str],
+          trt_options: Mapping[str, Any]) -> SpecConfig | None:
     try:
-        described = specdecode.read_speculative_decoding(argv, env)
+        described = specdecode.read_speculative_decoding(argv, env, trt_options)
     except specdecode.SpecDecodeArgvError as exc:
         raise ArgvError(str(exc)) from None
     if described is None:
         return None
-    if not described.num_tokens:
+    k = described.num_tokens
+    if not k and described.method in {"mtp", "nextn", "deepseek_mtp"}:
+        # ATOM `--method mtp` alone: one drafted token per step, the default of its
+        # --num-speculative-tokens (assumption: ATOM's default, as vLLM's for MTP).
+        k = 1
+    if not k:
         raise ArgvError(f"speculative method {described.method!r} needs the number of "
                         "speculative tokens")
     dist = described.accepted_distribution
@@ -165,7 +189,7 @@ def _spec(argv: Sequence[str], env: Mapping[str, str]) -> SpecConfig | None:
         dist = distribution_from_position_rates(described.position_rates)
     return SpecConfig(
         method=described.method, draft_model=described.draft_model,
-        num_speculative_tokens=described.num_tokens,
+        num_speculative_tokens=k,
         acceptance_length=described.acceptance_length,
         acceptance_rate=described.acceptance_rate, accepted_distribution=dist,
         thinking=described.thinking)
@@ -173,18 +197,42 @@ def _spec(argv: Sequence[str], env: Mapping[str, str]) -> SpecConfig | None:
 
 def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
                             env: Mapping[str, str] | None = None,
-                            framework: str | None = None) -> tuple[EngineConfig, list[str]]:
-    """Parse a launch argv; returns the config and the flags the simulator ignores."""
+                            framework: str | None = None,
+                            files: Mapping[str, str] | None = None,
+                            ) -> tuple[EngineConfig, list[str]]:
+    """Parse a launch argv; returns the config and the flags the simulator ignores.
+
+    `files` holds the config files the server reads (TensorRT-LLM's extra-options YAML)."""
     env = env or {}
     fw_name = framework or framework_of_argv(argv) or "vllm"
     fw = catalog.framework(fw_name)
     parsed = _parse(_strip_program(argv))
     v = _typed(parsed.values)
+    options: dict[str, Any] = {}
+    if "trt_options" in v and fw.name != "trt":
+        parsed.ignored.append(f"--config {v.pop('trt_options')}")
+    if "trt_options" in v:
+        try:
+            options = trtllm.read_options(v.pop("trt_options"), dict(files or {}))
+        except trtllm.TrtOptionsError as exc:
+            raise ArgvError(str(exc)) from None
+        fields_from_file = trtllm.engine_fields(options)
+        if fields_from_file.pop("dp_attn", False):
+            parsed.flags.add("enable-dp-attention")
+        # Flags on the command line win over the options file, as in trtllm-serve.
+        v = {**_typed(fields_from_file), **v}
     model = v.get("model") or (parsed.positional[0] if parsed.positional else None)
     if not model:
         raise ArgvError("no model in the argv (--model M, or `vllm serve M`)")
     catalog.checkpoint(model)  # an unknown model fails here, listing the known ones
-    tp = v.get("tp", 1)
+    tp, dp = v.get("tp", 1), v.get("dp", 1)
+    dp_attn = "enable-dp-attention" in parsed.flags
+    if dp > 1 and fw.name == "vllm":
+        # vLLM data parallelism on an MoE model: dp x tp GPUs, attention split by sequences
+        # (each DP rank runs its own requests), experts shared over all ranks (EP or TP).
+        tp, dp_attn = tp * dp, True
+    elif dp > 1 and not dp_attn:
+        parsed.ignored.append(f"--data-parallel-size {dp} (independent replicas not modelled)")
     ep = v.get("ep", tp if parsed.flags & {"enable-expert-parallel", "enable-ep-moe"} else 1)
     quant = v.get("online_quant")
     defaults = fw.defaults
@@ -197,10 +245,11 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     try:
         config = EngineConfig(
             hardware=catalog.hardware(hardware).name, model=catalog.checkpoint(model).name,
-            framework=fw.name, tp=tp, ep=ep, dp_attn="enable-dp-attention" in parsed.flags,
+            framework=fw.name, tp=tp, ep=ep, dp_attn=dp_attn,
             max_model_len=v.get("max_model_len", 32768),
+            kv_cache_free_fraction=v.get("kv_cache_free_fraction"),
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
-            spec=_spec(argv, env), jitter=jitter, seed=seed, **fields)
+            spec=_spec(argv, env, options), jitter=jitter, seed=seed, **fields)
     except ValueError as exc:
         if isinstance(exc, (ArgvError, catalog.CatalogError)):
             raise

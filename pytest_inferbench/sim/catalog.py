@@ -7,12 +7,14 @@ so a new model is a few lines of config, not a hand-typed size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import yaml
+
+from .attention import AttentionShape, attention_params
 
 # Bytes per stored weight. MX formats carry one 8-bit scale per 32 elements.
 DTYPE_BYTES: dict[str, float] = {
@@ -22,10 +24,13 @@ DTYPE_BYTES: dict[str, float] = {
     "mxfp8": 1.0 + 1.0 / 32,
     "mxfp4": 0.5 + 1.0 / 32,
     "fp4": 0.5 + 1.0 / 32,
+    "nvfp4": 0.5 + 1.0 / 16,  # fp8 scale per 16 (plus a per-tensor fp32 scale)
+    "int4": 0.5 + 2.0 / 32,  # weight-only, bf16 scale per group of 32 (compressed-tensors)
 }
 # The tensor-core dtype a stored dtype computes in, when the hardware supports it.
 COMPUTE_DTYPE: dict[str, str] = {
     "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "mxfp4": "fp4", "fp4": "fp4",
+    "nvfp4": "fp4", "int4": "bf16",  # W4A16: dequantized to bf16 in the GEMM
 }
 KV_DTYPE_BYTES: dict[str, float] = {
     "auto": 2.0, "bf16": 2.0, "fp16": 2.0, "float16": 2.0, "bfloat16": 2.0,
@@ -53,15 +58,6 @@ class Hardware:
 
 
 @dataclass(frozen=True)
-class SparseAttention:
-    full_layers: int
-    window_tokens: int
-    indexer_heads: int
-    indexer_dim: int
-    index_topk_freq: int
-
-
-@dataclass(frozen=True)
 class Architecture:
     name: str
     layers: int
@@ -78,8 +74,9 @@ class Architecture:
     shared_ffn: int
     vocab: int
     tied_embeddings: bool
-    sparse: SparseAttention | None
+    attention: AttentionShape
     eagle_fusion_inputs: int = 0
+    mtp_layers: int = 0  # native multi-token-prediction layers (DeepSeek-style MTP)
 
     @property
     def moe_layers(self) -> int:
@@ -93,10 +90,9 @@ class Architecture:
     def part_params(self) -> dict[str, int]:
         """Parameter count of each part of the decoder."""
         h = self.hidden
-        attn = h * self.heads * self.head_dim * 2 + 2 * h * self.kv_heads * self.head_dim
         dense = self.dense_layers * 3 * h * self.dense_ffn + self.eagle_fusion_inputs * h * h
         return {
-            "attention": self.layers * attn,
+            "attention": attention_params(self),
             "dense_ffn": dense,
             "shared_experts": self.moe_layers * self.shared_experts * 3 * h * self.shared_ffn,
             "experts": self.moe_layers * self.experts * self.expert_params,
@@ -204,7 +200,6 @@ def hardware(name: str) -> Hardware:
 @cache
 def architecture(name: str) -> Architecture:
     key, d = _pick("architecture", _load("models.yaml")["architectures"], name)
-    sparse = d.get("sparse_attention")
     return Architecture(
         name=key,
         layers=int(d["layers"]), hidden=int(d["hidden"]), heads=int(d["heads"]),
@@ -213,9 +208,33 @@ def architecture(name: str) -> Architecture:
         experts=int(d["experts"]), top_k=int(d["top_k"]), expert_ffn=int(d["expert_ffn"]),
         shared_experts=int(d["shared_experts"]), shared_ffn=int(d["shared_ffn"]),
         vocab=int(d["vocab"]), tied_embeddings=bool(d["tied_embeddings"]),
-        sparse=SparseAttention(**{k: int(v) for k, v in sparse.items()}) if sparse else None,
+        attention=AttentionShape.from_catalog(d),
         eagle_fusion_inputs=int(d.get("eagle_fusion_inputs", 0)),
+        mtp_layers=int(d.get("mtp_layers", 0)),
     )
+
+
+def mtp_architecture(arch: Architecture) -> Architecture:
+    """The native MTP module as a draft model: one MoE decoder layer of the target with the
+    2h -> h projection of [embedding; hidden state], sharing the target's embedding and lm_head
+    (DeepSeek-V3 report §2.2; GLM-5, Qwen3.5 and DeepSeek-V4 ship the same kind of layer)."""
+    shape = arch.attention
+    compressed = shape.compressed
+    if compressed:  # one layer: count it as a CSA layer (assumption)
+        compressed = {**compressed, "csa_layers": arch.mtp_layers, "hca_layers": 0}
+    return replace(
+        arch, name=f"{arch.name}-MTP", layers=arch.mtp_layers, dense_layers=0, dense_ffn=0,
+        tied_embeddings=True, eagle_fusion_inputs=2, mtp_layers=0,
+        attention=replace(shape, linear=None, sliding=None, sparse=None, compressed=compressed))
+
+
+def mtp_draft(target: Checkpoint) -> Checkpoint:
+    """The target checkpoint's own MTP layer as a draft checkpoint (same dtypes)."""
+    arch = target.architecture
+    if not arch.mtp_layers:
+        raise CatalogError(f"{arch.name} has no native MTP layer; name a draft model")
+    return Checkpoint(name=f"{target.name} (MTP layer)", architecture=mtp_architecture(arch),
+                      dtypes=dict(target.dtypes), draft_for=arch.name)
 
 
 @cache
@@ -251,3 +270,11 @@ def framework(name: str) -> Framework:
     )
 
 
+def mtp_acceptance_length(architecture_name: str, k: int) -> float | None:
+    """AL of a native MTP head without a golden curve: 1 + p + ... + p^k (models.yaml
+    `mtp_acceptance_rate`), or None when the catalog has no rate for the architecture."""
+    rates = _load("models.yaml").get("mtp_acceptance_rate", {})
+    if architecture_name not in rates:
+        return None
+    p = float(rates[architecture_name])
+    return float(sum(p ** i for i in range(k + 1)))

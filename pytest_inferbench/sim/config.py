@@ -23,6 +23,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: str = "auto"
     max_model_len: int = 32768
+    # TensorRT-LLM: the KV cache takes this fraction of the memory left after the weights
+    # (`kv_cache_config.free_gpu_memory_fraction`) instead of gpu_memory_utilization x HBM.
+    kv_cache_free_fraction: float | None = None
     online_quant: str | None = None  # "fp8": bf16 linear layers quantized at load (ATOM ptpc_fp8)
     spec: SpecConfig | None = None
     jitter: float = 0.0  # sigma of a multiplicative lognormal per-step jitter (0 = none)

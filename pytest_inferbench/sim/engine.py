@@ -49,6 +49,8 @@ class Trace:
 def draft_checkpoint(name: str | None, target: catalog.Checkpoint) -> catalog.Checkpoint:
     """The draft model's checkpoint; without a name, the catalog's draft for the target."""
     arch = target.architecture.name
+    if name is None and target.architecture.mtp_layers:
+        return catalog.mtp_draft(target)
     if name is None:
         drafts = [c for c in catalog.checkpoint_names()
                   if catalog.checkpoint(c).draft_for == arch]
@@ -70,7 +72,12 @@ def _golden_al(architecture: str, spec: SpecConfig) -> float:
         return golden.packaged().require(architecture, spec.method, mode,
                                          spec.num_speculative_tokens)
     except golden.GoldenALError as exc:
-        raise SpecConfigError(str(exc)) from None
+        # A native MTP head with no golden curve: the catalog's per-position rate.
+        mtp = (catalog.mtp_acceptance_length(architecture, spec.num_speculative_tokens)
+               if spec.draft_model is None else None)
+        if mtp is None:
+            raise SpecConfigError(str(exc)) from None
+        return mtp
 
 
 class Engine:
@@ -98,7 +105,8 @@ class Engine:
         models = [self.target] + ([draft] if draft else [])
         self.kv_capacity_tokens = kv_capacity_tokens(
             hw=hw, models=models, gpu_memory_utilization=config.gpu_memory_utilization,
-            max_num_batched_tokens=config.max_num_batched_tokens)
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs, free_fraction=config.kv_cache_free_fraction)
         self.block_size = config.block_size
         self.num_blocks = self.kv_capacity_tokens // config.block_size
         self.window = self.target.window

@@ -7,12 +7,12 @@ decode path prices a whole stretch of steps in one call). Equations: docs/simula
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .attention import kv_terms
 from .catalog import (
     COMPUTE_DTYPE,
     DTYPE_BYTES,
@@ -44,11 +44,17 @@ def served_dtypes(ckpt: Checkpoint, hw: Hardware, online_quant: str | None) -> d
         for part in ("attention", "dense_ffn", "shared_experts"):
             if dtypes[part] == "bf16":
                 dtypes[part] = online_quant
-    for part, dtype in dtypes.items():
-        if not hw.supports(COMPUTE_DTYPE[dtype]):
-            # No fp4 tensor cores (MI300X, MI325X, Hopper): weights are upcast to fp8 at load.
-            dtypes[part] = "fp8" if hw.supports("fp8") else "bf16"
     return dtypes
+
+
+def compute_dtype(stored: str, hw: Hardware) -> str:
+    """The tensor-core dtype a stored weight dtype multiplies in on this chip.
+
+    Without fp4 tensor cores (MI300X, MI325X, Hopper) 4-bit weights stay 4-bit in HBM and are
+    dequantized in the GEMM (weight-only, W4A16: vLLM/SGLang Marlin and Triton MXFP4 kernels,
+    which is how gpt-oss and DeepSeek-V4 run on Hopper), so they compute in bf16."""
+    dtype = COMPUTE_DTYPE[stored]
+    return dtype if hw.supports(dtype) else "bf16"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,10 @@ class ModelOnGpus:
     layers: int
     hidden: int
     vocab: int
+    kv_seq: float = 0.0  # per-GPU bytes read per sequence per step (windows, recurrent state)
+    attn_q_s: float = 0.0  # attention time per query token independent of context
+    prefill_pair_scale: float = 1.0  # prefill pair cost / decode pair cost (MLA: < 1)
+    kv_store_per_seq: float = 0.0  # per-GPU bytes each running sequence holds besides its KV
 
     def weight_bytes_read(self, n_tok: FloatArray | float) -> FloatArray | float:
         """Per-GPU weight bytes a forward over n_tok tokens streams (uniform routing)."""
@@ -95,7 +105,7 @@ def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dt
     expert_bytes = arch.expert_params * DTYPE_BYTES[dtypes["experts"]] / tp if arch.experts else 0.0
 
     def gemm_s(part: str, active: float) -> float:
-        return 2.0 * active / (tp * hw.peak_flops[COMPUTE_DTYPE[dtypes[part]]])
+        return 2.0 * active / (tp * hw.peak_flops[compute_dtype(dtypes[part], hw)])
 
     linear = (gemm_s("attention", params["attention"]) + gemm_s("dense_ffn", params["dense_ffn"])
               + gemm_s("shared_experts", params["shared_experts"])
@@ -106,31 +116,18 @@ def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dt
     if kv_b_per_elem is None:
         raise EngineConfigError(f"kv cache dtype {kv_dtype!r} unknown; "
                                 f"known: {', '.join(KV_DTYPE_BYTES)}")
-    per_layer_kv = arch.kv_elems_per_token_layer() * kv_b_per_elem
-    per_layer_kv_gpu = (per_layer_kv / tp if dp_attn else
-                        2 * math.ceil(arch.kv_heads / tp) * arch.head_dim * kv_b_per_elem)
-    sparse = arch.sparse
-    full_layers = sparse.full_layers if sparse else arch.layers
-    sparse_layers = arch.layers - full_layers
-    idx_bytes = idx_flops = 0.0
-    if sparse:
-        index_layers = sparse_layers / sparse.index_topk_freq
-        idx_bytes = index_layers * sparse.indexer_dim * kv_b_per_elem  # one key per token
-        idx_flops = 2.0 * index_layers * sparse.indexer_heads * sparse.indexer_dim
-    # q.k and p.v: 4 FLOPs per head-dim element per (query, key) pair, heads split over TP.
-    pair_flops = 4.0 * arch.heads * arch.head_dim / tp
+    kv = kv_terms(arch, tp=tp, dp_attn=dp_attn, kv_bytes=kv_b_per_elem)
     bf16 = hw.peak_flops["bf16"]
     return ModelOnGpus(
         base_bytes=base, expert_bytes=expert_bytes, moe_layers=arch.moe_layers,
         experts=arch.experts, top_k=arch.top_k, resident_bytes=resident,
         linear_s_per_token=linear, lm_head_s_per_token=gemm_s("lm_head", params["lm_head"]),
-        kv_a=full_layers * per_layer_kv_gpu + idx_bytes,
-        kv_b=sparse_layers * per_layer_kv_gpu,
-        attn_a_s=(full_layers * pair_flops + idx_flops) / bf16,
-        attn_b_s=sparse_layers * pair_flops / bf16,
-        window=float(sparse.window_tokens) if sparse else math.inf,
-        kv_store_per_token=arch.layers * per_layer_kv_gpu + idx_bytes,
+        kv_a=kv.read_a, kv_b=kv.read_b,
+        attn_a_s=kv.flops_a / bf16, attn_b_s=kv.flops_b / bf16,
+        window=kv.window, kv_store_per_token=kv.store_token,
         layers=arch.layers, hidden=arch.hidden, vocab=arch.vocab,
+        kv_seq=kv.read_seq, attn_q_s=kv.flops_q / bf16,
+        prefill_pair_scale=kv.prefill_pair_scale, kv_store_per_seq=kv.store_seq,
     )
 
 
@@ -187,11 +184,11 @@ class StepCost:
     def forward(self, m: ModelOnGpus, n_tok: FloatArray | float, n_sampled: FloatArray | float,
                 ctx_sum: FloatArray | float, ctx_win_sum: FloatArray | float,
                 attn_pairs: FloatArray | float, attn_win_pairs: FloatArray | float,
-                ) -> FloatArray | float:
+                n_seqs: FloatArray | float = 0.0) -> FloatArray | float:
         """One forward pass of `m` (no fixed overhead): max(memory, compute) + communication."""
-        mem = (m.weight_bytes_read(n_tok) + m.kv_a * ctx_sum
-               + m.kv_b * ctx_win_sum + n_sampled * m.vocab * LOGIT_BYTES / self.tp)
-        cmp = (n_tok * m.linear_s_per_token + n_sampled * m.lm_head_s_per_token
+        mem = (m.weight_bytes_read(n_tok) + m.kv_a * ctx_sum + m.kv_b * ctx_win_sum
+               + m.kv_seq * n_seqs + n_sampled * m.vocab * LOGIT_BYTES / self.tp)
+        cmp = (n_tok * (m.linear_s_per_token + m.attn_q_s) + n_sampled * m.lm_head_s_per_token
                + m.attn_a_s * attn_pairs + m.attn_b_s * attn_win_pairs) / self.eta_flops
         t_mem = mem / self.mem_bytes_per_s
         if isinstance(t_mem, float) and isinstance(cmp, float):
@@ -211,10 +208,13 @@ class StepCost:
         """
         q = self.k + 1
         n_tok = decode_seqs * q + prefill_tokens
+        m = self.target
+        scale = m.prefill_pair_scale
         t = self.overhead_s + self.forward(
-            self.target, n_tok, decode_seqs * q + prefill_seqs,
+            m, n_tok, decode_seqs * q + prefill_seqs,
             decode_ctx + prefill_ctx, decode_ctx_win + prefill_ctx_win,
-            decode_ctx * q + prefill_pairs, decode_ctx_win * q + prefill_win_pairs)
+            decode_ctx * q + prefill_pairs * scale, decode_ctx_win * q + prefill_win_pairs * scale,
+            decode_seqs + prefill_seqs)
         if self.draft is not None and self.k:
             d = self.draft
             # Each draft forward pays the launch overhead of its share of layers.
@@ -222,27 +222,33 @@ class StepCost:
             # The draft also consumes the prompt's hidden states once (its own KV fill).
             t = t + self.k * (per_draft + self.forward(
                 d, decode_seqs, decode_seqs, decode_ctx, decode_ctx_win, decode_ctx,
-                decode_ctx_win))
+                decode_ctx_win, decode_seqs))
             if prefill_tokens:
                 t = t + self.forward(d, prefill_tokens, prefill_seqs, prefill_ctx,
-                                     prefill_ctx_win, prefill_pairs, prefill_win_pairs)
+                                     prefill_ctx_win, prefill_pairs * d.prefill_pair_scale,
+                                     prefill_win_pairs * d.prefill_pair_scale, prefill_seqs)
         return t
 
 
 def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_utilization: float,
-                       max_num_batched_tokens: int) -> int:
-    """Tokens the KV cache holds: HBM x utilization - weights - activations, per GPU."""
+                       max_num_batched_tokens: int, max_num_seqs: int = 0,
+                       free_fraction: float | None = None) -> int:
+    """Tokens the KV cache holds: HBM x utilization - weights - activations - per-sequence
+    state (sliding windows, recurrent state, reserved for max_num_seqs), per GPU."""
     target = models[0]
-    budget = hw.hbm_bytes * gpu_memory_utilization
+    budget = hw.hbm_bytes * (gpu_memory_utilization if free_fraction is None else 1.0)
     weights = sum(m.resident_bytes for m in models)
     activations = ACTIVATION_BUFFERS * 2.0 * target.hidden * max_num_batched_tokens
-    free = budget - weights - activations
+    free = (budget - weights - activations
+            - max_num_seqs * sum(m.kv_store_per_seq for m in models))
     if free <= 0:
         raise EngineConfigError(
             f"the weights do not fit: {weights / 1e9:.1f} GB per GPU of weights plus "
             f"{activations / 1e9:.1f} GB activations exceed {budget / 1e9:.1f} GB "
             f"({hw.name} {hw.hbm_bytes / 1e9:.0f} GB x gpu_memory_utilization "
             f"{gpu_memory_utilization}); use more tensor parallelism")
+    if free_fraction is not None:
+        free *= free_fraction
     per_token = sum(m.kv_store_per_token for m in models)
     return int(free // per_token)
 

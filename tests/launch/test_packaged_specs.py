@@ -1,0 +1,151 @@
+"""The packaged launch specs cover InferenceX's single-node matrix and match its scripts.
+
+Every single-node fixed-seq-len config of both real master files resolves to a launch spec
+(from the package, not from a local launch directory) and starts on the simulator. A sample of
+the scripts is run on stub programs (`pytest_inferbench.testing.scriptrun`) and the argv, env
+and config files they give the server are compared with the resolved spec.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pytest_inferbench.backends.base import ServerStartError, StartContext
+from pytest_inferbench.backends.sim import SimBackend
+from pytest_inferbench.launch import packaged_launch_dir, resolve
+from pytest_inferbench.recipe import ServerConfig
+from pytest_inferbench.testing.inferencex import single_node_servers
+from pytest_inferbench.testing.scriptrun import run_script, workspace_available
+
+INFERENCEX = Path(__file__).resolve().parents[3] / "shared" / "inferencex"
+SCRIPTS = INFERENCEX / "benchmarks" / "single_node" / "fixed_seq_len"
+MASTERS = [INFERENCEX / ".github" / "configs" / f"{v}-master.yaml" for v in ("amd", "nvidia")]
+
+pytestmark = pytest.mark.skipif(not INFERENCEX.is_dir(),
+                                reason=f"no InferenceX checkout at {INFERENCEX}")
+
+
+@pytest.fixture(scope="module")
+def servers() -> list[ServerConfig]:
+    return [s for master in MASTERS for s in single_node_servers(master)]
+
+
+def test_every_single_node_config_resolves_to_a_packaged_spec_and_starts(
+        servers: list[ServerConfig], tmp_path: Path) -> None:
+    assert len({s.config_key for s in servers}) == 137
+    assert sum(len(s.points()) for s in servers) == 2973
+    backend = SimBackend()
+    ctx = StartContext(results_dir=tmp_path, run_id="t", worker_id="master", options=None)
+    failures = []
+    for server in servers:
+        spec = resolve(server, tmp_path / "no-local-launch-dir")
+        assert spec.launch_file.parent == packaged_launch_dir(), server.node_name
+        try:
+            handle = backend.start(server, spec, ctx)
+        except ServerStartError as exc:
+            failures.append(str(exc))
+            continue
+        assert handle.config.tp >= server.tp, server.node_name
+        if (handle.config.spec is not None) != server.speculative:
+            failures.append(f"{server.node_name}: speculative decoding "
+                            f"{'missing' if server.speculative else 'unexpected'}")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_local_launch_dir_overrides_the_packaged_spec_file_by_file(
+        servers: list[ServerConfig], tmp_path: Path) -> None:
+    server = next(s for s in servers if s.config_key == "dsr1-fp8-h200-sglang")
+    local = tmp_path / "launch"
+    local.mkdir()
+    text = (packaged_launch_dir() / f"{server.launch_spec_name}.yaml").read_text()
+    (local / f"{server.launch_spec_name}.yaml").write_text(text.replace(
+        "startup-timeout: 1800", "startup-timeout: 77"))
+    assert resolve(server, local).startup_timeout_s == 77
+    other = next(s for s in servers if s.config_key == "gptoss-fp4-h100-vllm")
+    assert resolve(other, local).launch_file.parent == packaged_launch_dir()
+
+
+def flags(argv: tuple[str, ...] | list[str]) -> dict[str, str | None]:
+    """argv -> {flag: value} as argparse reads it (last one wins, `--a=b` == `--a b`)."""
+    out: dict[str, str | None] = {}
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-"):
+            continue
+        name, eq, value = word.partition("=")
+        key = name.lstrip("-").replace("_", "-")
+        if eq:
+            out[key] = value
+        elif i < len(words) and not words[i].startswith("-"):
+            out[key] = words[i]
+            i += 1
+        else:
+            out[key] = None
+    return out
+
+
+# (config key, script, the node's row: tp, ep, dp-attn) for spot checks: each framework,
+# spec decoding, EP and DP attention, and TensorRT-LLM's options file. A spec holds one value
+# per flag; where a script picks a value by TP / CONC / ISL or a branch the overlays cannot
+# express, the spec file lists the difference in its header comment, and other rows differ
+# there (e.g. dsr1-fp8-h200-trt-mtp with EP, qwen3.5-fp4-b200-trt with DP attention).
+SPOT_CHECKS = [
+    ("dsr1-fp8-h200-sglang", "dsr1_fp8_h200.sh", 8, 1, False),
+    ("dsr1-fp4-b200-sglang", "dsr1_fp4_b200.sh", 4, 4, True),
+    ("dsr1-fp8-b200-trt", "dsr1_fp8_b200_trt.sh", 8, 1, False),
+    ("gptoss-fp4-h100-vllm", "gptoss_fp4_h100.sh", 2, 1, False),
+    ("gptoss-fp4-h100-vllm", "gptoss_fp4_h100.sh", 4, 1, False),
+    ("minimaxm3-fp4-mi355x-atom-mtp", "minimaxm3_fp4_mi355x_atom_mtp.sh", 4, 1, False),
+    ("minimaxm3-fp8-h200-vllm-mtp", "minimaxm3_fp8_h200_mtp.sh", 8, 1, False),
+    ("glm5-fp8-mi355x-atom", "glm5_fp8_mi355x_atom.sh", 8, 1, False),
+    ("kimik2.5-int4-b300-vllm", "kimik2.5_int4_b300.sh", 8, 1, False),
+]
+
+
+@pytest.mark.skipif(not workspace_available(), reason="the scripts need a writable /workspace")
+@pytest.mark.parametrize(("key", "script", "tp", "ep", "dpa"), SPOT_CHECKS,
+                         ids=[c[0] for c in SPOT_CHECKS])
+def test_resolved_spec_matches_what_the_script_starts(
+        servers: list[ServerConfig], tmp_path: Path, key: str, script: str, tp: int, ep: int,
+        dpa: bool) -> None:
+    server = next(s for s in servers
+                  if (s.config_key, s.tp, s.ep, s.dp_attn) == (key, tp, ep, dpa))
+    spec = resolve(server, tmp_path)
+    # The spec holds the values of the node's largest point where a script derives one from it.
+    sweep = max(server.sweeps, key=lambda s: (s.isl, max(s.concurrencies)))
+    conc = max(sweep.concurrencies)
+    run = run_script(SCRIPTS / script, {
+        "MODEL": server.model, "TP": str(tp), "EP_SIZE": str(ep), "CONC": str(conc),
+        "ISL": str(sweep.isl), "OSL": str(sweep.osl),
+        "MAX_MODEL_LEN": str(max(s.isl + s.osl + 256 for s in server.sweeps)),
+        "DP_ATTENTION": "true" if dpa else "false", "RANDOM_RANGE_RATIO": "0.8",
+        "RESULT_FILENAME": "result"})
+    argv = spec.argv_for_port(8888)
+    if "trtllm-serve" in argv:  # the stub records what mpirun starts
+        assert argv[0] == "mpirun"
+        argv = argv[argv.index("trtllm-serve"):]
+    assert argv[0] == run.server.argv[0]
+    assert flags(argv) == flags(run.server.argv)
+    noise = {"GPU_METRICS_CSV", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"}
+    assert spec.env_dict == {k: v for k, v in run.server.env.items() if k not in noise}
+    for name, text in spec.files:
+        assert yaml.safe_load(text) == yaml.safe_load(run.server.files[name])
+    assert run.client is not None
+    chat = "--use-chat-template" in run.client.argv or "--dsv4" in run.client.argv
+    assert spec.client.use_chat_template == chat
+
+
+def test_stub_helper_reports_a_script_that_never_starts_a_server(tmp_path: Path) -> None:
+    script = tmp_path / "broken.sh"
+    script.write_text("#!/usr/bin/env bash\necho no server here\nexit 3\n")
+    if not shutil.which("bash"):
+        pytest.skip("no bash")
+    with pytest.raises(RuntimeError, match=r"(?s)broken.sh: .*no server here"):
+        run_script(script, {})
