@@ -51,7 +51,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "layout": set(),
     "selection": {"changelog", "changes", "collect", "evals"},
     "report": {"backends.registry", "gates", "options", "redact", "results", "state", ROOT},
-    "testing": {ROOT},
+    "testing": {"recipe", "schema", ROOT},
     ROOT: set(),
 }
 # `python -m pytest_inferbench.sim` starts the server: the entry point belongs to it.

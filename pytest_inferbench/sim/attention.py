@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .catalog import Architecture
+from typing import Any, Protocol
 
 # Indexer keys are fp8 with a scale per key (DeepSeek-V3.2 / GLM-5 DSA, MiniMax-M3 MSA).
 INDEX_KEY_BYTES = 1.0
@@ -70,6 +67,24 @@ class AttentionShape:
                    output_gate=bool(d.get("attn_output_gate", False)))
 
 
+class Shaped(Protocol):
+    """What attention needs of a model (the catalog's `Architecture` has it), named here so
+    that the catalog imports this module and not the other way round."""
+
+    @property
+    def layers(self) -> int: ...
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def heads(self) -> int: ...
+    @property
+    def kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def attention(self) -> AttentionShape: ...
+
+
 @dataclass(frozen=True)
 class KVTerms:
     store_token: float
@@ -84,7 +99,7 @@ class KVTerms:
     window: float
 
 
-def attention_params(arch: Architecture) -> int:
+def attention_params(arch: Shaped) -> int:
     """Parameters of every attention block (projections only)."""
     s, h = arch.attention, arch.hidden
     linear_layers = s.linear["layers"] if s.linear else 0
@@ -125,7 +140,7 @@ def attention_params(arch: Architecture) -> int:
     return total
 
 
-def kv_terms(arch: Architecture, *, tp: int, dp_attn: bool, kv_bytes: float) -> KVTerms:
+def kv_terms(arch: Shaped, *, tp: int, dp_attn: bool, kv_bytes: float) -> KVTerms:
     """Per-GPU KV / state coefficients of one model on a TP group (see the module doc)."""
     s = arch.attention
     shard = 1.0 / tp if dp_attn else 1.0  # per-sequence state under DP attention
