@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_inferbench.launch import packaged_launch_dir
 from pytest_inferbench.schema import RecipeError, load_recipe
 
 GOOD = """\
@@ -204,14 +205,19 @@ def test_a_bad_entry_fails_its_own_item_and_the_others_collect(
 
 
 def test_missing_launch_spec_errors_every_point_at_setup(pytester: pytest.Pytester) -> None:
-    (pytester.path / "amd-master.yaml").write_text(GOOD)
+    # A config neither a local launch directory nor the package has a spec for.
+    unshipped = GOOD.replace("mi355x", "mi300x")
+    (pytester.path / "amd-master.yaml").write_text(unshipped)
+    assert not (packaged_launch_dir() / "minimaxm3_fp4_mi300x_atom.yaml").exists()
     recorder = pytester.inline_run("-p", "no:cacheprovider")
     setup_errors = [r for r in recorder.getreports("pytest_runtest_logreport")
                     if r.when == "setup" and r.failed]
     assert len(setup_errors) == 4
-    expected = str(pytester.path / "launch" / "minimaxm3_fp4_mi355x_atom.yaml")
+    local = pytester.path / "launch" / "minimaxm3_fp4_mi300x_atom.yaml"
+    packaged = packaged_launch_dir() / local.name
     for report in setup_errors:
         # The whole message, no traceback into the plugin.
         assert report.longreprtext == (
-            "k-fp4-mi355x-atom-tp4: no launch spec for k-fp4-mi355x-atom "
-            f"(looked for {expected}; expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
+            "k-fp4-mi300x-atom-tp4: no launch spec for k-fp4-mi300x-atom "
+            f"(looked for {local} and the packaged {packaged}; "
+            "expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
