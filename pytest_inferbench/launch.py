@@ -81,8 +81,8 @@ class ServerSpec:
     roles: tuple[RoleSpec, ...] = ()  # several processes (slurm backend); argv = serve role's
     serve_role: str = ""  # the role clients talk to, ready when it answers
     nodes: int = 0  # nodes to allocate for the roles (0: one per role instance)
-    # Config files the server reads, relative to its working directory (name, YAML text):
-    # the backends write them there before the server starts.
+    # Config files the server reads, relative to its working directory (name, YAML text).
+    # The sim backend reads them; backends without `supports_files` refuse such a spec.
     files: tuple[tuple[str, str], ...] = ()
 
     def argv_for_port(self, port: int) -> tuple[str, ...]:
@@ -97,7 +97,10 @@ LAUNCH_KEYS = ("image", "command", "args", "env", "files", "mounts", "port", "he
                "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
                "nodes")
 ROLE_KEYS = ("count", "command", "args", "env", "srun-args")
-OVERLAY_NAMES = ("mtp", "ep", "dp-attn")
+# Applied in this order, each appending its args. `dp-attn-ep` applies when DP attention and
+# EP > 1 go together (ATOM's scripts enable expert parallelism only then); it comes before
+# `dp-attn` so that the words follow the scripts' order.
+OVERLAY_NAMES = ("mtp", "ep", "dp-attn-ep", "dp-attn")
 OVERLAY_KEYS = ("args", "env", "files", "client")
 CLIENT_KEYS = ("use-chat-template", "endpoint")
 
@@ -142,8 +145,9 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     files = _files(path, "files", data.get("files", {}))
     client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
     overlays = _check_keys(path, "overlays", data.get("overlays", {}), OVERLAY_NAMES)
-    active = [name for name, on in (("mtp", server.spec_decoding == "mtp"),
-                                    ("ep", server.ep > 1), ("dp-attn", server.dp_attn)) if on]
+    active = [name for name, on in (("mtp", server.spec_decoding == "mtp"), ("ep", server.ep > 1),
+                                    ("dp-attn-ep", server.dp_attn and server.ep > 1),
+                                    ("dp-attn", server.dp_attn)) if on]
     for name in active:
         overlay = _check_keys(path, f"overlays.{name}", overlays.get(name, {}), OVERLAY_KEYS)
         args += _str_list(path, f"overlays.{name}.args", overlay.get("args", []))
