@@ -114,6 +114,11 @@ class ServerNode(pytest.Collector):
                 f"{self.spec.launch_file}: a server of several roles "
                 f"({', '.join(r.name for r in self.spec.roles)}) needs the slurm backend, "
                 f"not {settings.backend}")
+        if self.spec.files and not backend.supports_files:
+            raise ServerStartError(
+                f"{self.spec.launch_file}: the server reads config files "
+                f"({', '.join(name for name, _ in self.spec.files)}) that the "
+                f"{settings.backend} backend does not write yet; the sim backend reads them")
         self.handle = backend.start(self.server, self.spec, state.start_context)
 
     def teardown(self) -> None:

@@ -86,6 +86,8 @@ class ServerHandle(ABC):
 class Backend(ABC):
     name: str
     supports_roles = False  # can start a server made of several roles (launch spec `roles:`)
+    # can give the server the config files of launch spec `files:` (TensorRT-LLM's options YAML)
+    supports_files = False
 
     @abstractmethod
     def start(self, server: ServerConfig, spec: ServerSpec,

@@ -77,6 +77,7 @@ class SimHandle(ServerHandle):
 
 class SimBackend(Backend):
     name = "sim"
+    supports_files = True  # the engine reads TensorRT-LLM's options YAML from the spec
 
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SimHandle:
