@@ -41,9 +41,6 @@ if name == "mpirun":
     else:
         sys.exit(0)
     name = os.path.basename(argv[0])
-if name in ("curl", "sleep", "hf", "huggingface-cli", "nvidia-smi", "amd-smi", "rocm-smi",
-            "pip", "pip3"):
-    sys.exit(0)
 if name.startswith("python") and (len(argv) == 1 or argv[1] in ("-", "-c")):
     if len(argv) <= 2 and not sys.stdin.isatty():
         sys.stdin.read()

@@ -1,5 +1,6 @@
 """Inside a copy of InferenceX's repository: recipes under .github/configs, the root changelog
-and utils/evals/thresholds.json are found with no configuration but the launch-spec directory."""
+and utils/evals/thresholds.json are found, and the packaged launch specs used, with no
+configuration at all."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .conftest import REPO, inferencex_source
+from .conftest import inferencex_source
 
 # The shared data sit beside the InferenceX checkout (../shared/data/gsm8k).
 GSM8K = inferencex_source().parent / "data" / "gsm8k" / "test.jsonl"
 
 
 def test_minimaxm3_atom_sweep_with_evals_and_changelog_at_the_root(inferencex_copy: Path) -> None:
-    # The snippet the README gives a contributor (the launch specs of this repository).
-    (inferencex_copy / "pytest.ini").write_text(
-        f"[pytest]\ninferbench_launch_dir = {REPO / 'benchmarks' / 'launch'}\n")
+    # No configuration: the launch specs come with the package.
+    assert not (inferencex_copy / "pytest.ini").exists()
     junit = inferencex_copy / "junit.xml"
     args = ["-p", "no:cacheprovider", "-q", "-k", "minimaxm3 and mi355x and atom",
             f"--junitxml={junit}", "--inferbench-no-plots", "--inferbench-eval-limit", "20"]

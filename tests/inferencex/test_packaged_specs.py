@@ -9,6 +9,7 @@ and config files they give the server are compared with the resolved spec.
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,19 +20,18 @@ from pytest_inferbench.backends.sim import SimBackend
 from pytest_inferbench.launch import packaged_launch_dir, resolve
 from pytest_inferbench.recipe import ServerConfig
 from pytest_inferbench.testing.inferencex import single_node_servers
+from pytest_inferbench.testing.recipes import master_entry
 from pytest_inferbench.testing.scriptrun import run_script, workspace_available
 
-INFERENCEX = Path(__file__).resolve().parents[3] / "shared" / "inferencex"
-SCRIPTS = INFERENCEX / "benchmarks" / "single_node" / "fixed_seq_len"
-MASTERS = [INFERENCEX / ".github" / "configs" / f"{v}-master.yaml" for v in ("amd", "nvidia")]
+from .conftest import inferencex_source
 
-pytestmark = pytest.mark.skipif(not INFERENCEX.is_dir(),
-                                reason=f"no InferenceX checkout at {INFERENCEX}")
+SCRIPTS = inferencex_source() / "benchmarks" / "single_node" / "fixed_seq_len"
 
 
 @pytest.fixture(scope="module")
-def servers() -> list[ServerConfig]:
-    return [s for master in MASTERS for s in single_node_servers(master)]
+def servers(inferencex_dir: Path) -> list[ServerConfig]:
+    configs = inferencex_dir / ".github" / "configs"
+    return [s for v in ("amd", "nvidia") for s in single_node_servers(configs / f"{v}-master.yaml")]
 
 
 def test_every_single_node_config_resolves_to_a_packaged_spec_and_starts(
@@ -106,17 +106,25 @@ SPOT_CHECKS = [
     ("minimaxm3-fp8-h200-vllm-mtp", "minimaxm3_fp8_h200_mtp.sh", 8, 1, False),
     ("glm5-fp8-mi355x-atom", "glm5_fp8_mi355x_atom.sh", 8, 1, False),
     ("kimik2.5-int4-b300-vllm", "kimik2.5_int4_b300.sh", 8, 1, False),
+    # ATOM's DP-attention branches (no master row uses them yet): expert parallelism only
+    # with DP attention and EP > 1.
+    ("minimaxm3-fp8-mi355x-atom", "minimaxm3_fp8_mi355x_atom.sh", 4, 4, False),
+    ("minimaxm3-fp8-mi355x-atom", "minimaxm3_fp8_mi355x_atom.sh", 4, 1, True),
+    ("minimaxm3-fp8-mi355x-atom", "minimaxm3_fp8_mi355x_atom.sh", 4, 4, True),
+    ("minimaxm3-fp4-mi355x-atom-mtp", "minimaxm3_fp4_mi355x_atom_mtp.sh", 4, 4, True),
 ]
 
 
 @pytest.mark.skipif(not workspace_available(), reason="the scripts need a writable /workspace")
 @pytest.mark.parametrize(("key", "script", "tp", "ep", "dpa"), SPOT_CHECKS,
-                         ids=[c[0] for c in SPOT_CHECKS])
+                         ids=[f"{c[0]}-tp{c[2]}-ep{c[3]}{'-dpa' if c[4] else ''}"
+                              for c in SPOT_CHECKS])
 def test_resolved_spec_matches_what_the_script_starts(
         servers: list[ServerConfig], tmp_path: Path, key: str, script: str, tp: int, ep: int,
         dpa: bool) -> None:
-    server = next(s for s in servers
-                  if (s.config_key, s.tp, s.ep, s.dp_attn) == (key, tp, ep, dpa))
+    rows = [s for s in servers if (s.config_key, s.tp) == (key, tp)]
+    server = next((s for s in rows if (s.ep, s.dp_attn) == (ep, dpa)), None) or replace(
+        rows[0], ep=ep, dp_attn=dpa)  # a branch of the script that no master row takes
     spec = resolve(server, tmp_path)
     # The spec holds the values of the node's largest point where a script derives one from it.
     sweep = max(server.sweeps, key=lambda s: (s.isl, max(s.concurrencies)))
@@ -140,6 +148,25 @@ def test_resolved_spec_matches_what_the_script_starts(
     assert run.client is not None
     chat = "--use-chat-template" in run.client.argv or "--dsv4" in run.client.argv
     assert spec.client.use_chat_template == chat
+
+
+
+
+def test_a_backend_that_cannot_write_the_specs_config_files_refuses_at_setup(
+        pytester: pytest.Pytester) -> None:
+    # TensorRT-LLM reads its options from a file the spec carries; the process backend does
+    # not write it, so it must not start a server that would look for it.
+    (pytester.path / "nvidia-master.yaml").write_text(master_entry(
+        "gptoss-fp4-h200-trt", ["{ tp: 1, conc-list: [4] }"], model="openai/gpt-oss-120b",
+        model_prefix="gptoss", runner="h200", framework="trt"))
+    recorder = pytester.inline_run("-p", "no:cacheprovider", "--inferbench-backend=process")
+    errors = [r for r in recorder.getreports("pytest_runtest_logreport")
+              if r.when == "setup" and r.failed]
+    assert len(errors) == 1
+    assert errors[0].longreprtext == (
+        f"{packaged_launch_dir() / 'gptoss_fp4_h200_trt.yaml'}: the server reads config files "
+        "(gptoss-config.yml) that the process backend does not write yet; the sim backend "
+        "reads them")
 
 
 def test_stub_helper_reports_a_script_that_never_starts_a_server(tmp_path: Path) -> None:
