@@ -76,7 +76,7 @@ def write_spec(tmp_path: Path, text: str) -> Path:
         ("command: srv --port 1\n", "command: expected a list of strings (argv words)"),
         ("command: [srv]\nenv: [A=1]\n", "env: expected a mapping of names to values"),
         ("command: [srv]\noverlays: {eagle: {args: [x]}}\n",
-         "overlays.eagle: unknown key (expected one of: mtp, ep, dp-attn)"),
+         "overlays.eagle: unknown key (expected one of: mtp, ep, dp-attn-ep, dp-attn)"),
         ("command: [srv]\nmounts: [/models]\n",
          "mounts: '/models' (expected host:container[:ro|rw])"),
         ("command: [srv]\nmounts: ['/a:/b:rx']\n",
