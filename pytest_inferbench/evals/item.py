@@ -21,7 +21,7 @@ from ..specdecode import read_speculative_decoding
 from .files import finish_eval_dir
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
-from .runner import EvalResult, run_gsm8k_eval, served_model
+from .runner import EvalResult, eval_job, run_gsm8k_eval, served_model
 from .thresholds import ThresholdsError, check_eval, lookup_threshold, thresholds_path
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def run_eval_item(
                                      TASK)
         with _eval_server(server, spec, base_url, settings, ctx) as url:
             runner = run_lm_eval if settings.eval_runner == "lm-eval" else run_gsm8k_eval
-            result = runner(url, spec, server, settings, settings.results_dir)
+            result = runner(url, eval_job(server, spec, settings), settings.results_dir)
     except (EvalDataError, ThresholdsError, LmEvalError) as exc:
         pytest.fail(str(exc), pytrace=False)
     finish_eval_dir(server, result, served_model(spec, server),

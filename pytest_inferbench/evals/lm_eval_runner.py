@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..recipe import BenchPoint
 from .gsm8k import (
     FILTERS,
     METRIC,
@@ -33,25 +32,20 @@ from .gsm8k import (
     FilterScore,
     GsmItem,
     doc_to_text,
-    split_shots,
 )
 from .runner import (
     CHAT_ENDPOINT,
     REQUEST_TIMEOUT_S,
     RETRIES,
+    EvalJob,
     EvalPlan,
     EvalResult,
     eval_dir,
-    plan_eval,
-    served_model,
 )
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..launch import ServerSpec
-    from ..options import Settings
-    from ..recipe import ServerConfig
 
 LM_EVAL_TASK = "gsm8k_inferbench"
 RUN_TIMEOUT_S = 4 * 3600.0
@@ -157,24 +151,13 @@ def lm_eval_argv(
     return argv
 
 
-def run_lm_eval(
-    base_url: str,
-    spec: ServerSpec | None,
-    target: ServerConfig | BenchPoint,
-    settings: Settings,
-    results_dir: Path,
-) -> EvalResult:
+def run_lm_eval(base_url: str, job: EvalJob, results_dir: Path) -> EvalResult:
     if not lm_eval_available():
         raise LmEvalError(
             "--inferbench-eval-runner lm-eval needs lm-eval installed: "
             "pip install 'pytest-inferbench[lm-eval]'"
         )
-    if settings.eval_data is None:
-        raise ValueError("run_lm_eval needs settings.eval_data")
-    server = target.server if isinstance(target, BenchPoint) else target
-    shots, items = split_shots(settings.eval_data, settings.eval_limit)
-    model = served_model(spec, server)
-    plan = plan_eval(target, spec)
+    server, shots, items, model, plan = job.server, job.shot_pool, job.items, job.model, job.plan
     node_dir = eval_dir(results_dir, server)
     out_dir = node_dir / "lm-eval"
     task_dir = out_dir / "task"

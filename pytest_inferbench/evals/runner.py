@@ -173,21 +173,31 @@ def eval_dir(results_dir: Path, server: ServerConfig) -> Path:
     return out_dir
 
 
-def run_gsm8k_eval(
-    base_url: str,
-    spec: ServerSpec | None,
-    target: ServerConfig | BenchPoint,
-    settings: Settings,
-    results_dir: Path,
-) -> EvalResult:
-    """Evaluate the server at `base_url`; raises EvalDataError when the data is unusable."""
+@dataclass(frozen=True)
+class EvalJob:
+    """What both eval runners (builtin and lm-eval) start from: the node, the data, the plan."""
+
+    server: ServerConfig
+    shot_pool: list[GsmItem]  # the train split few-shot examples are drawn from
+    items: list[GsmItem]  # the scored questions
+    model: str  # the name the server serves
+    plan: EvalPlan
+
+
+def eval_job(target: ServerConfig | BenchPoint, spec: ServerSpec | None,
+             settings: Settings) -> EvalJob:
+    """Read the eval data and plan the eval; raises EvalDataError when the data is unusable."""
     if settings.eval_data is None:
-        raise ValueError("run_gsm8k_eval needs settings.eval_data")
+        raise ValueError("an eval needs settings.eval_data")
     server = target.server if isinstance(target, BenchPointType) else target
     pool, items = split_shots(settings.eval_data, settings.eval_limit)
-    shots = sample_shots(pool, len(items))
-    model = served_model(spec, server)
-    plan = plan_eval(target, spec)
+    return EvalJob(server, pool, items, served_model(spec, server), plan_eval(target, spec))
+
+
+def run_gsm8k_eval(base_url: str, job: EvalJob, results_dir: Path) -> EvalResult:
+    """Evaluate the server at `base_url` with the builtin client and scorer."""
+    server, items, model, plan = job.server, job.items, job.model, job.plan
+    shots = sample_shots(job.shot_pool, len(items))
     started = time.perf_counter()
     outcomes = asyncio.run(
         _ask_all(base_url.rstrip("/") + CHAT_ENDPOINT, model, shots, items, plan)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_inferbench.evals.runner import eval_max_tokens, plan_eval, run_gsm8k_eval
+from pytest_inferbench.evals.runner import eval_job, eval_max_tokens, plan_eval, run_gsm8k_eval
 from pytest_inferbench.recipe import SeqLenSweep
 
 
@@ -16,7 +16,8 @@ def test_every_node_is_evaluated_over_chat_with_the_context_budget(oracle_node, 
     node = oracle_node
     assert not node.spec.client.use_chat_template  # a plain node: InferenceX still uses chat
     httpx.delete(node.base_url + "/debug/inferbench/timeline")
-    result = run_gsm8k_eval(node.base_url, node.spec, node.server, node.settings, tmp_path)
+    job = eval_job(node.server, node.spec, node.settings)
+    result = run_gsm8k_eval(node.base_url, job, tmp_path)
     assert result.endpoint == "/v1/chat/completions"
     assert result.n == 40  # no train.jsonl beside: five items became the shot pool
     assert result.failed_requests == 0

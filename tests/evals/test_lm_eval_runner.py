@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_inferbench.evals.lm_eval_runner import lm_eval_available, run_lm_eval, task_config
-from pytest_inferbench.evals.runner import run_gsm8k_eval
+from pytest_inferbench.evals.runner import eval_job, run_gsm8k_eval
 
 
 def test_task_config_carries_the_inferencex_filters(tmp_path: Path) -> None:
@@ -23,8 +23,9 @@ def test_task_config_carries_the_inferencex_filters(tmp_path: Path) -> None:
 def test_builtin_and_lm_eval_runners_agree(oracle_node, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     node = oracle_node
     spec = node.spec
-    builtin = run_gsm8k_eval(node.base_url, spec, node.server, node.settings, tmp_path)
-    harness = run_lm_eval(node.base_url, spec, node.server, node.settings, tmp_path)
+    job = eval_job(node.server, spec, node.settings)
+    builtin = run_gsm8k_eval(node.base_url, job, tmp_path)
+    harness = run_lm_eval(node.base_url, job, tmp_path)
     assert builtin.n == harness.n == 40
     for ours, theirs in zip(builtin.scores, harness.scores, strict=True):
         assert ours.name == theirs.name
