@@ -6,6 +6,7 @@ stores `Settings.from_config(config)` in the config stash; everything else reads
 
 from __future__ import annotations
 
+import itertools
 import math
 import shlex
 from dataclasses import dataclass, field
@@ -92,6 +93,8 @@ def add_options(parser: pytest.Parser) -> None:
         help="do not draw PNG plots even when matplotlib is installed")
 
     add_slurm_options(parser)
+    VALUE_OPTIONS.update(name for opt in group.options if opt.attrs().get("action") != "store_true"
+                         for name in opt.names())
 
     _addini(parser, "inferbench_recipes", "glob patterns of recipe files", type="linelist",
                   default=["*-master.yaml"])
@@ -208,6 +211,24 @@ class Settings:
                 thresholds=str(config.getini("inferbench_eval_thresholds")),
                 launch_dir=str(config.getini("inferbench_launch_dir"))),
         )
+
+
+# Every inferbench option that takes a value, filled as the options are declared.
+VALUE_OPTIONS: set[str] = set()
+
+
+def refuse_split_path_values(config: pytest.Config) -> None:
+    """`--inferbench-eval-data PATH` (two words) is refused: pytest chooses the rootdir and the
+    config file before the plugin's options are known, so it takes an existing PATH there for
+    a test path, and the rootdir (and .pytest_cache) silently moves to PATH's folder."""
+    if hasattr(config, "workerinput"):
+        return  # the controller has checked the same command line
+    words = [str(w) for w in config.invocation_params.args]
+    for option, value in itertools.pairwise(words):
+        if option in VALUE_OPTIONS and Path(config.invocation_params.dir, value).exists():
+            raise pytest.UsageError(
+                f"{option} {value}: pytest takes {value} for a test path when it chooses the "
+                f"rootdir (now {config.rootpath}) and the config file; write {option}={value}")
 
 
 # Every inferbench ini key and its default, filled as the keys are declared.

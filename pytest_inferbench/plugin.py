@@ -25,6 +25,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    options.refuse_split_path_values(config)
     config.addinivalue_line(
         "markers",
         "inferbench(config_key, model_prefix, framework, precision, runner, hardware, tp, ep, "

@@ -1,10 +1,10 @@
 """Server-side metrics: `/metrics` (and ATOM's `/debug/mtp_stats`) before and after a point.
 
-Parsing is `prometheus_client`'s own parser (the `server` extra), imported only when a scrape
-happens. Counters are diffed, summed over their label sets; gauges are reported as read after
-the point. Acceptance length = 1 + accepted / verification steps (performance-model.md §A7):
-vLLM `spec_decode_num_accepted_tokens` / `spec_decode_num_drafts`; ATOM
-`mtp_accepted_tokens` / sum of `mtp_decode_steps`, or the same from `/debug/mtp_stats`.
+Parsing is `prometheus_client`'s own parser, imported only when a scrape happens (so runs that
+never scrape do not pay for it). Counters are diffed, summed over their label sets; gauges are
+reported as read after the point. Acceptance length = 1 + accepted / verification steps
+(performance-model.md §A7): vLLM `spec_decode_num_accepted_tokens` / `spec_decode_num_drafts`;
+ATOM `mtp_accepted_tokens` / sum of `mtp_decode_steps`, or the same from `/debug/mtp_stats`.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, float]]:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError as exc:
         raise MissingPrometheusParser(
-            "reading server /metrics needs prometheus_client: "
-            "pip install 'pytest-inferbench[server]'") from exc
+            "reading server /metrics needs prometheus_client, a dependency of "
+            "pytest-inferbench: reinstall it (pip install -e .)") from exc
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
     for family in text_string_to_metric_families(text):

@@ -20,6 +20,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .server.router import route
 
         return route(words[1:])
+    if words and words[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
     if not words or words[0] != "serve":
         print(USAGE, file=sys.stderr)
         return 2

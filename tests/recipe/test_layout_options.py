@@ -36,3 +36,19 @@ def test_recipe_dir_changelog_and_thresholds_from_ini(pytester: pytest.Pytester)
     ]
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-m", "changelog")
     result.assert_outcomes(passed=1, deselected=2)
+
+
+def test_a_path_option_given_as_two_words_is_refused_before_rootdir_moves(
+        pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:
+    (pytester.path / "amd-master.yaml").write_text(master_entry("k-fp4-mi355x-atom"))
+    pytester.makeini("[pytest]\n")
+    data = tmp_path_factory.mktemp("gsm8k") / "test.jsonl"
+    data.write_text("{}\n")
+    result = pytester.runpytest("--collect-only", "-q", "--inferbench-eval-data", str(data))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--inferbench-eval-data {data}: pytest takes {data} for a test "
+                                 f"path*write --inferbench-eval-data={data}"])
+    assert not (data.parent / ".pytest_cache").exists()
+    # The one-word form, and a value that is no path on disk, are fine.
+    assert collected(pytester, f"--inferbench-eval-data={data}") != []
+    assert collected(pytester, "--inferbench-seed", "3") != []

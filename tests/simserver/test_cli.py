@@ -53,6 +53,21 @@ def test_bad_input_is_a_usage_error_without_traceback(words: list[str], message:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_exits_zero_with_the_usage(flag: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "pytest_inferbench.sim", flag],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert "python -m pytest_inferbench.sim serve" in done.stdout
+
+
+def test_no_subcommand_is_a_usage_error() -> None:
+    done = subprocess.run([sys.executable, "-m", "pytest_inferbench.sim"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "usage:" in done.stderr
+
+
 def test_busy_port_is_reported() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
