@@ -97,10 +97,13 @@ LAUNCH_KEYS = ("image", "command", "args", "env", "files", "mounts", "port", "he
                "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
                "nodes")
 ROLE_KEYS = ("count", "command", "args", "env", "srun-args")
-# Applied in this order, each appending its args. `dp-attn-ep` applies when DP attention and
-# EP > 1 go together (ATOM's scripts enable expert parallelism only then); it comes before
-# `dp-attn` so that the words follow the scripts' order.
-OVERLAY_NAMES = ("mtp", "ep", "dp-attn-ep", "dp-attn")
+# Applied in this order: the parallel overlays, then speculative decoding, as the scripts put
+# their PARALLEL_ARGS before their SPEC_ARGS. `dp-attn-ep` applies when DP attention and EP > 1
+# go together (ATOM's scripts enable expert parallelism only then), before `dp-attn`'s words.
+OVERLAY_NAMES = ("ep", "dp-attn-ep", "dp-attn", "mtp")
+# An `args` word that marks where the active overlays' words go (at the end without it), so
+# that a spec can keep a script's argv order: `-tp {tp} {overlays} --block-size ...`.
+OVERLAY_ARGS_MARK = "{overlays}"
 OVERLAY_KEYS = ("args", "env", "files", "client")
 CLIENT_KEYS = ("use-chat-template", "endpoint")
 
@@ -145,18 +148,19 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     files = _files(path, "files", data.get("files", {}))
     client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
     overlays = _check_keys(path, "overlays", data.get("overlays", {}), OVERLAY_NAMES)
-    active = [name for name, on in (("mtp", server.spec_decoding == "mtp"), ("ep", server.ep > 1),
-                                    ("dp-attn-ep", server.dp_attn and server.ep > 1),
-                                    ("dp-attn", server.dp_attn)) if on]
-    for name in active:
+    on = {"ep": server.ep > 1, "dp-attn-ep": server.dp_attn and server.ep > 1,
+          "dp-attn": server.dp_attn, "mtp": server.spec_decoding == "mtp"}
+    overlay_args: list[str] = []
+    for name in (name for name in OVERLAY_NAMES if on[name]):
         overlay = _check_keys(path, f"overlays.{name}", overlays.get(name, {}), OVERLAY_KEYS)
-        args += _str_list(path, f"overlays.{name}.args", overlay.get("args", []))
+        overlay_args += _str_list(path, f"overlays.{name}.args", overlay.get("args", []))
         env.update(_str_dict(path, f"overlays.{name}.env", overlay.get("env", {})))
         for fname, content in _files(path, f"overlays.{name}.files",
                                      overlay.get("files", {})).items():
             files[fname] = _deep_merge(files.get(fname, {}), content)
         client = {**client, **_check_keys(path, f"overlays.{name}.client",
                                           overlay.get("client", {}), CLIENT_KEYS)}
+    args = _place_overlay_args(path, args, overlay_args)
     # A server node serves every ISL/OSL of its entry: its context is sized for the longest.
     max_model_len = max((s.isl + s.osl + 256 for s in server.sweeps), default=32768)
     values = {"{model}": server.model, "{tp}": str(server.tp), "{ep}": str(server.ep),
@@ -194,6 +198,16 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         files=tuple((fname, yaml.safe_dump(content, sort_keys=False))
                     for fname, content in files.items()),
     )
+
+
+def _place_overlay_args(path: Path, args: list[str], overlay_args: list[str]) -> list[str]:
+    marks = [i for i, word in enumerate(args) if word == OVERLAY_ARGS_MARK]
+    if not marks:
+        return args + overlay_args
+    if len(marks) > 1:
+        raise LaunchSpecError(f"{path}: args: {OVERLAY_ARGS_MARK} given {len(marks)} times "
+                              "(expected once: where the overlays' words go)")
+    return args[:marks[0]] + overlay_args + args[marks[0] + 1:]
 
 
 def _roles(path: Path, data: dict[str, Any], command: list[str], env: dict[str, str],

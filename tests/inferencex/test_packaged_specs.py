@@ -17,7 +17,7 @@ import yaml
 
 from pytest_inferbench.backends.base import ServerStartError, StartContext
 from pytest_inferbench.backends.sim import SimBackend
-from pytest_inferbench.launch import packaged_launch_dir, resolve
+from pytest_inferbench.launch import OVERLAY_ARGS_MARK, packaged_launch_dir, resolve
 from pytest_inferbench.recipe import ServerConfig
 from pytest_inferbench.testing.inferencex import single_node_servers
 from pytest_inferbench.testing.recipes import master_entry
@@ -141,6 +141,8 @@ def test_resolved_spec_matches_what_the_script_starts(
         argv = argv[argv.index("trtllm-serve"):]
     assert argv[0] == run.server.argv[0]
     assert flags(argv) == flags(run.server.argv)
+    if OVERLAY_ARGS_MARK in spec.launch_file.read_text():  # a spec that keeps the script's order
+        assert argv == run.server.argv
     noise = {"GPU_METRICS_CSV", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"}
     assert spec.env_dict == {k: v for k, v in run.server.env.items() if k not in noise}
     for name, text in spec.files:

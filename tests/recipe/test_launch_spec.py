@@ -43,15 +43,18 @@ def test_shipped_atom_spec_and_its_overlays(tmp_path: Path) -> None:
                                                                      "MI355X")
     assert plain.argv_for_port(9123)[plain.argv.index("--server-port") + 1] == "9123"
 
+    # The overlays' words go where the spec's {overlays} mark stands: after -tp, as the scripts.
+    after_tp = plain.argv.index("-tp") + 2
     mtp = resolve(nodes["mtp"], REPO_LAUNCH)
-    assert mtp.argv[len(plain.argv):] == ("--method", "eagle3", "--draft-model",
-                                          "Inferact/MiniMax-M3-EAGLE3",
-                                          "--num-speculative-tokens", "3")
+    spec_words = ("--method", "eagle3", "--draft-model", "Inferact/MiniMax-M3-EAGLE3",
+                  "--num-speculative-tokens", "3")
+    assert mtp.argv == plain.argv[:after_tp] + spec_words + plain.argv[after_tp:]
     assert mtp.client.use_chat_template  # EAGLE acceptance is measured on chat-framed prompts
 
     dpa = resolve(nodes["dpa"], REPO_LAUNCH)
     assert dpa.argv[dpa.argv.index("-tp") + 1] == "8"
-    assert dpa.argv[-1] == "--enable-dp-attention"
+    assert dpa.argv[after_tp:after_tp + 2] == ("--enable-expert-parallel", "--enable-dp-attention")
+    assert "{overlays}" not in dpa.argv and "{overlays}" not in plain.argv
 
 
 def test_json_arguments_keep_their_braces(tmp_path: Path) -> None:
@@ -76,7 +79,9 @@ def write_spec(tmp_path: Path, text: str) -> Path:
         ("command: srv --port 1\n", "command: expected a list of strings (argv words)"),
         ("command: [srv]\nenv: [A=1]\n", "env: expected a mapping of names to values"),
         ("command: [srv]\noverlays: {eagle: {args: [x]}}\n",
-         "overlays.eagle: unknown key (expected one of: mtp, ep, dp-attn-ep, dp-attn)"),
+         "overlays.eagle: unknown key (expected one of: ep, dp-attn-ep, dp-attn, mtp)"),
+        ("command: [srv]\nargs: ['{overlays}', -x, '{overlays}']\n",
+         "args: {overlays} given 2 times (expected once: where the overlays' words go)"),
         ("command: [srv]\nmounts: [/models]\n",
          "mounts: '/models' (expected host:container[:ro|rw])"),
         ("command: [srv]\nmounts: ['/a:/b:rx']\n",
