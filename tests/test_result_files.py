@@ -53,8 +53,9 @@ def test_default_range_ratio_varies_lengths_as_inferencex(pytester: pytest.Pytes
     # The results directory (summary.json and the points' raw files) is a baseline.
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--inferbench-no-plots", "--inferbench-prompts-per-conc",
-        "5", "--inferbench-warmup", "distinct", "--inferbench-baseline",
-        str(pytester.path / "inferbench-results"), "--inferbench-results", "second")
+        "5", "--inferbench-warmup", "distinct",
+        f"--inferbench-baseline={pytester.path / 'inferbench-results'}",
+        "--inferbench-results", "second")
     result.assert_outcomes(passed=1)
 
 
