@@ -84,6 +84,18 @@ def engage_for_node_ids(config: pytest.Config, node_ids: Iterable[str],
         engage(config)
 
 
+def engage_for_report(config: pytest.Config, test_report: pytest.TestReport) -> None:
+    """xdist controller: engage at the first report that carries results (a Python test that
+    used the fixtures, which the controller cannot see at collection), and hand that report to
+    the collector registered now."""
+    if is_engaged(config) or not getattr(test_report, report.RESULTS_ATTR, None):
+        return
+    engage(config)
+    collector = config.pluginmanager.get_plugin(report.COLLECTOR_NAME)
+    if isinstance(collector, report.ReportCollector):
+        collector.pytest_runtest_logreport(test_report)
+
+
 def header_lines(config: pytest.Config, settings: Settings) -> list[str]:
     """The backend and SIMULATED lines, once per session, only when the plugin is engaged."""
     activation = _activation(config)

@@ -1,9 +1,11 @@
 """The collection tree: RecipeFile -> ServerNode -> BenchItem.
 
 The tree is exactly three deep so `pytest -n N --dist loadscope` keeps every point of a server on
-one worker (loadscope groups by the node id without its last part). A ServerNode starts its
-server in `setup()` and stops it in `teardown()`; pytest runs the teardown even after a failed
-setup and errors every point of a node whose setup failed, without retrying.
+one worker (loadscope groups by the node id without its last part). A ServerNode takes its
+server from the pool (`servers.py`) in `setup()` and hands it back in `teardown()`; the pool
+stops it once no following item wants it, so a Python test asking for the same server shares
+the start. pytest runs the teardown even after a failed setup and errors every point of a node
+whose setup failed, without retrying.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .backends.base import ServerDiedError, ServerStartError
-from .launch import LaunchSpecError, ServerSpec, resolve
+from .launch import LaunchSpecError
 from .schema import RecipeError, load_recipe
+from .server_select import note_collected
+from .servers import group_with_server, pool_for, server_key
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from .backends.base import ServerHandle
+    from .launch import ServerSpec
     from .recipe import BenchPoint, InvalidEntry, ServerConfig
+    from .servers import Lease
 
 
 class RecipeFile(pytest.File):
@@ -32,6 +38,7 @@ class RecipeFile(pytest.File):
     """
 
     def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        note_collected(self.config, self.path)
         try:
             recipe = load_recipe(self.path, strict=False)
         except RecipeError as exc:
@@ -79,52 +86,46 @@ class ServerNode(pytest.Collector):
     def __init__(self, *, server: ServerConfig, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.server = server
-        self.spec: ServerSpec | None = None
-        self.handle: ServerHandle | None = None
-        self.dead_reason: str | None = None  # set when the server died mid-sweep
+        self.lease: Lease | None = None  # the pool's server, held from setup to teardown
+        self.wants = server_key(self.config, server)
         # -k matches these as well as the names in the node id.
         self.extra_keyword_matches.update(
             {server.framework, server.hardware.lower(), server.model_prefix, server.precision})
 
     def collect(self) -> Iterable[pytest.Item]:
         for point in self.server.points():
-            yield BenchItem.from_parent(self, name=point.name, point=point,
-                                        callobj=_bench_callobj())
+            item = BenchItem.from_parent(self, name=point.name, point=point,
+                                         callobj=_bench_callobj())
+            group_with_server(item, self.wants)
+            yield item
         from .evals.collect import make_eval_item
 
         # Last, so it runs after the points on the same server.
         eval_item = make_eval_item(self, self.server)
         if eval_item is not None:
+            group_with_server(eval_item, self.wants)
             yield eval_item
 
     def setup(self) -> None:
-        from .backends import get_backend
-        from .state import get_session_state
-
-        state = get_session_state(self.config)
-        settings = state.settings
-        launch_dir = settings.launch_dir or settings.layout.launch_dir_for(self.server.source)
-        # Every backend needs the spec: the argv to run, or (external) the served model name
-        # and client options.
-        self.spec = resolve(self.server, launch_dir,
-                            startup_timeout_override=settings.startup_timeout_s)
-        backend = get_backend(settings.backend)
-        if self.spec.roles and not backend.supports_roles:
-            raise ServerStartError(
-                f"{self.spec.launch_file}: a server of several roles "
-                f"({', '.join(r.name for r in self.spec.roles)}) needs the slurm backend, "
-                f"not {settings.backend}")
-        if self.spec.files and not backend.supports_files:
-            raise ServerStartError(
-                f"{self.spec.launch_file}: the server reads config files "
-                f"({', '.join(name for name, _ in self.spec.files)}) that the "
-                f"{settings.backend} backend does not write yet; the sim backend reads them")
-        self.handle = backend.start(self.server, self.spec, state.start_context)
+        self.lease = pool_for(self.config).acquire(self.server)
 
     def teardown(self) -> None:
-        handle, self.handle = self.handle, None
-        if handle is not None:
-            handle.stop()
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            pool_for(self.config).release(lease)
+
+    # What the node's points read (`runner.RunningNode`), from the shared server it holds.
+    @property
+    def spec(self) -> ServerSpec | None:
+        return self.lease.spec if self.lease is not None else None
+
+    @property
+    def handle(self) -> ServerHandle | None:
+        return self.lease.handle if self.lease is not None else None
+
+    @property
+    def dead_reason(self) -> str | None:
+        return self.lease.dead_reason if self.lease is not None else None
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.server.line - 1, self.name
@@ -168,7 +169,10 @@ def _bench_callobj() -> Any:
         """Run this benchmark point against its server node and check its gates."""
         item = request.node
         assert isinstance(item, BenchItem)
-        run_bench_item(item, item.point, item.server_node)
+        lease = item.server_node.lease
+        if lease is None:  # setup failed; pytest already reported it, never reached in practice
+            pytest.fail(f"{item.server_node.name}: server was not started", pytrace=False)
+        run_bench_item(item, item.point, lease)
 
     return run_point
 

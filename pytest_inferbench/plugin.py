@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import activation, collect, options, report, state, xdist_hooks
+from . import activation, collect, fixtures, options, report, servers, state, xdist_hooks
 from .backends import reaper, sweep_stale
 from .changelog import items as changelog_items
 from .evals.collect import EVAL_MARKER
+from .server_select import MARKER_HELP
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -32,7 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "dp_attn, spec_decoding, isl, osl, conc): a generated benchmark point; select with "
         '-m "inferbench(conc=64)"',
     )
+    config.addinivalue_line("markers", MARKER_HELP)
     state.create_session_state(config)
+    # Fixtures for benchmarks in Python: inert until a test asks for one.
+    config.pluginmanager.register(fixtures, "inferbench-fixtures")
     xdist_hooks.register(config)
     config.addinivalue_line("markers", EVAL_MARKER)
     config.addinivalue_line("markers", changelog_items.CHANGELOG_MARKER)
@@ -83,12 +87,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    # Engaged by recipes or fixture users: the header was printed before collection found them.
+    lines = activation.header_lines(config, state.get_session_state(config).settings)
     points = [i for i in items if isinstance(i, collect.BenchItem)]
     if not points:
-        return []  # a run without recipes (the plugin's own tests) needs no inferbench line
+        return lines  # no recipes: no count line (the plugin's own tests, Python benchmarks)
     nodes = {i.server_node.nodeid for i in points}
-    # Engaged by the recipes themselves: the header was printed before collection found them.
-    lines = activation.header_lines(config, state.get_session_state(config).settings)
     return [*lines, f"inferbench: {len(nodes)} server nodes, {len(points)} benchmark points"]
 
 
@@ -99,15 +103,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from .selection import changed_since
 
         changed_since(config, items, rev)
+    fixtures.mark_server_users(config, items)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
 def keep_server_nodes_contiguous(items: list[pytest.Item]) -> None:
-    # Reordering plugins could interleave servers and restart them; keep each node contiguous.
-    first_seen: dict[str, int] = {}
+    # Reordering plugins could interleave servers and restart them; keep the users of each
+    # server (a recipe node's points, tests marked for it) contiguous, others by their parent.
+    def group(item: pytest.Item) -> object:
+        return servers.wanted_by(item) or (item.parent.nodeid if item.parent else "")
+
+    first_seen: dict[object, int] = {}
     for index, item in enumerate(items):
-        first_seen.setdefault(item.parent.nodeid if item.parent else "", index)
-    items.sort(key=lambda i: first_seen[i.parent.nodeid if i.parent else ""])
+        first_seen.setdefault(group(item), index)
+    items.sort(key=lambda i: first_seen[group(i)])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
+                            ) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    finally:
+        servers.settle_after(item, nextitem)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    servers.close_pool(session.config)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -117,5 +139,5 @@ def pytest_runtest_makereport(
     outcome = yield
     if isinstance(item, collect.BenchItem):
         collect.clean_longrepr(call, outcome)
-        report.attach_result(item, outcome)
+    report.attach_result(item, outcome)
     return outcome

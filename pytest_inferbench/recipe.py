@@ -7,6 +7,7 @@ every ISL/OSL of that entry. One `BenchPoint` is one (isl, osl, concurrency) of 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,12 @@ class ServerConfig:
     def speculative(self) -> bool:
         return self.spec_decoding != "none"
 
+    @property
+    def identity(self) -> ServerConfig:
+        """The server without its points and recipe place: equal identities start the same
+        server."""
+        return dataclasses.replace(self, sweeps=(), source=Path(), line=0, name_suffix="")
+
     def points(self) -> tuple[BenchPoint, ...]:
         """One point per (isl, osl, conc); a point rows repeat is kept once, at its first line."""
         lines: dict[tuple[int, int, int], list[int]] = {}
@@ -191,11 +198,16 @@ class BenchPoint:
     conc: int
     line: int
     repeated_at: tuple[int, ...] = ()  # later recipe lines that give this same point again
+    prompts: tuple[str, ...] = ()  # a Python test's own prompts (empty: the random dataset)
+    # A Python test's point: its test name, so its files never overwrite a recipe point's.
+    tag: str = ""
 
     @property
     def name(self) -> str:
         if self.server.scenario == "agentic-coding":
             return f"agentic-conc{self.conc}"
+        if self.prompts:
+            return f"prompts{len(self.prompts)}-osl{self.osl}-conc{self.conc}"
         return f"isl{self.isl}-osl{self.osl}-conc{self.conc}"
 
     @property
@@ -214,6 +226,7 @@ class BenchPoint:
         return (
             f"{self.exp_name}_{s.precision}_{s.framework}_tp{s.tp}-ep{s.ep}-dpa{dpa}"
             f"_disagg-{disagg}_spec-{s.spec_decoding}_conc{self.conc}_{runner_name or s.runner}"
+            + (f"_{self.tag}" if self.tag else "")
         )
 
     def marker_kwargs(self) -> dict[str, object]:

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 from .backends.base import ServerDiedError
-from .state import RESULT_KEY, get_session_state
+from .state import RESULTS_KEY, get_session_state
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .backends.base import ServerHandle
+    from .backends.base import LoadSettings, ServerHandle
     from .launch import ServerSpec
     from .recipe import BenchPoint
 
@@ -21,6 +21,7 @@ class RunningNode(Protocol):
     """A server node as its points see it (`collect.ServerNode`)."""
 
     name: str
+    instance: str  # which start of the server this is (results say which one they ran on)
     spec: ServerSpec | None
     handle: ServerHandle | None
     dead_reason: str | None
@@ -47,7 +48,11 @@ def write_point_files(results_dir: Path, result: dict[str, Any]) -> list[str]:
     return []
 
 
-def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode) -> None:
+def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
+                   load: LoadSettings | None = None, *, fail: bool = True) -> dict[str, Any]:
+    """Run `point` (with the session's load settings unless `load` is given), record its result
+    on the item and write its files; fail the item on gate failures unless `fail` is False.
+    The result record is returned, `gate_failures` included."""
     from . import gates, report, results
     from .result_files import runner_name
 
@@ -56,7 +61,7 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode) -> N
     if handle is None:  # setup failed; pytest already reported it, never reached in practice
         pytest.fail(f"{node.name}: server was not started", pytrace=False)
     try:
-        measurement = handle.run_point(point, state.load)
+        measurement = handle.run_point(point, load or state.load)
     except ServerDiedError as exc:
         node.dead_reason = str(exc)
         pytest.fail(str(exc), pytrace=False)
@@ -65,12 +70,14 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode) -> N
         point, measurement, spec=node.spec, backend=settings.backend,
         runner_name=runner_name(point.server.runner, settings.runner_name))
     result["nodeid"] = item.nodeid
+    result["server_instance"] = node.instance
     findings = gates.check_point(result, point, node.spec, settings)
     result.update({k: v for k, v in findings.fields.items() if k not in result})
     failures = [*results.measurement_failures(result), *findings.failures]
     result["gate_failures"] = failures
     result["notes"] = [*result["notes"], *write_point_files(settings.results_dir, result)]
-    item.stash[RESULT_KEY] = result
+    item.stash.setdefault(RESULTS_KEY, []).append(result)
     item.user_properties.extend(report.result_properties(result))
-    if failures:
+    if failures and fail:
         pytest.fail("\n".join(failures), pytrace=False)
+    return result

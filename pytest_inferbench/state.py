@@ -33,8 +33,9 @@ class SessionState:
 
 
 STATE_KEY = pytest.StashKey[SessionState]()
-# The result record of a benchmark item, kept on the item for its report.
-RESULT_KEY = pytest.StashKey[dict[str, Any]]()
+# The result records of an item (one for a recipe point, any number for a Python test), kept
+# on the item for its report.
+RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 
 
 def create_session_state(config: pytest.Config) -> SessionState:

@@ -71,6 +71,8 @@ class Workload:
     chat_template: bool  # the client renders the chat template into every prompt
     template_tokens: int  # the template's tokens, counted inside every input length
     load: LoadSettings
+    # Given prompt texts, by `text_key` (a test's own prompts); empty: drawn random prompts.
+    texts: tuple[str, ...] = ()
 
     @property
     def input_lens(self) -> list[int]:
@@ -84,7 +86,8 @@ class Workload:
         """How this workload was drawn, for the result record."""
         load = self.load
         return {
-            "dataset": "random", "seed": load.seed, "random_range_ratio": load.range_ratio,
+            "dataset": "prompts" if self.texts else "random", "seed": load.seed,
+            "random_range_ratio": load.range_ratio,
             "prompts_per_conc": load.prompts_per_conc, "warmup": load.warmup,
             "num_warmups": len(self.warmup),
             "request_rate": "inf" if math.isinf(load.request_rate) else load.request_rate,
@@ -132,3 +135,20 @@ def build_workload(isl: int, osl: int, conc: int, load: LoadSettings, *,
         load.request_rate, num, load.seed)
     return Workload(requests=requests, warmup=warmup, send_offsets=offsets, concurrency=conc,
                     chat_template=chat_template, template_tokens=template_tokens, load=load)
+
+
+def prompts_workload(texts: tuple[str, ...], lengths: tuple[int, ...], osl: int, conc: int,
+                     load: LoadSettings, *, chat_template: bool = False,
+                     template_tokens: int = 0) -> Workload:
+    """Given prompts, each sent once in order with `max_tokens` = `osl`; `lengths` are their
+    token counts without the template. Warmup as `build_workload`'s `same`: the first prompt."""
+    if not texts or len(texts) != len(lengths):
+        raise ValueError("a prompts workload needs one token count per prompt, and a prompt")
+    template_tokens = template_tokens if chat_template else 0
+    requests = tuple(PlannedRequest(n + template_tokens, osl, i) for i, n in enumerate(lengths))
+    warmup = (requests[0],) * (load.warmup_per_conc * conc)
+    offsets = None if math.isinf(load.request_rate) else poisson_offsets(
+        load.request_rate, len(requests), load.seed)
+    return Workload(requests=requests, warmup=warmup, send_offsets=offsets, concurrency=conc,
+                    chat_template=chat_template, template_tokens=template_tokens, load=load,
+                    texts=texts)

@@ -61,6 +61,9 @@ def worker_input(settings: Settings, run_id: str, workerid: str, workercount: in
 class XdistHooks:
     """Hook implementations registered on the controller (and harmlessly on workers)."""
 
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
     def pytest_configure_node(self, node: Any) -> None:
         state = get_session_state(node.config)
         node.workerinput.update(worker_input(
@@ -71,8 +74,11 @@ class XdistHooks:
         config: pytest.Config = node.config
         activation.engage_for_node_ids(config, ids, get_session_state(config).settings)
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        activation.engage_for_report(self.config, report)
+
 
 def register(config: pytest.Config) -> None:
     """Call from pytest_configure: registers XdistHooks when pytest-xdist is active."""
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(), "inferbench-xdist")
+        config.pluginmanager.register(XdistHooks(config), "inferbench-xdist")

@@ -12,8 +12,8 @@ ROOT = "pytest_inferbench"
 # Part -> the parts it may import (docs/architecture.md, "Modules"). A module belongs to the
 # longest part its name starts with; imports within a part are free.
 MAY_IMPORT: dict[str, set[str]] = {
-    "plugin": {"activation", "backends", "changelog", "collect", "evals", "options", "report",
-               "selection", "state", "xdist_hooks"},
+    "plugin": {"activation", "backends", "changelog", "collect", "evals", "fixtures", "options",
+               "report", "selection", "server_select", "servers", "state", "xdist_hooks"},
     "activation": {"backends", "changelog", "options", "report"},
     "xdist_hooks": {"activation", "gpu", "options", "state"},
     "options": {"backends.registry", "layout", "workload"},
@@ -31,7 +31,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "metrics": set(),
     "gpu": set(),
     "redact": set(),
-    "collect": {"backends", "evals", "launch", "recipe", "runner", "schema", "state"},
+    "collect": {"backends", "evals", "launch", "recipe", "runner", "schema", "server_select",
+                "servers", "state"},
+    "server_select": {"recipe", "schema", "state"},
+    "fixtures": {"activation", "backends", "evals", "launch", "options", "recipe", "runner",
+                 "server_select", "servers", "state", "tokenizer"},
+    "servers": {"backends", "launch", "recipe", "state"},
     "runner": {"backends", "gates", "launch", "recipe", "report", "result_files", "results",
                "state"},
     "results": {"backends", "launch", "metrics", "recipe"},

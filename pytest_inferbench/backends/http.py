@@ -127,7 +127,7 @@ class HttpServerHandle(ServerHandle):
         tokenizer = self.tokenizer()
         cfg = self.client_config(point.conc, tokenizer)
         workload = render(point_workload(point.isl, point.osl, point.conc, load,
-                                         self.spec.client, tokenizer), tokenizer)
+                                         self.spec.client, tokenizer, point.prompts), tokenizer)
         with pinned_to_one_cpu() as cpu:
             return asyncio.run(self._measure(point, cfg, workload, cpu))
 

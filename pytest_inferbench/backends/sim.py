@@ -52,7 +52,8 @@ class SimHandle(ServerHandle):
         if config.seed != load.seed:
             config = replace(config, seed=load.seed)
         # The HTTP client's workload for a simulated server (no tokenizer: words are its tokens).
-        workload = point_workload(point.isl, point.osl, point.conc, load, self.client)
+        workload = point_workload(point.isl, point.osl, point.conc, load, self.client,
+                                  prompts=point.prompts)
         num = len(workload.requests)
         started = time.time()
         outcome = simulate_point(config, workload, engine=Engine(config, keep_traces=True))

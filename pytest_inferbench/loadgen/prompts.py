@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..tokenizer import chat_prompt_tokens, render_chat
-from ..workload import Workload, build_workload
+from ..tokenizer import chat_prompt_tokens, count_tokens, render_chat
+from ..workload import Workload, build_workload, prompts_workload
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -165,7 +165,9 @@ def render(workload: Workload, tokenizer: TextTokenizer | None = None) -> Render
         text = texts.get(request.text_key)
         if text is None:
             body = max(request.input_tokens - workload.template_tokens, 1)
-            if tokenizer is not None:
+            if workload.texts:
+                text = workload.texts[request.text_key]
+            elif tokenizer is not None:
                 text = _tokenizer_text(tokenizer, workload.load.seed, request.text_key, body)
             else:
                 assert words is not None
@@ -184,10 +186,17 @@ def render(workload: Workload, tokenizer: TextTokenizer | None = None) -> Render
 
 
 def point_workload(isl: int, osl: int, conc: int, load: LoadSettings, client: ClientOptions,
-                   tokenizer: TextTokenizer | None = None) -> Workload:
+                   tokenizer: TextTokenizer | None = None, prompts: tuple[str, ...] = ()
+                   ) -> Workload:
     """The one workload of a point, for every backend: the launch spec's client options say
     whether the client templates, and the tokenizer (None: the simulator's) how long the
-    template is."""
+    template is. Given `prompts` are sent as they are, counted by the same tokenizer."""
     chat_template = client.renders_template
+    extra = template_tokens(tokenizer) if chat_template else 0
+    if prompts:
+        lengths = tuple(count_tokens(t) if tokenizer is None
+                        else len(tokenizer.encode(t, add_special_tokens=False)) for t in prompts)
+        return prompts_workload(prompts, lengths, osl, conc, load, chat_template=chat_template,
+                                template_tokens=extra)
     return build_workload(isl, osl, conc, load, chat_template=chat_template,
-                          template_tokens=template_tokens(tokenizer) if chat_template else 0)
+                          template_tokens=extra)

@@ -7,8 +7,9 @@ workers, so `-n 2` prints the same tables as a serial run. Hooks for `plugin.py`
 - `pytest_configure`: `register(config)` (controller only; the collector is a plugin object
   that implements `pytest_runtest_logreport`, `pytest_sessionfinish` and
   `pytest_terminal_summary` itself);
-- `pytest_runtest_makereport` wrapper: `attach_result(item, report)` puts the full result on
-  the report (builtin types; travels through xdist) for summary.json and baselines.
+- `pytest_runtest_makereport` wrapper: `attach_result(item, report)` puts the full results on
+  the report (builtin types; travels through xdist) for summary.json and baselines. A recipe
+  point has one; a Python test one per point it ran, each its own row.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..state import RESULT_KEY, STATE_KEY
+from ..state import RESULTS_KEY, STATE_KEY
 from .meta import run_metadata
 from .tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
     from ..options import Settings
 
-RESULT_ATTR = "inferbench_result"
+RESULTS_ATTR = "inferbench_results"
 COLLECTOR_NAME = "inferbench-report"
 
 # (result key, property name); the property names are what JUnit shows and the tables read.
@@ -109,9 +110,9 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
     if report.when != "call":
         return
 
-    result = item.stash.get(RESULT_KEY, None)
-    if result is not None:
-        setattr(report, RESULT_ATTR, dict(result))
+    results = item.stash.get(RESULTS_KEY, None)
+    if results:
+        setattr(report, RESULTS_ATTR, [dict(result) for result in results])
 
 
 def register(config: pytest.Config) -> None:
@@ -142,14 +143,23 @@ class ReportCollector:
         if "server_node" not in props and not any(k.startswith(EVAL_PREFIX) for k in props):
             return
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            row = dict(props)
-            row["nodeid"] = report.nodeid
-            row["verdict"] = "error" if report.when == "setup" and report.failed else report.outcome
-            row["reason"] = _first_line(report) if report.outcome != "passed" else ""
-            self.points[report.nodeid] = row
-            result = getattr(report, RESULT_ATTR, None)
-            if isinstance(result, dict):
-                self.results[report.nodeid] = result
+            verdict = "error" if report.when == "setup" and report.failed else report.outcome
+            reason = _first_line(report) if report.outcome != "passed" else ""
+            results = getattr(report, RESULTS_ATTR, None) or []
+            if len(results) <= 1:
+                self._add(report.nodeid, dict(props), verdict, reason,
+                          results[0] if results else None)
+                return
+            for index, result in enumerate(results):  # a Python test that ran several points
+                self._add(f"{report.nodeid}[{index}]", dict(result_properties(result)), verdict,
+                          reason, result)
+
+    def _add(self, nodeid: str, row: dict[str, Any], verdict: str, reason: str,
+             result: dict[str, Any] | None) -> None:
+        row.update({"nodeid": nodeid, "verdict": verdict, "reason": reason})
+        self.points[nodeid] = row
+        if isinstance(result, dict):
+            self.results[nodeid] = result
 
     def summary_points(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

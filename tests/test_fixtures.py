@@ -1,0 +1,127 @@
+"""The fixtures for Python benchmarks, in real pytest runs: a Python test and a recipe node that
+ask for the same server share one start; their results land in the same tables, JUnit and
+summary.json; under `-n 2 --dist loadgroup` too."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_inferbench.testing.recipes import master_entry
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "minimaxm3-fp4-mi355x-atom-mtp"
+NODE = f"{KEY}-tp4"
+
+PYTHON_TESTS = f'''
+import pytest
+
+PROMPTS = ["def add(a, b): return a + b", "write a unit test for add in pytest please",
+           "sort a list of words by length and then alphabetically"]
+
+
+@pytest.mark.inferbench_server("{KEY}", tp=4)
+def test_acceptance_on_my_prompts(inferbench_load, inferbench_server):
+    result = inferbench_load(prompts=PROMPTS * 2, osl=32, conc=2)
+    assert result.passed and result.acceptance_length is not None
+    assert result["input_lens"] == [len(p.split()) + result["workload"]["template_tokens"]
+                                    for p in PROMPTS * 2]
+    assert inferbench_server.name == "{NODE}"
+
+
+@pytest.mark.inferbench_server("{KEY}", tp=4)
+def test_two_points(inferbench_load):
+    low = inferbench_load(isl=256, osl=32, conc=1)
+    high = inferbench_load(isl=256, osl=32, conc=4, request_rate=50.0)
+    assert high["total_token_throughput"] > 0 and low["total_token_throughput"] > 0
+
+
+def test_run_metadata(inferbench_run, inferbench_results_dir):
+    assert inferbench_run.backend in ("sim", "sim-server")
+    assert inferbench_run.simulated and inferbench_results_dir == inferbench_run.results_dir
+'''
+
+
+def write_project(pytester: pytest.Pytester) -> None:
+    (pytester.path / "bench-master.yaml").write_text(master_entry(
+        KEY, rows=["{ tp: 4, spec-decoding: mtp, conc-list: [1, 2] }"], isl=256, osl=32))
+    (pytester.path / "launch").mkdir()
+    shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml",
+                pytester.path / "launch")
+    pytester.makepyfile(test_bench=PYTHON_TESTS)
+
+
+def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--junitxml=junit.xml", "--inferbench-prompts-per-conc", "2",
+        *args)
+    summary = json.loads((pytester.path / "inferbench-results/summary.json").read_text())
+    return result, summary
+
+
+def check_shared_results(pytester: pytest.Pytester, result: pytest.RunResult,
+                         summary: dict[str, Any]) -> None:
+    result.assert_outcomes(passed=5)
+    points = summary["points"]
+    recipe = [p for p in points if "bench-master.yaml" in p["nodeid"]]
+    python = [p for p in points if "test_bench.py" in p["nodeid"]]
+    assert [p["conc"] for p in recipe] == [1, 2]
+    assert sorted(p["conc"] for p in python) == [1, 2, 4]
+    # One start of the server for all of them: every result names the same server instance.
+    assert {p["server_instance"] for p in points} == {recipe[0]["server_instance"]}
+    assert {p["server_node"] for p in points} == {NODE}
+    assert all(p["verdict"] == "passed" and p["simulated"] is True for p in points)
+    assert any(p["workload"]["dataset"] == "prompts" for p in python)
+    # Python results have files of their own beside the recipe points'.
+    raw = {p.name for p in (pytester.path / "inferbench-results/points").glob("minimaxm3_*.json")}
+    assert {p["result_filename"] + ".json" for p in points} <= raw
+    assert len(raw) == len(points)
+    # The node's table holds every row; JUnit carries the Python tests' properties.
+    table = result.stdout.str().split("inferbench results", 1)[1]
+    assert table.count("256/32") == 4 and table.count("/32") == 5  # 4 random + 1 prompt list
+    junit = ET.parse(pytester.path / "junit.xml").getroot()
+    # Under --dist loadgroup, xdist appends "@<group>" to the names.
+    cases = {str(case.get("name")).split("@")[0]: case for case in junit.iter("testcase")}
+    props = [(p.get("name"), p.get("value"))
+             for p in cases["test_two_points"].iter("property")]
+    assert ("server_node", NODE) in props and props.count(("conc", "4")) == 1
+
+
+def test_python_test_and_recipe_share_one_server_start(pytester: pytest.Pytester) -> None:
+    write_project(pytester)
+    result, summary = run(pytester)
+    check_shared_results(pytester, result, summary)
+
+
+def test_one_process_started_for_both_on_a_real_http_server(pytester: pytest.Pytester) -> None:
+    write_project(pytester)
+    result, summary = run(pytester, "--inferbench-backend", "sim-server",
+                          "--inferbench-time-scale", "0")
+    check_shared_results(pytester, result, summary)
+    # Counted independently of the results: every start of a server writes its own log file.
+    logs = sorted(p.name for p in (pytester.path / "inferbench-results/server-logs").iterdir())
+    assert logs == [f"{NODE}.log"]
+
+
+def test_shared_under_xdist_loadgroup(pytester: pytest.Pytester) -> None:
+    write_project(pytester)
+    result, summary = run(pytester, "-n", "2", "--dist", "loadgroup")
+    check_shared_results(pytester, result, summary)
+
+
+def test_python_tests_alone_under_xdist_still_write_the_summary(pytester: pytest.Pytester
+                                                                ) -> None:
+    # Only the Python file is collected: the marker's key is found in the recipe under the
+    # rootdir, and the controller learns of the results from the reports.
+    write_project(pytester)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-k", "two_points",
+        "--inferbench-prompts-per-conc", "2", "test_bench.py")
+    result.assert_outcomes(passed=1)
+    summary = json.loads((pytester.path / "inferbench-results/summary.json").read_text())
+    assert sorted(p["conc"] for p in summary["points"]) == [1, 4]
