@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     FloatArray = npt.NDArray[np.float64]
 
 LOGIT_BYTES = 4.0  # fp32 logits read by the sampler / rejection sampler
+# Logits travel between TP ranks in the model dtype (bf16) before sampling.
+LOGIT_GATHER_BYTES = 2.0
 ACTIVATION_BUFFERS = 8  # live bf16 hidden-size buffers per batched token (profiled peak)
 
 
@@ -82,6 +84,8 @@ class ModelOnGpus:
     attn_q_s: float = 0.0  # attention time per query token independent of context
     prefill_pair_scale: float = 1.0  # prefill pair cost / decode pair cost (MLA: < 1)
     kv_store_per_seq: float = 0.0  # per-GPU bytes each running sequence holds besides its KV
+    expert_s_per_token: float = 0.0  # the routed experts' share of linear_s_per_token
+    lm_head_bytes: float = 0.0  # the lm_head's share of base_bytes
 
     def weight_bytes_read(self, n_tok: FloatArray | float) -> FloatArray | float:
         """Per-GPU weight bytes a forward over n_tok tokens streams (uniform routing)."""
@@ -110,8 +114,9 @@ def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dt
     linear = (gemm_s("attention", params["attention"]) + gemm_s("dense_ffn", params["dense_ffn"])
               + gemm_s("shared_experts", params["shared_experts"])
               + gemm_s("router", params["router"]))
-    if arch.experts:
-        linear += gemm_s("experts", arch.moe_layers * arch.top_k * arch.expert_params)
+    experts_s = (gemm_s("experts", arch.moe_layers * arch.top_k * arch.expert_params)
+                 if arch.experts else 0.0)
+    linear += experts_s
     kv_b_per_elem = KV_DTYPE_BYTES.get(kv_dtype)
     if kv_b_per_elem is None:
         raise EngineConfigError(f"kv cache dtype {kv_dtype!r} unknown; "
@@ -128,6 +133,7 @@ def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dt
         layers=arch.layers, hidden=arch.hidden, vocab=arch.vocab,
         kv_seq=kv.read_seq, attn_q_s=kv.flops_q / bf16,
         prefill_pair_scale=kv.prefill_pair_scale, kv_store_per_seq=kv.store_seq,
+        expert_s_per_token=experts_s, lm_head_bytes=part_bytes["lm_head"] / tp,
     )
 
 
@@ -167,7 +173,8 @@ class StepCost:
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=fw.hbm_efficiency * hw.hbm_bytes_per_s, eta_flops=eta)
 
-    def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float) -> FloatArray | float:
+    def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
+              n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
         if self.tp == 1:
             return 0.0
         t = self.tp
@@ -179,21 +186,46 @@ class StepCost:
         per_token = 2 * m.layers * volume
         if self.ep:
             per_token += m.moe_layers * (m.top_k - 1) * volume
-        return collectives * self.allreduce_latency_s + per_token * n_tok
+        # The vocabulary-parallel lm_head's logits are gathered (bf16) before sampling.
+        gather = (t - 1) / t * m.vocab * LOGIT_GATHER_BYTES / self.link_bytes_per_s
+        return collectives * self.allreduce_latency_s + per_token * n_tok + gather * n_sampled
 
     def forward(self, m: ModelOnGpus, n_tok: FloatArray | float, n_sampled: FloatArray | float,
                 ctx_sum: FloatArray | float, ctx_win_sum: FloatArray | float,
                 attn_pairs: FloatArray | float, attn_win_pairs: FloatArray | float,
                 n_seqs: FloatArray | float = 0.0) -> FloatArray | float:
-        """One forward pass of `m` (no fixed overhead): max(memory, compute) + communication."""
-        mem = (m.weight_bytes_read(n_tok) + m.kv_a * ctx_sum + m.kv_b * ctx_win_sum
-               + m.kv_seq * n_seqs + n_sampled * m.vocab * LOGIT_BYTES / self.tp)
-        cmp = (n_tok * (m.linear_s_per_token + m.attn_q_s) + n_sampled * m.lm_head_s_per_token
-               + m.attn_a_s * attn_pairs + m.attn_b_s * attn_win_pairs) / self.eta_flops
-        t_mem = mem / self.mem_bytes_per_s
-        if isinstance(t_mem, float) and isinstance(cmp, float):
-            return max(t_mem, cmp) + self._comm(m, n_tok)
-        return np.maximum(t_mem, cmp) + self._comm(m, n_tok)
+        """One forward pass of `m` (no fixed overhead), as a sum over its kernels.
+
+        The kernels run one after another, so each takes the longer of its own HBM time and
+        its own compute time (a roofline per kernel, as LLM-Viewer and GenZ price a layer);
+        one kernel's FLOPs cannot hide under another's bytes. Kernels of the same kind are
+        grouped: the dense GEMMs (attention projections, dense and shared FFNs, router), the
+        routed experts, attention over the KV cache, the lm_head. Then the sampler, which
+        reads the whole vocabulary's logits on the rank that samples, and communication.
+        """
+        bw, eta = self.mem_bytes_per_s, self.eta_flops
+        dense_bytes = m.base_bytes - m.lm_head_bytes
+        dense_s = m.linear_s_per_token - m.expert_s_per_token
+        kv_bytes = m.kv_a * ctx_sum + m.kv_b * ctx_win_sum + m.kv_seq * n_seqs
+        attn_cmp = n_tok * m.attn_q_s + m.attn_a_s * attn_pairs + m.attn_b_s * attn_win_pairs
+        sampler = n_sampled * m.vocab * LOGIT_BYTES / bw
+        if isinstance(n_tok, float) and isinstance(ctx_sum, float) and isinstance(
+                attn_pairs, float) and isinstance(n_sampled, float):
+            t = (max(dense_bytes / bw, n_tok * dense_s / eta)
+                 + max(m.lm_head_bytes / bw, n_sampled * m.lm_head_s_per_token / eta)
+                 + max(float(kv_bytes) / bw, float(attn_cmp) / eta))
+            if m.experts:
+                t += max(float(m.weight_bytes_read(n_tok)) - m.base_bytes,
+                         n_tok * m.expert_s_per_token * bw / eta) / bw
+            return t + float(sampler) + float(self._comm(m, n_tok, n_sampled))
+        out = (np.maximum(dense_bytes / bw, np.multiply(n_tok, dense_s / eta))
+               + np.maximum(m.lm_head_bytes / bw,
+                            np.multiply(n_sampled, m.lm_head_s_per_token / eta))
+               + np.maximum(np.divide(kv_bytes, bw), np.divide(attn_cmp, eta)))
+        if m.experts:
+            out = out + np.maximum(np.subtract(m.weight_bytes_read(n_tok), m.base_bytes) / bw,
+                                   np.multiply(n_tok, m.expert_s_per_token / eta))
+        return out + sampler + self._comm(m, n_tok, n_sampled)
 
     def step(self, *, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
              decode_ctx_win: FloatArray | float, prefill_tokens: float = 0.0,
@@ -204,7 +236,8 @@ class StepCost:
         decode_ctx / decode_ctx_win: sums over decode sequences of c and min(c, window);
         prefill_ctx*: the same for the prefill chunks' final context; prefill_*pairs: their
         (query, key) pairs. Under speculative decoding every decode sequence verifies k+1
-        tokens and the draft runs k chained forwards.
+        tokens (all of them computed, the rejected ones wasted) and the draft runs k chained
+        forwards.
         """
         q = self.k + 1
         n_tok = decode_seqs * q + prefill_tokens
@@ -217,16 +250,24 @@ class StepCost:
             decode_seqs + prefill_seqs)
         if self.draft is not None and self.k:
             d = self.draft
+            dscale = d.prefill_pair_scale
             # Each draft forward pays the launch overhead of its share of layers.
             per_draft = self.overhead_s * d.layers / self.target.layers
-            # The draft also consumes the prompt's hidden states once (its own KV fill).
-            t = t + self.k * (per_draft + self.forward(
-                d, decode_seqs, decode_seqs, decode_ctx, decode_ctx_win, decode_ctx,
-                decode_ctx_win, decode_seqs))
-            if prefill_tokens:
-                t = t + self.forward(d, prefill_tokens, prefill_seqs, prefill_ctx,
-                                     prefill_ctx_win, prefill_pairs * d.prefill_pair_scale,
-                                     prefill_win_pairs * d.prefill_pair_scale, prefill_seqs)
+            # vLLM's EAGLE proposer (ATOM's follows it): the first draft forward runs over
+            # every token the target just ran -- the k+1 verified positions of each decoding
+            # sequence (the padded drafter batch) and the prefill tokens, which builds the
+            # draft's own KV -- and samples one draft per sequence; the other k-1 forwards
+            # run over one token per sequence.
+            first = self.forward(
+                d, decode_seqs * q + prefill_tokens, decode_seqs + prefill_seqs,
+                decode_ctx + prefill_ctx, decode_ctx_win + prefill_ctx_win,
+                decode_ctx * q + prefill_pairs * dscale,
+                decode_ctx_win * q + prefill_win_pairs * dscale, decode_seqs + prefill_seqs)
+            t = t + self.k * per_draft + first
+            if self.k > 1:
+                t = t + (self.k - 1) * self.forward(
+                    d, decode_seqs, decode_seqs, decode_ctx, decode_ctx_win, decode_ctx,
+                    decode_ctx_win, decode_seqs)
         return t
 
 

@@ -14,6 +14,7 @@ from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import simulate_point
+from pytest_inferbench.sim.engine import Engine
 from pytest_inferbench.sim.physics import shard_model, windowed_sum
 from pytest_inferbench.workload import LoadSettings, build_workload
 
@@ -128,3 +129,20 @@ def test_windowed_sums_equal_the_brute_force_sums() -> None:
     for c0, c1, window in [(0, 10, 4), (3, 9, 20), (5, 40, 5), (7, 8, 3), (0, 100, math.inf)]:
         cs = range(c0 + 1, c1 + 1)
         assert windowed_sum(c0, c1, window) == (sum(cs), sum(min(c, window) for c in cs))
+
+
+def test_kernels_run_one_after_another_so_none_hides_under_another() -> None:
+    # A verify batch of 256 tokens: the dense GEMMs are compute-bound, the routed experts
+    # (8 tokens per expert) stream their weights. Kernels run in sequence, so the forward
+    # takes at least the dense GEMMs' compute plus the experts' weight streaming, more than
+    # the longer of the step's total bytes and total FLOPs.
+    cfg = config(atom_argv())
+    cost = Engine(cfg).cost
+    m = cost.target
+    n = 256.0
+    dense_compute = n * (m.linear_s_per_token - m.expert_s_per_token) / cost.eta_flops
+    expert_stream = (float(m.weight_bytes_read(n)) - m.base_bytes) / cost.mem_bytes_per_s
+    total_bytes = float(m.weight_bytes_read(n)) / cost.mem_bytes_per_s
+    total_flops = n * (m.linear_s_per_token + m.lm_head_s_per_token) / cost.eta_flops
+    t = float(cost.forward(m, n, n, 0.0, 0.0, 0.0, 0.0))
+    assert t >= dense_compute + expert_stream > max(total_bytes, total_flops)
