@@ -125,3 +125,29 @@ def test_python_tests_alone_under_xdist_still_write_the_summary(pytester: pytest
     result.assert_outcomes(passed=1)
     summary = json.loads((pytester.path / "inferbench-results/summary.json").read_text())
     assert sorted(p["conc"] for p in summary["points"]) == [1, 4]
+
+
+def test_eval_runner_fixture_runs_gsm8k_as_the_eval_item(pytester: pytest.Pytester,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    write_project(pytester)
+    rows = [{"question": f"A box holds {i} pens and {i + 7} pencils. How many in all?",
+             "answer": f"{i} + {i + 7} = {2 * i + 7}\n#### {2 * i + 7}"} for i in range(30)]
+    (pytester.path / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pytester.makepyfile(test_accuracy=f'''
+import pytest
+
+
+@pytest.mark.inferbench_server("{KEY}", tp=4)
+def test_gsm8k_on_the_shared_server(inferbench_eval):
+    result = inferbench_eval()
+    assert result.score("strict-match").score == 1.0
+''')
+    monkeypatch.setenv("INFERBENCH_SIM_EVAL_ACCURACY", "1.0")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=junit.xml",
+                                           "--inferbench-eval-data=gsm8k.jsonl",
+                                           "test_accuracy.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r"\s*eval gsm8k: strict-match 1\.0000 .*: passed"])
+    summary = json.loads((pytester.path / "inferbench-results/summary.json").read_text())
+    assert [e["eval_node"] for e in summary["evals"]] == [NODE]
+    assert list((pytester.path / "inferbench-results/evals" / NODE).glob("results_*.json"))
