@@ -28,6 +28,7 @@ import pytest
 
 from . import activation
 from .backends.registry import backend_info
+from .collect import CLEAN_ERRORS
 from .runner import run_bench_item
 from .server_select import MARKER, ServerSelectError, find_server, marker_server
 from .servers import WANTS_KEY, group_with_server, pool_for, server_key
@@ -113,8 +114,14 @@ def _use(config: pytest.Config) -> None:
 
 def _acquire(request: pytest.FixtureRequest, server: ServerConfig) -> Server:
     pool = pool_for(request.config)
-    lease = pool.acquire(server)
+    try:
+        lease = pool.acquire(server)
+    except CLEAN_ERRORS as exc:  # the message names the cause and carries the log tail
+        pytest.fail(str(exc), pytrace=False)
     request.addfinalizer(lambda: pool.release(lease))
+    if lease.dead_reason is not None:
+        pytest.fail(f"{lease.name}: the server died during an earlier test or point:\n"
+                    f"{lease.dead_reason}", pytrace=False)
     return Server(config=server, lease=lease)
 
 
@@ -168,6 +175,10 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
     """
     _use(request.config)
     ran: list[PointResult] = []
+    # A marked test's server starts at setup, as a recipe node's does: a failed start is an
+    # error of the test's setup, before any of its code ran.
+    marked: Server | None = (request.getfixturevalue("inferbench_server")
+                             if request.node.get_closest_marker(MARKER) is not None else None)
 
     def run(isl: int | None = None, osl: int = 1024, conc: int = 1, *,
             prompts: Sequence[str] | None = None, request_rate: float | None = None,
@@ -176,8 +187,10 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
         from .recipe import BenchPoint
         from .tokenizer import count_tokens
 
+        server = server or marked
         if server is None:
-            server = request.getfixturevalue("inferbench_server")
+            pytest.fail(f"inferbench_load: mark the test with @pytest.mark.{MARKER}(...) or "
+                        "pass server= (from inferbench_servers)", pytrace=False)
         texts = tuple(prompts or ())
         if isl is None and not texts:
             pytest.fail("inferbench_load: give isl (with osl and conc) or prompts",

@@ -151,3 +151,28 @@ def test_gsm8k_on_the_shared_server(inferbench_eval):
     summary = json.loads((pytester.path / "inferbench-results/summary.json").read_text())
     assert [e["eval_node"] for e in summary["evals"]] == [NODE]
     assert list((pytester.path / "inferbench-results/evals" / NODE).glob("results_*.json"))
+
+
+def test_a_marker_that_names_no_server_errors_with_the_candidates(pytester: pytest.Pytester
+                                                                  ) -> None:
+    write_project(pytester)
+    pytester.makepyfile(test_bench=f'''
+import pytest
+
+
+@pytest.mark.inferbench_server("no-such-key")
+def test_unknown(inferbench_load):
+    inferbench_load(isl=64, osl=8, conc=1)
+
+
+@pytest.mark.inferbench_server("{KEY}", tp=8)
+def test_wrong_tp(inferbench_server):
+    pass
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_bench.py")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*inferbench_server('no-such-key'): no such config key in *bench-master.yaml",
+        f"*inferbench_server('{KEY}', tp=8): no server of {KEY} matches; it has {NODE}",
+    ])
+    assert "Traceback" not in result.stdout.str()
