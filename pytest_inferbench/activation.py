@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 class Activation:
     engaged: bool = False
     header_shown: bool = False
+    begun: bool = False
     restore: list[SignalHandler] = field(default_factory=list)  # the handler before ours
 
 
@@ -55,6 +56,26 @@ def engage(config: pytest.Config) -> None:
     activation.engaged = True
     activation.restore.extend(reaper.install_sigterm_handler())
     report.register(config)
+
+
+def begin_run(config: pytest.Config, settings: Settings, run_id: str) -> None:
+    """Once per engaged session, on the controller, before the first server starts: remove
+    what killed runs left (containers, allocations, server processes, temp files), move an
+    earlier run's results aside and record this run (`run_dir`). A worker, a collect-only run
+    and an unengaged one touch nothing."""
+    activation = _activation(config)
+    if (activation.begun or not activation.engaged or config.option.collectonly
+            or hasattr(config, "workerinput")):
+        return
+    activation.begun = True
+    from . import run_dir
+    from .backends import sweep_stale
+
+    lines = [*sweep_stale(settings), *run_dir.prepare(settings.results_dir, run_id)]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(f"inferbench: {line}")
 
 
 def disengage(config: pytest.Config) -> None:

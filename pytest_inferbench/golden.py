@@ -13,12 +13,13 @@ the recipe's model prefix `minimaxm3`, the architecture `MiniMax-M3` and the fil
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .specdecode import THINKING_OFF, THINKING_ON
-from .yamllines import MappingNode, YamlSyntaxError, compose, line_of, to_python
+from .yamllines import MappingNode, YamlSyntaxError, compose, line_of, read_text, to_python
 
 __all__ = ["PACKAGED_DIR", "GoldenAL", "GoldenALError", "load_golden_al", "model_key", "packaged"]
 
@@ -100,7 +101,7 @@ def load_golden_al(directory: Path) -> GoldenAL:
 def _curves(path: Path) -> dict[tuple[str, int], float]:
     """`{(thinking mode, k): AL}` of one file; `GoldenALError` with file:line otherwise."""
     try:
-        root = compose(path.read_text(encoding="utf-8"))
+        root = compose(read_text(path))
     except YamlSyntaxError as exc:
         raise GoldenALError(f"{path}:{exc.line}: invalid YAML: {exc.problem}") from None
     if not isinstance(root, MappingNode) or len(root.value) != 1:
@@ -119,8 +120,8 @@ def _curves(path: Path) -> dict[tuple[str, int], float]:
         for k_node, al_node in by_k.value:
             k, al = to_python(k_node), to_python(al_node)
             if (not isinstance(k, int) or isinstance(al, bool)
-                    or not isinstance(al, (int, float))):
+                    or not isinstance(al, (int, float)) or not math.isfinite(al) or al < 1):
                 raise GoldenALError(f"{path}:{line_of(k_node)}: {mode}.{k}: expected integer "
-                                    "k -> number")
+                                    "k -> a finite acceptance length >= 1")
             curves[(mode, k)] = float(al)
     return curves

@@ -12,6 +12,7 @@ timeout and the client options. No shell strings anywhere.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -132,7 +133,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             f"(looked for {path} and the packaged {packaged_launch_dir() / path.name}; "
             "expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
     try:
-        data = yamllines.to_python(yamllines.compose(path.read_text(encoding="utf-8"))) or {}
+        data = yamllines.to_python(yamllines.compose(yamllines.read_text(path))) or {}
     except yamllines.YamlSyntaxError as exc:
         raise LaunchSpecError(f"{path}: YAML syntax error at line {exc.line}: {exc.problem}"
                               ) from None
@@ -174,21 +175,33 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         raise LaunchSpecError(f"{path}: command: empty (expected the server program as a list)")
     argv = (next(r.argv for r in roles if r.name == serve_role) if roles
             else tuple(_fill(a, values) for a in (*command, *args)))
-    timeout = startup_timeout_override or float(data.get("startup-timeout", 1800))
+    timeout = startup_timeout_override or _seconds(path, data.get("startup-timeout", 1800))
+    health_path = data.get("health-path", "/health")
+    if not isinstance(health_path, str) or not health_path.startswith("/"):
+        raise LaunchSpecError(f"{path}: health-path: {health_path!r} (expected a URL path "
+                              "starting with '/', e.g. /health)")
+    endpoint = client.get("endpoint", "/v1/completions")
+    if not isinstance(endpoint, str) or not endpoint.startswith("/v1/") or not endpoint.rstrip(
+            "/").endswith(("/completions", "/chat/completions")):
+        raise LaunchSpecError(f"{path}: client.endpoint: {endpoint!r} (expected "
+                              "/v1/completions or /v1/chat/completions)")
+    if not isinstance(client.get("use-chat-template", False), bool):
+        raise LaunchSpecError(f"{path}: client.use-chat-template: "
+                              f"{client['use-chat-template']!r} (expected true or false)")
     return ServerSpec(
         image=str(data.get("image") or server.image),
         argv=argv,
         env=tuple(sorted(env.items())),
-        port=int(data.get("port", 8888)),
-        health_path=str(data.get("health-path", "/health")),
+        port=_port(path, data.get("port", 8888)),
+        health_path=health_path,
         startup_timeout_s=timeout,
         gpu_count=server.tp,
         served_model=_fill(str(data.get("served-model", "{model}")), values),
         hardware=server.hardware,
         framework=server.framework,
         client=ClientOptions(
-            use_chat_template=bool(client.get("use-chat-template", False)),
-            endpoint=str(client.get("endpoint", "/v1/completions")),
+            use_chat_template=client.get("use-chat-template", False),
+            endpoint=endpoint,
         ),
         launch_file=path,
         mounts=mounts,
@@ -238,6 +251,20 @@ def _roles(path: Path, data: dict[str, Any], command: list[str], env: dict[str, 
                                                  role.get("env", {}))}.items())),
             srun_args=tuple(_str_list(path, f"{where}.srun-args", role.get("srun-args", [])))))
     return tuple(specs)
+
+
+def _port(path: Path, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise LaunchSpecError(f"{path}: port: {value!r} (expected an integer within [1, 65535])")
+    return value
+
+
+def _seconds(path: Path, value: object) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0):
+        raise LaunchSpecError(f"{path}: startup-timeout: {value!r} (expected a finite number of "
+                              "seconds > 0)")
+    return float(value)
 
 
 def _count(path: Path, where: str, value: object, minimum: int = 1) -> int:

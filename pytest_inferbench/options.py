@@ -17,7 +17,7 @@ import pytest
 
 from .backends.registry import BACKENDS as REGISTRY
 from .layout import BESIDE_RECIPES, Layout, discover
-from .workload import DEFAULT_RANGE_RATIO, WARMUP_MODES
+from .workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
 
 BACKENDS = tuple(REGISTRY)
 EVAL_RUNNERS = ("builtin", "lm-eval")
@@ -50,6 +50,9 @@ def add_options(parser: pytest.Parser) -> None:
         help="directory of launch specs (default: launch/ next to each recipe file)")
     add("--inferbench-startup-timeout", type=float, default=None, metavar="S",
         help="override every launch spec's startup timeout")
+    add("--inferbench-stall-timeout", type=float, default=None, metavar="S",
+        help=f"a request that receives no data for S seconds fails (default "
+             f"{DEFAULT_STALL_TIMEOUT_S:g}; covers the wait for the first token too)")
     add("--inferbench-docker-host", default=None, metavar="URL",
         help="Docker Engine to use (default: DOCKER_HOST or the local socket)")
     add("--inferbench-docker-hosts", default=None, metavar="H1,H2",
@@ -151,6 +154,7 @@ class Settings:
     runner_name: str | None = None
     layout: Layout = BESIDE_RECIPES
     changed_since: str | None = None
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -166,10 +170,7 @@ class Settings:
         pass_env = opt("inferbench_pass_env") or "HF_TOKEN,HUGGING_FACE_HUB_TOKEN"
         results = opt("inferbench_results") or str(config.getini("inferbench_results"))
         ratio = config.getoption("inferbench_random_range_ratio")
-        ratio = DEFAULT_RANGE_RATIO if ratio is None else float(ratio)
-        if not 0.0 <= ratio <= 1.0:
-            raise pytest.UsageError(
-                f"--inferbench-random-range-ratio {ratio:g}: expected a number within [0, 1]")
+        ratio = DEFAULT_RANGE_RATIO if ratio is None else float(ratio)  # preflight checks it
         return cls(
             backend=backend,
             results_dir=Path(results),
@@ -204,6 +205,8 @@ class Settings:
             slurm=SlurmSettings.from_config(config),
             runner_name=opt("inferbench_runner_name"),
             changed_since=opt("inferbench_changed_since"),
+            stall_timeout_s=DEFAULT_STALL_TIMEOUT_S
+            if (stall := _float(opt("inferbench_stall_timeout"))) is None else stall,
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),

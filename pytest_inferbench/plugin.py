@@ -10,8 +10,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import activation, collect, fixtures, options, report, servers, state, xdist_hooks
-from .backends import reaper, sweep_stale
+from . import (
+    activation,
+    collect,
+    fixtures,
+    options,
+    preflight,
+    redact,
+    report,
+    servers,
+    state,
+    xdist_hooks,
+)
+from .backends import reaper
 from .changelog import items as changelog_items
 from .evals.collect import EVAL_MARKER
 from .server_select import MARKER_HELP
@@ -34,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
         '-m "inferbench(conc=64)"',
     )
     config.addinivalue_line("markers", MARKER_HELP)
-    state.create_session_state(config)
+    state.create_session_state(config, preflight.checked_settings(config))
     # Fixtures for benchmarks in Python: inert until a test asks for one.
     config.pluginmanager.register(fixtures, "inferbench-fixtures")
     xdist_hooks.register(config)
@@ -48,16 +59,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     activation.disengage(config)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    config = session.config
-    if (config.option.collectonly or hasattr(config, "workerinput")
-            or not activation.is_engaged(config)):
-        return  # collection must not touch Docker; workers leave the sweep to the controller
-    removed = sweep_stale(state.get_session_state(config).settings)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for line in removed:
-        if reporter is not None:
-            reporter.write_line(f"inferbench: {line}")
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # After collection, before the first server starts: the files the points will read.
+    if session.config.option.collectonly:
+        return
+    servers = dict.fromkeys(i.point.server for i in session.items
+                            if isinstance(i, collect.BenchItem))
+    session_state = state.get_session_state(session.config)
+    preflight.check_collected(servers, session_state.settings)
+    activation.begin_run(session.config, session_state.settings, session_state.run_id)
 
 
 def pytest_keyboard_interrupt() -> None:
@@ -140,4 +150,6 @@ def pytest_runtest_makereport(
     if isinstance(item, collect.BenchItem):
         collect.clean_longrepr(call, outcome)
     report.attach_result(item, outcome)
+    if activation.is_engaged(item.config) and outcome.failed:
+        redact.mask_report(outcome, state.get_session_state(item.config).redactor)
     return outcome

@@ -159,7 +159,10 @@ def write_json_atomic(path: Path, data: object) -> None:
     goes through here: builtin types only, non-finite floats as null.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # The writer's pid in the name: the next run removes what a killed writer left
+    # (`run_dir.remove_stale_temp_files`).
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                               dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide results from the rest of the team
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

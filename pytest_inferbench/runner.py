@@ -63,19 +63,31 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     try:
         measurement = handle.run_point(point, load or state.load)
     except ServerDiedError as exc:
-        node.dead_reason = str(exc)
-        pytest.fail(str(exc), pytrace=False)
+        node.dead_reason = state.redactor.text(str(exc))
+        pytest.fail(node.dead_reason, pytrace=False)
     settings = state.settings
     result = results.build_result(
         point, measurement, spec=node.spec, backend=settings.backend,
         runner_name=runner_name(point.server.runner, settings.runner_name))
     result["nodeid"] = item.nodeid
     result["server_instance"] = node.instance
-    findings = gates.check_point(result, point, node.spec, settings)
-    result.update({k: v for k, v in findings.fields.items() if k not in result})
-    failures = [*results.measurement_failures(result), *findings.failures]
+    result["run_id"] = state.run_id
+    # A server's error body may echo a token it was given: masked before anything keeps it.
+    result = dict(state.redactor.scrub(result))
+    # What was measured is on disk before any gate reads it: a gate that fails to evaluate
+    # (or an interrupt during the gates) never loses the point.
+    result["gate_failures"] = []
+    notes = list(result["notes"])
+    result["notes"] = [*notes, *write_point_files(settings.results_dir, result)]
+    try:
+        findings = gates.check_point(result, point, node.spec, settings)
+        gate_failures, fields = list(findings.failures), findings.fields
+    except Exception as exc:  # any gate error fails this point, never the run
+        gate_failures, fields = [f"gates could not be evaluated: {type(exc).__name__}: {exc}"], {}
+    result.update({k: v for k, v in fields.items() if k not in result})
+    failures = state.redactor.scrub([*results.measurement_failures(result), *gate_failures])
     result["gate_failures"] = failures
-    result["notes"] = [*result["notes"], *write_point_files(settings.results_dir, result)]
+    result["notes"] = [*notes, *write_point_files(settings.results_dir, result)]
     item.stash.setdefault(RESULTS_KEY, []).append(result)
     item.user_properties.extend(report.result_properties(result))
     if failures and fail:

@@ -45,9 +45,8 @@ def load_recipe(path: Path, *, strict: bool = True) -> RecipeFile:
     strict: raise RecipeError with every problem of the file when any entry is invalid.
     Otherwise return the valid entries' servers and the invalid entries with their problems.
     """
-    text = path.read_text(encoding="utf-8")
     try:
-        root = yamllines.compose(text)
+        root = yamllines.compose(yamllines.read_text(path))
     except yamllines.YamlSyntaxError as exc:
         raise RecipeError([f"{path}:{exc.line}: YAML syntax error: {exc.problem}"]) from None
     errors = Errors(path)

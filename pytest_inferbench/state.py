@@ -12,6 +12,7 @@ import pytest
 
 from .backends.base import LoadSettings, StartContext
 from .options import Settings
+from .redact import Redactor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,6 +31,8 @@ class SessionState:
     load: LoadSettings
     # Directories pytest would skip (dot-directories) that hold recipes, for pytest_ignore_collect.
     unignored_dirs: frozenset[Path] = field(default_factory=frozenset)
+    # Every secret value of the run: what servers receive and credentials in the base URL.
+    redactor: Redactor = field(default_factory=Redactor)
 
 
 STATE_KEY = pytest.StashKey[SessionState]()
@@ -38,9 +41,10 @@ STATE_KEY = pytest.StashKey[SessionState]()
 RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 
 
-def create_session_state(config: pytest.Config) -> SessionState:
+def create_session_state(config: pytest.Config,
+                         settings: Settings | None = None) -> SessionState:
     workerinput: dict[str, Any] = getattr(config, "workerinput", {})
-    settings = worker_settings(Settings.from_config(config), workerinput)
+    settings = worker_settings(settings or Settings.from_config(config), workerinput)
     # Workers share the controller's run id so container labels identify the whole run.
     run_id = str(workerinput.get(RUN_ID_KEY) or uuid.uuid4().hex[:12])
     worker = str(workerinput.get("workerid", "master"))
@@ -51,8 +55,9 @@ def create_session_state(config: pytest.Config) -> SessionState:
                                    worker_id=worker, options=settings),
         load=LoadSettings(prompts_per_conc=settings.prompts_per_conc, seed=settings.seed,
                           request_rate=settings.request_rate, range_ratio=settings.range_ratio,
-                          warmup=settings.warmup),
+                          warmup=settings.warmup, stall_timeout_s=settings.stall_timeout_s),
         unignored_dirs=settings.layout.unignored(),
+        redactor=Redactor.from_env(settings.pass_env, urls=(settings.base_url,)),
     )
     config.stash[STATE_KEY] = state
     return state

@@ -30,7 +30,12 @@ import numpy as np
 
 WARMUP_MODES = ("same", "distinct")
 DEFAULT_RANGE_RATIO = 0.8  # InferenceX's RANDOM_RANGE_RATIO
+# A request that receives nothing for this long fails: long enough for a long prefill behind a
+# full queue, short enough that a stalled stream does not hold a point for a proxy's 15 min.
+DEFAULT_STALL_TIMEOUT_S = 300.0
 _DISTINCT_WARMUP_STREAM = 1_000_003  # seed offset of the distinct warmups' lengths
+# numpy's RandomState takes seeds below 2**32; the warmup stream adds its offset to the seed.
+MAX_SEED = 2**32 - 1 - _DISTINCT_WARMUP_STREAM
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class LoadSettings:
     seed: int = 0
     request_rate: float = math.inf  # inf = closed loop at the concurrency
     warmup: str = "same"  # or "distinct" (WARMUP_MODES)
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.range_ratio <= 1.0:

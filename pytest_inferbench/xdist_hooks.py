@@ -72,7 +72,10 @@ class XdistHooks:
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         config: pytest.Config = node.config
-        activation.engage_for_node_ids(config, ids, get_session_state(config).settings)
+        state = get_session_state(config)
+        activation.engage_for_node_ids(config, ids, state.settings)
+        # The first worker done collecting: before any worker runs a point.
+        activation.begin_run(config, state.settings, state.run_id)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         activation.engage_for_report(self.config, report)

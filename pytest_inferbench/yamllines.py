@@ -8,13 +8,16 @@ PyYAML was built with it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 __all__ = ["MappingNode", "Node", "ScalarNode", "SequenceNode", "YamlSyntaxError",
-           "compose", "describe", "line_of", "scalar", "to_python"]
+           "compose", "describe", "line_of", "read_text", "scalar", "to_python"]
 
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _constructor = yaml.SafeLoader("")
@@ -29,15 +32,70 @@ class YamlSyntaxError(ValueError):
         self.problem = problem
 
 
-def compose(text: str) -> Node | None:
-    """The document's root node (None for an empty document)."""
+def read_text(path: Path) -> str:
+    """A YAML file's text; bytes that are not UTF-8 are a `YamlSyntaxError` naming the line."""
+    data = path.read_bytes()
     try:
-        return yaml.compose(text, Loader=_LOADER)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise YamlSyntaxError(line, f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+
+
+def compose(text: str) -> Node | None:
+    """The document's root node (None for an empty document).
+
+    Values the safe schema cannot build (an unknown `!tag`, `2001-13-45` read as a date, an
+    integer too long to convert) are syntax errors here, with their line, so no reader meets
+    them later as an exception without one.
+    """
+    try:
+        root = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise YamlSyntaxError(mark.line + 1 if mark else 1, str(exc.problem or exc)) from None
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(1, str(exc)) from None
+    if root is not None:
+        _check_values(root)
+    return root
+
+
+_STANDARD_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in (
+    "map", "seq", "str", "int", "float", "bool", "null", "timestamp", "binary", "omap",
+    "pairs", "set", "merge", "value"))
+_CHECKED_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in (
+    "timestamp", "binary", "int", "float"))
+
+
+def _check_values(root: Node) -> None:
+    stack = [root]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:  # aliases share nodes
+            continue
+        seen.add(id(node))
+        if node.tag not in _STANDARD_TAGS:
+            raise YamlSyntaxError(line_of(node), f"tag {node.tag!r} is not supported (plain "
+                                  "YAML values only)")
+        if isinstance(node, ScalarNode):
+            if node.tag in _CHECKED_TAGS and (node.tag.endswith(("timestamp", "binary"))
+                                              or len(node.value) > 64):
+                try:
+                    to_python(node)
+                except (yaml.YAMLError, ValueError, OverflowError) as exc:
+                    kind = node.tag.rsplit(":", 1)[-1]
+                    why = (f"{len(node.value)} characters" if kind in ("int", "float")
+                           else str(exc))
+                    raise YamlSyntaxError(line_of(node), f"{node.value[:40]!r} cannot be read "
+                                          f"as a {kind} ({why}); quote it to keep it as "
+                                          "text") from None
+        elif isinstance(node, MappingNode):
+            for key, value in node.value:
+                stack += [key, value]
+        elif isinstance(node, SequenceNode):
+            stack += node.value
 
 
 def line_of(node: Node) -> int:

@@ -29,10 +29,12 @@ def get_backend(name: str) -> Backend:
 def sweep_stale(settings: Settings) -> list[str]:
     """Session start, controller only: what earlier runs killed before their teardown left
     behind for this run's backend (containers, Slurm allocations); one line per removal."""
+    from .reaper import sweep_stale_containers, sweep_stale_processes
+
+    # Local servers of any earlier run, whatever its backend: a process outlives a backend change.
+    lines = sweep_stale_processes()
     if settings.backend == "slurm":
         from .slurm.jobs import sweep_stale_jobs
 
-        return sweep_stale_jobs()
-    from .reaper import sweep_stale_containers
-
-    return sweep_stale_containers(settings)
+        return [*lines, *sweep_stale_jobs()]
+    return [*lines, *sweep_stale_containers(settings)]

@@ -151,7 +151,7 @@ class DockerBackend(Backend):
         import docker.errors
 
         settings = ctx.options
-        redactor = Redactor.from_env(settings.pass_env)
+        redactor = Redactor.from_env(settings.pass_env, urls=(settings.base_url,))
         engine = settings.docker_host or os.environ.get("DOCKER_HOST")
         try:
             client = make_client(settings.docker_host)

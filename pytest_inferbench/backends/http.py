@@ -21,6 +21,7 @@ from ..loadgen.affinity import pinned_to_one_cpu
 from ..loadgen.client import (
     APPROXIMATE_WORDS,
     ClientConfig,
+    Timeouts,
     connection_slots,
     make_http_client,
     run_load,
@@ -30,6 +31,7 @@ from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
 from ..tokenizer import count_tokens
+from ..workload import DEFAULT_STALL_TIMEOUT_S
 from .base import LoadSettings, PointMeasurement, ServerHandle
 
 if TYPE_CHECKING:
@@ -107,7 +109,8 @@ class HttpServerHandle(ServerHandle):
                 self.spec.served_model)
         return self._tokenizer
 
-    def client_config(self, conc: int, tokenizer: TextTokenizer | None) -> ClientConfig:
+    def client_config(self, conc: int, tokenizer: TextTokenizer | None,
+                      stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> ClientConfig:
         count: Callable[[str], int] = count_tokens
         if tokenizer is not None:
             tok = tokenizer
@@ -118,6 +121,7 @@ class HttpServerHandle(ServerHandle):
         return ClientConfig(
             base_url=self.base_url, model=self.spec.served_model,
             endpoint=self.spec.client.endpoint, concurrency=conc,
+            timeouts=Timeouts(read_s=stall_timeout_s),
             api_key=os.environ.get("OPENAI_API_KEY") or None, count_text_tokens=count,
             # Words are the simulator's tokens exactly; for a real model they only approximate.
             text_token_source="tokenizer" if tokenizer is not None
@@ -125,7 +129,7 @@ class HttpServerHandle(ServerHandle):
 
     def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
         tokenizer = self.tokenizer()
-        cfg = self.client_config(point.conc, tokenizer)
+        cfg = self.client_config(point.conc, tokenizer, load.stall_timeout_s)
         workload = render(point_workload(point.isl, point.osl, point.conc, load,
                                          self.spec.client, tokenizer, point.prompts), tokenizer)
         with pinned_to_one_cpu() as cpu:

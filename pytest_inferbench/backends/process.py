@@ -17,7 +17,7 @@ from .base import Backend, ServerStartError
 from .readiness import LogPump, free_port, log_path_for
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from ..launch import ServerSpec
@@ -58,20 +58,38 @@ class LocalProcess:
         reaper.stop_process_group(self.process)
 
 
-def process_env(spec: ServerSpec) -> dict[str, str]:
-    """The host environment (a local server sees HF_TOKEN and friends as any local program
-    would), the spec's variables on top."""
-    return {**os.environ, **spec.env_dict}
+# Host variables a local server gets without being named: what finding programs, libraries,
+# devices, caches and the Slurm step it may run in needs. Nothing else of the host environment
+# (tokens, cloud keys) reaches it unless `--inferbench-pass-env` names it.
+HOST_VARIABLES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+    "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "HF_HOME",
+    "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_CACHE", "ROCM_PATH"})
+HOST_PREFIXES = ("LC_", "CUDA_", "ROCR_", "HIP_", "HSA_", "NCCL_", "RCCL_", "SLURM_", "XDG_",
+                 "INFERBENCH_")
+
+
+def process_env(spec: ServerSpec, pass_env: Sequence[str] = (),
+                environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An allow-list of the host environment (`HOST_VARIABLES`, `HOST_PREFIXES` and the names
+    in `--inferbench-pass-env`), the spec's variables on top."""
+    env = os.environ if environ is None else environ
+    passed = set(pass_env)
+    kept = {name: value for name, value in env.items()
+            if name in HOST_VARIABLES or name in passed or name.startswith(HOST_PREFIXES)}
+    # The owner mark, inherited by everything the server starts: the next run kills them all
+    # if this process dies without its teardown (`reaper.sweep_stale_processes`).
+    return {**kept, **spec.env_dict, reaper.OWNER_ENV: reaper.owner_label()}
 
 
 def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
                 ctx: StartContext, simulated: bool = False) -> SupervisedHandle:
     settings = ctx.options
-    redactor = Redactor.from_env(settings.pass_env)
+    redactor = Redactor.from_env(settings.pass_env, urls=(settings.base_url,))
     log_path = log_path_for(ctx.results_dir, name, ctx.worker_id, ctx.log_paths)
     from .supervised import start_supervised
 
-    server = LocalProcess(name, argv, process_env(spec), log_path, redactor)
+    server = LocalProcess(name, argv, process_env(spec, settings.pass_env), log_path, redactor)
     return start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
                             simulated=simulated)
 

@@ -9,6 +9,9 @@
 - `sweep_stale_containers`: containers carry `inferbench.owner=<host>:<pid>` of the process that
   started them; at session start (controller only) those whose owner on this host is dead are
   removed. Containers of other live runs sharing the engine are left alone.
+- `sweep_stale_processes`: local servers (process, sim-server) carry `INFERBENCH_OWNER=<host>:<pid>`
+  in their environment, inherited by every process they start; at session start those whose
+  owner on this host is dead (a SIGKILLed pytest ran no teardown) are killed.
 - `make_client`: a Docker Engine client (the docker backend's and the sweep's).
 - `stop_all_tracked`: an atexit safety net for handles whose teardown never ran (registered
   with the first tracked handle, so a run that starts no server leaves atexit alone).
@@ -25,6 +28,7 @@ import signal
 import socket
 import subprocess
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
@@ -45,6 +49,10 @@ GRACE_S = 10.0
 # Under xdist the controller kills workers ~10 s into shutdown; an interrupted run must not
 # spend that on graceful stops, so teardown after an interrupt kills at once.
 INTERRUPTED_GRACE_S = 0.0
+
+
+# The environment variable that marks a local server and all its children with their owner.
+OWNER_ENV = "INFERBENCH_OWNER"
 
 
 def owner_label() -> str:
@@ -218,4 +226,31 @@ def sweep_stale_containers(settings: Settings) -> list[str]:
                       for name in sweep_client(client)]
         finally:
             client.close()
+    return lines
+
+
+# --- stale local server processes ----------------------------------------------------------
+
+def sweep_stale_processes(proc: Path = Path("/proc")) -> list[str]:
+    """Kill this host's processes marked `INFERBENCH_OWNER=<host>:<pid>` whose owner is dead;
+    one line per process. Only processes this user may read are seen (and may be killed)."""
+    if not proc.is_dir():
+        return []  # no /proc (not Linux): nothing to find
+    marker = f"{OWNER_ENV}=".encode()
+    lines = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            variables = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        owner = next((v[len(marker):].decode(errors="replace") for v in variables
+                      if v.startswith(marker)), None)
+        if owner is None or not is_stale({LABEL_OWNER: owner}):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(entry.name), signal.SIGKILL)
+            lines.append(f"killed stale server process {entry.name} (started by {owner}, "
+                         "which is gone)")
     return lines

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,18 +42,20 @@ def _scores(table: object, where: str) -> dict[str, float]:
         raise ThresholdsError(f"{where}: expected a mapping of task -> minimum score")
     out: dict[str, float] = {}
     for task, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ThresholdsError(f"{where}.{task}: expected a number, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or not 0.0 <= value <= 1.0):
+            raise ThresholdsError(f"{where}.{task}: expected a score within [0, 1], "
+                                  f"got {value!r}")
         out[str(task)] = float(value)
     return out
 
 
-def lookup_threshold(path: Path | None, model_prefix: str, task: str) -> Threshold:
-    if path is None or not path.is_file():
-        return Threshold(MIN_SCORE, f"built-in minimum {MIN_SCORE}")
+def validate_thresholds(path: Path) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The whole file read and checked: (default {task: score}, {prefix: {task: score}});
+    `ThresholdsError` names the file and the key otherwise."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ThresholdsError(f"{path}: not readable JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ThresholdsError(f"{path}: expected a JSON object")
@@ -61,11 +64,18 @@ def lookup_threshold(path: Path | None, model_prefix: str, task: str) -> Thresho
     models = data.get("models", {})
     if not isinstance(models, dict):
         raise ThresholdsError(f"{path}: 'models' must map model prefixes to task scores")
-    if model_prefix in models:
-        per_model = _scores(models[model_prefix], f"{path}: models.{model_prefix}")
-        if task in per_model:
-            return Threshold(per_model[task], f"models.{model_prefix} in {path}")
     default = _scores(data.get("default", {}), f"{path}: default")
+    return default, {str(prefix): _scores(table, f"{path}: models.{prefix}")
+                     for prefix, table in models.items()}
+
+
+def lookup_threshold(path: Path | None, model_prefix: str, task: str) -> Threshold:
+    if path is None or not path.is_file():
+        return Threshold(MIN_SCORE, f"built-in minimum {MIN_SCORE}")
+    default, models = validate_thresholds(path)
+    per_model = models.get(model_prefix, {})
+    if task in per_model:
+        return Threshold(per_model[task], f"models.{model_prefix} in {path}")
     if task in default:
         return Threshold(default[task], f"default in {path}")
     return Threshold(MIN_SCORE, f"built-in minimum {MIN_SCORE}")

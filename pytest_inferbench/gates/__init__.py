@@ -33,7 +33,14 @@ from .baseline import (
     higher_is_better,
     load_baseline,
 )
-from .rules import GatesFile, GatesFileError, display_path, load_gates_file
+from .rules import (
+    GOLDEN_AL_DELTA,
+    GatesFile,
+    GatesFileError,
+    display_path,
+    known_metrics,
+    load_gates_file,
+)
 from .speculative import speculative_decoding
 
 if TYPE_CHECKING:
@@ -50,12 +57,12 @@ __all__ = [
     "acceptance_fields",
     "check_point",
     "evaluate_point",
+    "known_metrics",
     "load_baseline_for",
     "load_gates",
 ]
 
 SYNTHETIC_AL_TOLERANCE = 0.03
-GOLDEN_AL_DELTA = "golden_al_delta"  # virtual result key: |acceptance_length - golden AL|
 
 
 @dataclass(frozen=True)
@@ -220,10 +227,27 @@ def _failure_ratio(result: Mapping[str, Any], allowed: float) -> list[str]:
     ratio = failed / total
     if ratio > allowed:
         return [
-            f"failed requests {failed:.0f}/{total:.0f} ({ratio:.1%}) > allowed {allowed:.1%} "
-            "(--inferbench-max-failure-ratio)"
+            f"{failed:.0f}/{total:.0f} requests failed ({ratio:.1%} > allowed {allowed:.1%}, "
+            f"--inferbench-max-failure-ratio){_top_causes(result.get('errors'))}"
         ]
     return []
+
+
+TOP_CAUSES = 3
+CAUSE_CHARS = 120
+
+
+def _top_causes(errors: object) -> str:
+    """': 4 x HTTP 500: ..., 2 x stream ended without [DONE]' from the result's error counts
+    (most frequent first, as `metrics.group_errors` orders them)."""
+    if not isinstance(errors, dict) or not errors:
+        return ""
+    items = [(str(k), v) for k, v in errors.items() if isinstance(v, int)]
+    shown = [f"{count} x {reason[:CAUSE_CHARS]}" for reason, count in items[:TOP_CAUSES]]
+    rest = sum(count for _, count in items[TOP_CAUSES:])
+    if rest:
+        shown.append(f"{rest} x other causes")
+    return ": " + ", ".join(shown)
 
 
 def _speculative(

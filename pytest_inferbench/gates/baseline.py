@@ -10,6 +10,7 @@ compared against the old one.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,16 +109,44 @@ def load_baseline(path: Path) -> Baseline:
     if not path.exists():
         raise BaselineError(f"baseline {path} does not exist")
     points: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    problems: list[str] = []
     for file in files:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BaselineError(f"baseline {file}: not readable JSON: {exc}") from None
+        except (OSError, ValueError, RecursionError) as exc:
+            raise BaselineError(f"baseline {file}: not readable JSON: "
+                                f"{exc if not isinstance(exc, RecursionError) else 'too deep'}"
+                                ) from None
         for result in _results_in(data):
+            problems += _metric_problems(file, result)
             points[identity(result)] = result
+    runs = sorted({str(r["run_id"]) for r in points.values() if r.get("run_id")})
+    if len(runs) > 1:
+        problems.append(f"baseline {path} mixes the results of {len(runs)} runs "
+                        f"({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}): give one "
+                        "run's summary.json or results directory")
+    if problems:
+        raise BaselineError("\n".join(problems))
     if not points:
         raise BaselineError(f"baseline {path} holds no point results")
     return Baseline(path, tuple(points.items()))
+
+
+def _metric_problems(file: Path, result: Mapping[str, Any]) -> list[str]:
+    """A compared metric that is text, a list, NaN or infinite would skip its check silently;
+    null is what the writer records for a metric a point has none of (no AL, no interactivity
+    at TPOT 0)."""
+    problems = []
+    for metric, _ in DEFAULT_METRICS:
+        value = result.get(metric)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+                value):
+            where = result.get("result_filename") or result.get("config_key") or "a point"
+            problems.append(f"baseline {file}: {where}: {metric} = {value!r} (expected a "
+                            "finite number or null)")
+    return problems
 
 
 def save_baseline(

@@ -18,7 +18,10 @@ explicit: only `>=` and `<=` are accepted, so a rule never leaves its sense to a
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import functools
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +29,27 @@ from pathlib import Path
 import yaml
 
 from .. import yamllines
+from ..metrics import summarize
+from .baseline import BaselineError, higher_is_better
 
 OPERATORS = (">=", "<=")
+GOLDEN_AL_DELTA = "golden_al_delta"  # virtual result key: |acceptance_length - golden AL|
 MATCH_KEYS = ("config", "isl", "osl", "conc")
 _REQUIRE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|=|>|<)\s*(-?[0-9.eE+-]+)\s*$")
+
+
+@functools.cache
+def known_metrics() -> frozenset[str]:
+    """The numeric keys a point's result has, as `metrics.summarize()` writes them (asked of it
+    with no requests), plus the acceptance length and `golden_al_delta`."""
+    summary = summarize([], duration_s=1.0, num_prompts=0, max_concurrency=1, num_gpus=1)
+    return frozenset({*summary, "acceptance_length", "client_tokens_per_chunk",
+                      GOLDEN_AL_DELTA, "isl", "osl", "conc", "tp", "ep"})
+
+
+def _suggest(name: str) -> str:
+    close = difflib.get_close_matches(name, sorted(known_metrics()), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class GatesFileError(Exception):
@@ -107,9 +127,11 @@ def display_path(path: Path | None) -> str:
 
 def load_gates_file(path: Path) -> GatesFile:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = yamllines.read_text(path)
     except OSError as exc:
         raise GatesFileError(f"{path}: cannot read gates file: {exc.strerror or exc}") from None
+    except yamllines.YamlSyntaxError as exc:
+        raise GatesFileError(f"{display_path(path)}:{exc.line}: {exc.problem}") from None
     return parse_gates(text, path)
 
 
@@ -145,7 +167,7 @@ class _Parser:
         rules: list[SloRule] = []
         regression = RegressionPolicy()
         for key_node, value in root.value:
-            key = key_node.value
+            key = _key(key_node)
             if key == "slo":
                 rules.extend(self.slo_list(value))
             elif key == "regression":
@@ -164,7 +186,7 @@ class _Parser:
         if not isinstance(node, yaml.MappingNode):
             self.error(node, "an slo rule must be a mapping with 'match' and 'require'")
             return None
-        fields = {k.value: (k, v) for k, v in node.value}
+        fields = {_key(k): (k, v) for k, v in node.value}
         for name, (key_node, _) in fields.items():
             if name not in ("match", "require"):
                 self.error(key_node, f"unknown key {name!r} in slo rule (expected match, require)")
@@ -189,7 +211,7 @@ class _Parser:
             self.error(node, "'match' must be a mapping of config/isl/osl/conc")
             return configs, isl, osl, conc_range
         for key_node, value in node.value:
-            key = key_node.value
+            key = _key(key_node)
             if key == "config":
                 configs = self.strings(value)
             elif key in ("isl", "osl"):
@@ -257,10 +279,18 @@ class _Parser:
                     f"operator {op!r} in {text!r}: use '>=' or '<=' so the direction is explicit",
                 )
                 continue
+            if metric not in known_metrics():
+                self.error(item, f"{metric!r} is not a result key{_suggest(metric)}")
+                continue
             try:
-                out.append(Requirement(metric, op, float(number), line))
+                threshold = float(number)
             except ValueError:
                 self.error(item, f"{number!r} in {text!r} is not a number")
+                continue
+            if not math.isfinite(threshold):
+                self.error(item, f"{number!r} in {text!r} is not a finite number")
+                continue
+            out.append(Requirement(metric, op, threshold, line))
         return out
 
     def regression(self, node: yaml.Node) -> RegressionPolicy:
@@ -270,22 +300,36 @@ class _Parser:
         default = 0.05
         tolerances: list[tuple[str, float]] = []
         for key_node, value in node.value:
-            if key_node.value == "tolerance":
+            key = _key(key_node)
+            if key == "tolerance":
                 parsed = self.fraction(value)
                 default = default if parsed is None else parsed
-            elif key_node.value == "metrics" and isinstance(value, yaml.MappingNode):
+            elif key == "metrics" and isinstance(value, yaml.MappingNode):
                 for metric_node, tol_node in value.value:
+                    metric = _key(metric_node)
+                    if not isinstance(metric_node, yaml.ScalarNode):
+                        self.error(metric_node, "a regression metric must be a result key")
+                        continue
+                    if metric not in known_metrics():
+                        self.error(metric_node, f"regression metric {metric!r} is not a result "
+                                   f"key{_suggest(metric)}")
+                        continue
+                    try:
+                        higher_is_better(metric)
+                    except BaselineError as exc:
+                        self.error(metric_node, str(exc))
+                        continue
                     tol = self.fraction(tol_node)
                     if tol is not None:
-                        tolerances.append((str(metric_node.value), tol))
-            elif key_node.value == "metrics":
+                        tolerances.append((metric, tol))
+            elif key == "metrics":
                 self.error(
                     value, "'metrics' must map result keys to tolerances, e.g. {p99_ttft: 0.1}"
                 )
             else:
                 self.error(
                     key_node,
-                    f"unknown regression key {key_node.value!r} (expected tolerance, metrics)",
+                    f"unknown regression key {key!r} (expected tolerance, metrics)",
                 )
         return RegressionPolicy(default, tuple(tolerances), node.start_mark.line + 1)
 
@@ -300,6 +344,11 @@ class _Parser:
             return value
         self.error(node, f"tolerance must be a fraction like 0.05 or '5%', got {_show(node)}")
         return None
+
+
+def _key(node: yaml.Node) -> str:
+    """A mapping key as text; a list or mapping used as a key becomes a name no rule knows."""
+    return str(node.value) if isinstance(node, yaml.ScalarNode) else f"<{_show(node)}>"
 
 
 def _show(node: yaml.Node) -> str:

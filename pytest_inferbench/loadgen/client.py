@@ -32,6 +32,7 @@ import numpy as np
 
 from ..metrics import RequestRecord
 from ..tokenizer import count_tokens
+from ..workload import DEFAULT_STALL_TIMEOUT_S
 from .sse import ERROR_DETAIL_CHARS, ParsedStream, parse_stream, parse_stream_in_slices
 from .transport import SlotTransport, arrival_of, written_at
 
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
+# The reason of a read timeout until the tokens received before it are counted (`_record`).
+STALLED = "stalled"
 # Chunk tokens counted as words of a real model's text: an estimate, not a cross-check.
 APPROXIMATE_WORDS = "words (approximate)"
 
@@ -52,7 +55,7 @@ class Timeouts:
     prefill under queueing can take minutes); write: sending the request body."""
 
     connect_s: float = 30.0
-    read_s: float = 900.0
+    read_s: float = DEFAULT_STALL_TIMEOUT_S
     write_s: float = 60.0
 
     def httpx(self) -> httpx.Timeout:
@@ -158,7 +161,7 @@ def _exception_reason(exc: BaseException, cfg: ClientConfig) -> str:
     if isinstance(exc, httpx.ConnectError):
         return f"connection failed: {exc}"
     if isinstance(exc, httpx.ReadTimeout):
-        return f"no data for {cfg.timeouts.read_s:g} s (read timeout)"
+        return STALLED
     if isinstance(exc, httpx.TimeoutException):
         return f"{type(exc).__name__}: timed out"
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
@@ -174,6 +177,9 @@ def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,
         parsed = parse_stream(reads, cfg) if reads else ParsedStream()
     chunk_sum = sum(parsed.chunk_tokens)
     output = parsed.completion_tokens if parsed.completion_tokens is not None else chunk_sum
+    if error == STALLED:
+        error = (f"no data for {cfg.timeouts.read_s:g} s after token {chunk_sum} "
+                 "(--inferbench-stall-timeout)")
     if not error:
         if parsed.error:
             error = parsed.error

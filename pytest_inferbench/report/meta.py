@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..backends.registry import backend_info
 from ..redact import Redactor
+from ..state import get_session_state
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -58,13 +59,14 @@ def docker_engine(host: str | None) -> dict[str, Any] | None:
 def run_metadata(
     config: pytest.Config, settings: Settings, points: Sequence[dict[str, Any]], started: float
 ) -> dict[str, Any]:
-    redactor = Redactor.from_env(settings.pass_env)
+    redactor = Redactor.from_env(settings.pass_env, urls=(settings.base_url,))
     simulated = backend_info(settings.backend).simulated or any(
         p.get("simulated") is True for p in points
     )
     return {
         "plugin": "pytest-inferbench",
         "plugin_version": __version__,
+        "run_id": get_session_state(config).run_id,
         "backend": settings.backend,
         "simulated": simulated,
         "git_commit": git_commit(str(config.rootpath)),

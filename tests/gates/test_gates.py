@@ -127,7 +127,14 @@ def test_failure_ratio_gate(objs: Any, recipe_dir: Path) -> None:
     result = objs.make_result(point, completed=37, failed=3)
     gates = Gates()
     assert evaluate_point(result, point, None, objs.make_settings(), gates, None) == [
-        "failed requests 3/40 (7.5%) > allowed 0.0% (--inferbench-max-failure-ratio)"
+        "3/40 requests failed (7.5% > allowed 0.0%, --inferbench-max-failure-ratio)"
+    ]
+    # The causes, most frequent first, from the result's error counts.
+    result["errors"] = {"HTTP 500: simulated internal server error": 2,
+                        "stream ended without [DONE]": 1}
+    assert evaluate_point(result, point, None, objs.make_settings(), gates, None) == [
+        "3/40 requests failed (7.5% > allowed 0.0%, --inferbench-max-failure-ratio): "
+        "2 x HTTP 500: simulated internal server error, 1 x stream ended without [DONE]"
     ]
     assert (
         evaluate_point(result, point, None, objs.make_settings(max_failure_ratio=0.1), gates, None)

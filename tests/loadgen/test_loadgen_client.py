@@ -115,7 +115,7 @@ def test_a_stalled_stream_times_out_with_a_reason(helpers: types.ModuleType) -> 
             return [r.error for r in run.records]
 
         errors = asyncio.run(go())
-    assert errors == ["no data for 0.5 s (read timeout)"] * 2
+    assert errors == ["no data for 0.5 s after token 3 (--inferbench-stall-timeout)"] * 2
 
 
 class _WatchedHandle(HttpServerHandle):

@@ -141,14 +141,14 @@ def test_saved_baseline_is_used_by_the_next_run(project: pytest.Pytester) -> Non
     )
 
 
-def test_malformed_gates_file_fails_points_with_file_and_line(project: pytest.Pytester) -> None:
+def test_malformed_gates_file_stops_the_run_with_file_and_line(project: pytest.Pytester) -> None:
     (project.path / "gates.yaml").write_text("slo:\n  - require: [p99_ttft < 2]\n")
     result = project.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(failed=3)
-    result.stdout.fnmatch_lines(
-        ["*gates.yaml:2: operator '<' in 'p99_ttft < 2': use '>=' or '<='*"]
-    )
-    assert "Traceback" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stdout.str() + result.stderr.str()
+    assert "gates.yaml:2: operator '<' in 'p99_ttft < 2': use '>=' or '<='" in text
+    assert "nothing was run" in text and not (project.path / "inferbench-results").exists()
+    assert "Traceback" not in text
 
 
 def test_without_matplotlib_the_summary_says_why_there_are_no_plots(

@@ -41,7 +41,7 @@ class SlurmBackend(Backend):
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
         settings: SlurmSettings = ctx.options.slurm
-        redactor = Redactor.from_env(ctx.options.pass_env)
+        redactor = Redactor.from_env(ctx.options.pass_env, urls=(ctx.options.base_url,))
         log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id,
                                 ctx.log_paths)
         container: tuple[str, ...] = ()
@@ -61,7 +61,8 @@ class SlurmBackend(Backend):
         try:
             allocation.request()
             instances = layout.place(spec, allocation.hosts)
-            launches = [step_launch(allocation.job_id, i, spec, container, container_env)
+            launches = [step_launch(allocation.job_id, i, spec, container, container_env,
+                                    ctx.options.pass_env)
                         for i in instances]
             supervised = SlurmServer(server.node_name, allocation, launches, log_path,
                                      redactor)
@@ -76,10 +77,11 @@ class SlurmBackend(Backend):
 
 
 def step_launch(job_id: str, instance: layout.Instance, spec: ServerSpec,
-                container: tuple[str, ...], container_env: dict[str, str]) -> StepLaunch:
+                container: tuple[str, ...], container_env: dict[str, str],
+                pass_env: tuple[str, ...] = ()) -> StepLaunch:
     """srun argv and environment of one instance. The environment travels through srun's own
     (`--export=ALL`), so no value is written on a command line."""
-    env = {**process_env(spec), **dict(instance.env), **container_env}
+    env = {**process_env(spec, pass_env), **dict(instance.env), **container_env}
     argv = commands.srun_argv(job_id, instance.host, instance.argv, container=container,
                               extra=instance.srun_args)
     return StepLaunch(label=instance.label, argv=argv, env=env)

@@ -1,0 +1,238 @@
+"""Every option, ini value and config file checked once, before any server starts.
+
+A typo must not cost a sweep: a gates file, a baseline or a launch spec read only after a
+30-minute server start would fail every point after its load. So the session checks, at
+configure, every inferbench option and ini value (types, ranges, finiteness, paths), and once
+collection is done (before the first item runs), the files the collected points will read:
+gates files, eval thresholds, the baseline and every server node's launch spec. Every problem
+is reported at once, each with its option name or `file:line`, as one usage error.
+
+The readers themselves stay the one truth of what a file may hold: this module calls them
+(`gates.load_gates`, `launch.resolve`, ...) and adds only what they cannot know alone, such as
+whether a gate's metric is a key the results will have.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pytest
+
+from .workload import MAX_SEED
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .options import Settings
+    from .recipe import ServerConfig
+
+
+class PreflightError(Exception):
+    """Problems found before the run; `problems` holds one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def checked_settings(config: pytest.Config) -> Settings:
+    """The session's settings; every problem of its options at once as a usage error."""
+    from .options import Settings
+
+    settings = Settings.from_config(config)
+    problems = check_settings(settings)
+    if problems:
+        raise pytest.UsageError(_usage("inferbench options", problems))
+    return settings
+
+
+def check_collected(servers: Iterable[ServerConfig], settings: Settings) -> None:
+    """At the end of collection: every problem of the files the points will read, at once."""
+    problems = check_files(servers, settings)
+    if problems:
+        raise pytest.UsageError(_usage("inferbench config files", problems))
+
+
+def _usage(what: str, problems: list[str]) -> str:
+    noun = "problem" if len(problems) == 1 else "problems"
+    return f"{len(problems)} {noun} in the {what}, nothing was run:\n  " + "\n  ".join(problems)
+
+
+def _number(problems: list[str], option: str, value: float | None, *, low: float,
+            high: float = math.inf, low_open: bool = False, allow_inf: bool = False,
+            expected: str) -> None:
+    if value is None:
+        return
+    if math.isnan(value) or (math.isinf(value) and not allow_inf):
+        problems.append(f"{option} {value}: expected {expected}")
+        return
+    if value < low or (low_open and value == low) or value > high:
+        problems.append(f"{option} {value:g}: expected {expected}")
+
+
+def check_settings(settings: Settings) -> list[str]:
+    """Problems of the options and ini values, one line each, naming the option."""
+    p: list[str] = []
+    _number(p, "--inferbench-max-failure-ratio", settings.max_failure_ratio, low=0.0, high=1.0,
+            expected="a fraction within [0, 1] (0 = no failed request allowed)")
+    _number(p, "--inferbench-request-rate", settings.request_rate, low=0.0, low_open=True,
+            allow_inf=True, expected="requests per second > 0, or inf for a closed loop")
+    _number(p, "--inferbench-prompts-per-conc", settings.prompts_per_conc, low=1,
+            high=100_000, expected="an integer within [1, 100000]")
+    _number(p, "--inferbench-time-scale", settings.time_scale, low=0.0, high=1000.0,
+            expected="a finite number >= 0 (1 = real time, 0 = as fast as possible)")
+    _number(p, "--inferbench-startup-timeout", settings.startup_timeout_s, low=0.0,
+            low_open=True, expected="a finite number of seconds > 0")
+    _number(p, "--inferbench-stall-timeout", settings.stall_timeout_s, low=0.0, low_open=True,
+            expected="a finite number of seconds > 0")
+    _number(p, "--inferbench-random-range-ratio", settings.range_ratio, low=0.0, high=1.0,
+            expected="a number within [0, 1]")
+    _number(p, "--inferbench-eval-limit", settings.eval_limit, low=1,
+            expected="a number of questions >= 1")
+    _number(p, "--inferbench-pr", settings.pr_number, low=1, expected="a PR number >= 1")
+    _number(p, "--inferbench-seed", settings.seed, low=0, high=MAX_SEED,
+            expected=f"an integer within [0, {MAX_SEED}]")
+    p += _url_problems(settings)
+    p += _path_problems(settings)
+    for name in settings.pass_env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            p.append(f"--inferbench-pass-env: {name!r} is not an environment variable name")
+    if settings.gpus is not None:
+        from .gpu import GpuSpecError, parse_gpu_ids
+
+        try:
+            parse_gpu_ids(settings.gpus)
+        except GpuSpecError as exc:
+            p.append(f"--inferbench-gpus: {exc}")
+    return p
+
+
+def _url_problems(settings: Settings) -> list[str]:
+    if settings.base_url is None:
+        return []
+    try:
+        parts = urlsplit(settings.base_url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return [f"--inferbench-base-url: not a URL ({exc})"]
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return ["--inferbench-base-url: expected http://HOST[:PORT] or https://..., got "
+                f"{_url_shown(settings.base_url)!r}"]
+    return []
+
+
+def _url_shown(url: str) -> str:
+    """The URL with any user:password part masked."""
+    return re.sub(r"//[^/@]*@", "//***@", url)
+
+
+def _path_problems(settings: Settings) -> list[str]:
+    p: list[str] = []
+    results = settings.results_dir
+    if results.exists() and not results.is_dir():
+        p.append(f"--inferbench-results {results}: exists and is not a directory")
+    elif not _creatable(results):
+        p.append(f"--inferbench-results {results}: cannot be created or written")
+    if (save := settings.save_baseline) is not None:
+        if save.is_dir():
+            p.append(f"--inferbench-save-baseline {save}: is a directory (expected a file "
+                     "path, e.g. baseline.json)")
+        elif not _creatable(save.parent):
+            p.append(f"--inferbench-save-baseline {save}: its directory cannot be written")
+    for option, path, kind in (("--inferbench-gates", settings.gates_file, "file"),
+                               ("--inferbench-eval-data", settings.eval_data, "file"),
+                               ("--inferbench-launch-dir", settings.launch_dir, "dir"),
+                               ("--inferbench-baseline", settings.baseline, "any")):
+        if path is None:
+            continue
+        if not path.exists():
+            p.append(f"{option} {path}: does not exist")
+        elif kind == "file" and not path.is_file():
+            p.append(f"{option} {path}: is not a file")
+        elif kind == "dir" and not path.is_dir():
+            p.append(f"{option} {path}: is not a directory")
+        elif not os.access(path, os.R_OK):
+            p.append(f"{option} {path}: cannot be read")
+    baseline = settings.baseline
+    if (baseline is not None and results.is_dir() and any(results.iterdir())
+            and (baseline.resolve() == results.resolve()
+                 or results.resolve() in baseline.resolve().parents)):
+        p.append(f"--inferbench-baseline {baseline}: lies in the results directory {results}, "
+                 "which holds an earlier run and is moved aside when this run starts; copy the "
+                 "baseline elsewhere or give this run another --inferbench-results")
+    thresholds = settings.layout.thresholds
+    if thresholds is not None and thresholds.exists() and not thresholds.is_file():
+        p.append(f"inferbench_eval_thresholds {thresholds}: is not a file")
+    return p
+
+
+def _creatable(directory: Path) -> bool:
+    """The directory exists and is writable, or its nearest existing parent is."""
+    for candidate in (directory, *directory.absolute().parents):
+        if candidate.exists():
+            return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+    return False
+
+
+def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str]:
+    """Problems of the files the collected servers' points will read: gates files (every
+    metric a key the results have), eval thresholds, the baseline, the launch specs."""
+    from .gates import GatesFileError, load_baseline_for, load_gates
+    from .gates.baseline import BaselineError
+    from .golden import GoldenALError
+    from .launch import LaunchSpecError, launch_spec_path, resolve
+
+    problems: list[str] = []
+    seen: set[object] = set()
+
+    def once(key: object) -> bool:
+        new = key not in seen
+        seen.add(key)
+        return new
+
+    servers = list(servers)
+    for server in servers:
+        directory = Path(server.source).resolve().parent
+        if once(("gates", directory)):
+            try:
+                load_gates(server.source, settings)
+            except (GatesFileError, GoldenALError) as exc:
+                problems += str(exc).splitlines()
+        thresholds = settings.layout.thresholds_for(Path(server.source))
+        if once(("thresholds", thresholds)):
+            problems += _thresholds_problems(thresholds)
+        launch_dir = settings.launch_dir or settings.layout.launch_dir_for(server.source)
+        path = launch_spec_path(server, launch_dir)
+        if path.is_file() and once(("launch", path, server)):
+            # A missing spec errors its own node at setup (named there); a broken one is a typo
+            # to fix before any server starts.
+            try:
+                resolve(server, launch_dir, startup_timeout_override=settings.startup_timeout_s)
+            except LaunchSpecError as exc:
+                if once(("launch-error", str(exc))):
+                    problems.append(str(exc))
+    if servers and settings.baseline is not None and settings.baseline.exists():
+        try:
+            load_baseline_for(settings)
+        except BaselineError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def _thresholds_problems(path: Path) -> list[str]:
+    from .evals.thresholds import ThresholdsError, validate_thresholds
+
+    if not path.exists():
+        return []
+    if not path.is_file():
+        return [f"{path}: eval thresholds: is not a file"]
+    try:
+        validate_thresholds(path)
+    except ThresholdsError as exc:
+        return [str(exc)]
+    return []

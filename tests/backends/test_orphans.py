@@ -1,0 +1,83 @@
+"""A SIGKILLed pytest runs no teardown: its local servers live on. The next run finds them by
+the owner mark in their environment and kills them, children included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from lifecycle_helpers import write_recipe
+
+from pytest_inferbench.backends.reaper import OWNER_ENV
+
+# A prefix in the role of `srun ...`: the server runs as its child, so the server group holds
+# two processes that both carry the mark. Its output goes nowhere, so neither dies of a broken
+# pipe when pytest is gone (a server that logs to a file would not either).
+WRAPPER = ("import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:], "
+           "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))")
+
+
+def marked_processes(owner: str) -> list[int]:
+    """Pids of the processes whose environment carries `INFERBENCH_OWNER=owner`."""
+    mark = f"{OWNER_ENV}={owner}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if mark in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for(predicate: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+def test_servers_of_a_sigkilled_run_are_killed_by_the_next_run(
+        pytester: pytest.Pytester) -> None:
+    # A server that stays "loading" (503) for a minute: the run is waiting for it when killed.
+    write_recipe(pytester.path, python=sys.executable, timeout=120,
+                 sim_options={"fp4": ("--startup-delay", "60")})
+    (pytester.path / "wrapper.py").write_text(WRAPPER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-backend",
+         "process", "--inferbench-process-prefix", f"{sys.executable} wrapper.py",
+         "-k", "conc1"],
+        cwd=pytester.path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    owner = f"{socket.gethostname()}:{first.pid}"
+    try:
+        assert wait_for(lambda: len(marked_processes(owner)) >= 2, 60), "server never started"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    time.sleep(1.0)
+    orphans = marked_processes(owner)
+    assert len(orphans) >= 2  # wrapper and server outlived their pytest
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-backend",
+             "process", "-k", "no-such-point"],
+            cwd=pytester.path, env=env, capture_output=True, text=True, timeout=120)
+        lines = [line for line in second.stdout.splitlines()
+                 if "killed stale server process" in line]
+        assert {int(line.split("process ")[1].split()[0]) for line in lines} >= set(orphans)
+        assert wait_for(lambda: not marked_processes(owner), 10), marked_processes(owner)
+    finally:
+        for pid in marked_processes(owner):
+            os.kill(pid, signal.SIGKILL)
