@@ -51,6 +51,11 @@ class _Timeline:
 
     def extend(self, durations: npt.NDArray[np.float64]) -> None:
         k = len(durations)
+        if k == 1 and self.n < len(self.ends):  # one step: no cumulative sum to take
+            self.now += float(durations[0])
+            self.ends[self.n] = self.now
+            self.n += 1
+            return
         if self.n + k > len(self.ends):
             self.ends = np.concatenate([self.ends, np.zeros(max(len(self.ends), k))])
         ends = self.now + np.cumsum(durations)

@@ -208,15 +208,22 @@ class Engine:
             steps, tokens = req.trace_arrays()
             self.traces[req.rid] = Trace(steps, tokens, req.arrival_step, req.first_scheduled)
 
-    def finish_done(self) -> list[int]:
-        """Retire every decoding request whose plan is complete (after a step)."""
+    def finish_done(self, candidates: npt.NDArray[np.int64] | None = None) -> list[int]:
+        """Retire every decoding request whose plan is complete (after a step).
+
+        `candidates`: the only slots that can have completed (those the step advanced or
+        started decoding); every other running request was checked after its last step.
+        """
         st = self.slots
         finished: list[int] = []
         if not self.running:
             return finished
-        run = self.run_array()
-        done = run[st.decoding[run] & (st.p[run] >= st.plan_steps[run])]
-        for slot in done.tolist():
+        run = self.run_array() if candidates is None else candidates
+        done = run[st.decoding[run] & (st.p[run] >= st.plan_steps[run])].tolist()
+        if candidates is not None and len(done) > 1:
+            position = {slot: i for i, slot in enumerate(self.running)}
+            done.sort(key=position.__getitem__)  # admission order, as over the whole set
+        for slot in done:
             self._finish(slot, finished)
         return finished
 
@@ -317,6 +324,7 @@ class Engine:
             tokens = st.advance_decode(decode, 1, c)
             if self.report_emitted:
                 emitted = list(zip(st.rid[decode].tolist(), tokens.tolist(), strict=True))
+        started: list[int] = []
         for slot, n in chunks:
             st.ctx[slot] += n
             st.prefilled[slot] += n
@@ -328,8 +336,11 @@ class Engine:
                 c.generation_tokens += 1
                 emitted.append((req.rid, 1))
                 self._start_decoding(slot, req)
+                started.append(slot)
         self.steps_done += 1
-        finished = self.finish_done()
+        finished = self.finish_done(
+            np.concatenate([decode, np.asarray(started, dtype=np.int64)]) if started
+            else decode)
         self.note_usage()
         return StepResult(duration, emitted, finished)
 

@@ -214,15 +214,17 @@ class SlotTable:
 
     def advance_decode(self, idx: IntArray, n: int, c: CounterState) -> IntArray:
         """Apply `n` decode steps to slots `idx`; returns tokens emitted per slot."""
+        if not self.k:  # one token per step: scalar updates, no per-slot arrays
+            self.ctx[idx] += n
+            self.gen[idx] += n
+            self.p[idx] += n
+            c.generation_tokens += n * len(idx)
+            return np.full(len(idx), n, dtype=np.int64)
         p0 = self.p[idx]
         p1 = p0 + n
-        tokens: IntArray
-        if self.k:
-            tokens = self.cum[idx, p1] - self.cum[idx, p0]
-            c.drafts += len(idx) * n
-            c.accepted += int((self.acc_cum[idx, p1] - self.acc_cum[idx, p0]).sum())
-        else:
-            tokens = np.full(len(idx), n, dtype=np.int64)
+        tokens: IntArray = self.cum[idx, p1] - self.cum[idx, p0]
+        c.drafts += len(idx) * n
+        c.accepted += int((self.acc_cum[idx, p1] - self.acc_cum[idx, p0]).sum())
         self.ctx[idx] += tokens
         self.gen[idx] += tokens
         self.p[idx] = p1
