@@ -116,17 +116,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     fixtures.mark_server_users(config, items)
 
 
+# pytest registers only names that start with `pytest_`, also for a hookimpl with a specname.
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def keep_server_nodes_contiguous(items: list[pytest.Item]) -> None:
-    # Reordering plugins could interleave servers and restart them; keep the users of each
-    # server (a recipe node's points, tests marked for it) contiguous, others by their parent.
-    def group(item: pytest.Item) -> object:
-        return servers.wanted_by(item) or (item.parent.nodeid if item.parent else "")
-
-    first_seen: dict[object, int] = {}
+def pytest_collection_modifyitems_keep_servers_contiguous(items: list[pytest.Item]) -> None:
+    # Reordering plugins could interleave servers and restart them: every user of a server (a
+    # recipe node's items, tests marked for it) moves up to its first user; other items keep
+    # their places, so a run without servers keeps pytest's order.
+    first_seen: dict[servers.ServerKey, int] = {}
     for index, item in enumerate(items):
-        first_seen.setdefault(group(item), index)
-    items.sort(key=lambda i: first_seen[group(i)])
+        for key in servers.wanted_by(item):
+            first_seen.setdefault(key, index)
+    position = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda i: min((first_seen[k] for k in servers.wanted_by(i)),
+                                 default=position[id(i)]))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -176,3 +176,47 @@ def test_wrong_tp(inferbench_server):
         f"*inferbench_server('{KEY}', tp=8): no server of {KEY} matches; it has {NODE}",
     ])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_a_server_stops_when_its_last_user_is_done(pytester: pytest.Pytester) -> None:
+    # Two servers on real HTTP: when the second one's first user runs, the first is gone.
+    (pytester.path / "bench-master.yaml").write_text(
+        master_entry(KEY, rows=["{ tp: 4, spec-decoding: mtp, conc-list: [1] }"], isl=64,
+                     osl=8)
+        + master_entry("minimaxm3-fp4-mi355x-atom", rows=["{ tp: 4, conc-list: [1] }"],
+                       isl=64, osl=8))
+    (pytester.path / "launch").mkdir()
+    shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml",
+                pytester.path / "launch")
+    pytester.makepyfile(test_order=f'''
+import httpx
+import pytest
+
+SEEN = {{}}
+
+
+@pytest.mark.inferbench_server("{KEY}")
+def test_first_user(inferbench_server):
+    SEEN["first"] = inferbench_server.base_url
+    assert httpx.get(SEEN["first"] + "/health").status_code == 200
+
+
+@pytest.mark.inferbench_server("minimaxm3-fp4-mi355x-atom")
+def test_other_server(inferbench_server):
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(SEEN["first"] + "/health")
+
+
+@pytest.mark.inferbench_server("{KEY}")
+def test_second_user(inferbench_server):
+    assert inferbench_server.base_url == SEEN["first"]
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", "--inferbench-backend",
+                                           "sim-server", "--inferbench-time-scale", "0",
+                                           "test_order.py")
+    # The two users of the first server run next to each other, before the other server.
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_first_user PASSED*", "*test_second_user PASSED*",
+                                 "*test_other_server PASSED*"])
+    logs = sorted(p.name for p in (pytester.path / "inferbench-results/server-logs").iterdir())
+    assert logs == sorted(["minimaxm3-fp4-mi355x-atom-tp4.log", f"{NODE}.log"])
