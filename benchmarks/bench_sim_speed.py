@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import multiprocessing
+import os
 import subprocess
 import sys
 import time
@@ -144,6 +145,9 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str) -> int:
         print(f"slowest node {node}: {node_cpu:.2f} s CPU")
     print(f"whole matrix: {done} of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU "
           f"over {jobs} processes, {len(servers)} server nodes (target: <= 60 s wall)")
+    # Other jobs on the machine stretch the wall time, not the CPU time: say how busy it was.
+    print(f"load average at the end (1/5/15 min): "
+          f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for cause, n in causes.most_common():
         print(f"  {n} failures: {cause}")
     return 0 if done == total else 1
