@@ -30,7 +30,7 @@ from . import activation
 from .backends.registry import backend_info
 from .collect import CLEAN_ERRORS
 from .runner import run_bench_item
-from .server_select import MARKER, ServerSelectError, find_server, marker_server
+from .server_select import MARKER, ServerSelectError, find_server, item_server, names_server
 from .servers import WANTS_KEY, group_with_server, pool_for, server_key
 from .state import get_session_state
 
@@ -127,17 +127,18 @@ def _acquire(request: pytest.FixtureRequest, server: ServerConfig) -> Server:
 
 @pytest.fixture
 def inferbench_server(request: pytest.FixtureRequest) -> Server:
-    """The server named by the test's `@pytest.mark.inferbench_server(...)` marker."""
+    """The server the test names: by `@pytest.mark.inferbench_server(...)`, or by indirect
+    parametrization with config keys (or dicts of a config key and selectors)."""
     _use(request.config)
-    mark = request.node.get_closest_marker(MARKER)
-    if mark is None:
-        pytest.fail(f"inferbench_server needs @pytest.mark.{MARKER}(config_key, ...) on the "
-                    "test; inferbench_servers(config_key, ...) starts servers without one",
-                    pytrace=False)
     try:
-        server = marker_server(request.config, mark)
+        server = item_server(request.config, request.node)
     except ServerSelectError as exc:
         pytest.fail(str(exc), pytrace=False)
+    if server is None:
+        pytest.fail(f"inferbench_server needs @pytest.mark.{MARKER}(config_key, ...) on the "
+                    "test, or indirect parametrization with config keys; "
+                    "inferbench_servers(config_key, ...) starts servers without either",
+                    pytrace=False)
     return _acquire(request, server)
 
 
@@ -178,7 +179,7 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
     # A marked test's server starts at setup, as a recipe node's does: a failed start is an
     # error of the test's setup, before any of its code ran.
     marked: Server | None = (request.getfixturevalue("inferbench_server")
-                             if request.node.get_closest_marker(MARKER) is not None else None)
+                             if names_server(request.node) else None)
 
     def run(isl: int | None = None, osl: int = 1024, conc: int = 1, *,
             prompts: Sequence[str] | None = None, request_rate: float | None = None,
@@ -260,19 +261,18 @@ def uses_fixtures(item: pytest.Item) -> bool:
 
 
 def mark_server_users(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
-    """Collection: tests marked for a server want it (the pool keeps it for the next such
-    test; `-n --dist loadgroup` keeps them on one worker, with the recipe node's points).
-    A marker that names no server is left for the fixture to report."""
+    """Collection: a test that names a server (marker or parameter) wants it: the pool keeps
+    it for the next such test, `-n --dist loadgroup` keeps them on one worker with the recipe
+    node's points. A name that matches no server is left for the fixture to report."""
     for item in items:
-        mark = item.get_closest_marker(MARKER)
-        if mark is None and not uses_fixtures(item):
+        if not (names_server(item) or uses_fixtures(item)):
             continue
         activation.engage(config)
-        if mark is None or WANTS_KEY in item.stash:
+        if WANTS_KEY in item.stash:
             continue
         try:
-            server = marker_server(config, mark)
+            server = item_server(config, item)
         except ServerSelectError:
             continue
-        group_with_server(item, server_key(config, server))
-
+        if server is not None:
+            group_with_server(item, server_key(config, server))

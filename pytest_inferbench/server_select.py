@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .recipe import ServerConfig
 
 MARKER = "inferbench_server"
+FIXTURE = "inferbench_server"  # also indirectly parametrized by a config key
 MARKER_HELP = (
     "inferbench_server(config_key, *, recipe=None, tp=..., ep=..., dp_attn=..., "
     "spec_decoding=...): the recipe server the test's inferbench_server fixture starts "
@@ -89,6 +90,36 @@ def marker_server(config: pytest.Config, mark: pytest.Mark) -> ServerConfig:
     kwargs = dict(mark.kwargs)
     recipe = kwargs.pop("recipe", None)
     return find_server(config, mark.args[0], recipe=recipe, **kwargs)
+
+
+def param_server(config: pytest.Config, param: object) -> ServerConfig:
+    """The server an indirect parameter of `inferbench_server` names: a config key, or a
+    mapping with `config_key` and selectors (`{"config_key": "...", "tp": 8}`)."""
+    if isinstance(param, str):
+        return find_server(config, param)
+    if isinstance(param, dict) and isinstance(param.get("config_key"), str):
+        selectors = dict(param)
+        key = selectors.pop("config_key")
+        recipe = selectors.pop("recipe", None)
+        return find_server(config, key, recipe=recipe, **selectors)
+    raise ServerSelectError(f"inferbench_server parameter {param!r}: expected a config key or "
+                            "a dict with config_key and selectors")
+
+
+def item_server(config: pytest.Config, item: pytest.Item) -> ServerConfig | None:
+    """The server a test names, by an indirect `inferbench_server` parameter or the marker;
+    None when it names none."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and FIXTURE in callspec.params:
+        return param_server(config, callspec.params[FIXTURE])
+    mark = item.get_closest_marker(MARKER)
+    return marker_server(config, mark) if mark is not None else None
+
+
+def names_server(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return (callspec is not None and FIXTURE in callspec.params) or (
+        item.get_closest_marker(MARKER) is not None)
 
 
 def find_server(config: pytest.Config, config_key: str, *, recipe: str | os.PathLike[str] | None

@@ -220,3 +220,36 @@ def test_second_user(inferbench_server):
                                  "*test_other_server PASSED*"])
     logs = sorted(p.name for p in (pytester.path / "inferbench-results/server-logs").iterdir())
     assert logs == sorted(["minimaxm3-fp4-mi355x-atom-tp4.log", f"{NODE}.log"])
+
+
+def test_indirect_parametrization_sweeps_servers_each_started_once(pytester: pytest.Pytester
+                                                                   ) -> None:
+    (pytester.path / "bench-master.yaml").write_text(
+        master_entry(KEY, rows=["{ tp: 4, spec-decoding: mtp, conc-list: [1] }"], isl=64,
+                     osl=8)
+        + master_entry("minimaxm3-fp4-mi355x-atom", rows=["{ tp: 4, conc-list: [1] }"],
+                       isl=64, osl=8))
+    (pytester.path / "launch").mkdir()
+    shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml",
+                pytester.path / "launch")
+    pytester.makepyfile(test_sweep=f'''
+import pytest
+
+SERVERS = ["{KEY}", {{"config_key": "minimaxm3-fp4-mi355x-atom", "tp": 4}}]
+
+
+@pytest.mark.parametrize("conc", [1, 2])
+@pytest.mark.parametrize("inferbench_server", SERVERS, indirect=True)
+def test_sweep(inferbench_server, inferbench_load, conc):
+    result = inferbench_load(isl=64, osl=8, conc=conc)
+    assert result["server_node"] == inferbench_server.name
+''')
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--inferbench-prompts-per-conc", "2", "test_sweep.py")
+    result.assert_outcomes(passed=4)
+    points = json.loads((pytester.path / "inferbench-results/summary.json").read_text())["points"]
+    instances: dict[str, set[str]] = {}
+    for point in points:
+        instances.setdefault(point["server_node"], set()).add(point["server_instance"])
+    assert {node: len(ids) for node, ids in instances.items()} == {
+        NODE: 1, "minimaxm3-fp4-mi355x-atom-tp4": 1}
