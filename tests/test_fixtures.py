@@ -41,9 +41,10 @@ def test_two_points(inferbench_load):
     assert high["total_token_throughput"] > 0 and low["total_token_throughput"] > 0
 
 
-def test_run_metadata(inferbench_run, inferbench_results_dir):
-    assert inferbench_run.backend in ("sim", "sim-server")
-    assert inferbench_run.simulated and inferbench_results_dir == inferbench_run.results_dir
+def test_run_metadata(inferbench_run, inferbench_results_dir, pytestconfig):
+    assert inferbench_results_dir == inferbench_run.results_dir
+    assert inferbench_run.run_id and inferbench_run.worker_id in ("master", "gw0", "gw1")
+    assert inferbench_run.backend == (pytestconfig.getoption("inferbench_backend") or "sim")
 '''
 
 
@@ -253,3 +254,43 @@ def test_sweep(inferbench_server, inferbench_load, conc):
         instances.setdefault(point["server_node"], set()).add(point["server_instance"])
     assert {node: len(ids) for node, ids in instances.items()} == {
         NODE: 1, "minimaxm3-fp4-mi355x-atom-tp4": 1}
+
+
+def test_fixtures_on_the_external_backend(pytester: pytest.Pytester) -> None:
+    # A server nobody in the run starts or stops: the Python test and the recipe both use it.
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from pytest_inferbench.backends.readiness import free_port
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pytest_inferbench.sim", "serve", "--hardware", "MI355X",
+         "--time-scale", "0", "--", "python3", "-m", "atom.entrypoints.openai_server",
+         "--model", "amd/MiniMax-M3-MXFP4", "--server-port", str(port), "-tp", "4",
+         "--method", "eagle3", "--draft-model", "Inferact/MiniMax-M3-EAGLE3",
+         "--num-speculative-tokens", "3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "no sim server"
+            time.sleep(0.2)
+        write_project(pytester)
+        result, summary = run(pytester, "--inferbench-backend", "external",
+                              f"--inferbench-base-url={url}")
+        check_shared_results(pytester, result, summary)
+        assert {p["backend"] for p in summary["points"]} == {"external"}
+        assert server.poll() is None  # never stopped by the run
+    finally:
+        server.terminate()
+        server.wait(10)
