@@ -105,6 +105,26 @@ def junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.usefixtures("no_containers_after")
+def test_a_python_test_shares_the_recipe_nodes_container(pytester: pytest.Pytester) -> None:
+    write_recipe(pytester.path)
+    pytester.makepyfile(test_bench="""
+import httpx
+import pytest
+
+
+@pytest.mark.inferbench_server("minimaxm3-fp4-mi355x-atom", tp=1)
+def test_a_point_on_the_container(inferbench_server, inferbench_load):
+    assert httpx.get(inferbench_server.base_url + "/health").status_code == 200
+    assert inferbench_load(isl=128, osl=16, conc=2).passed
+""")
+    result = pytester.runpytest_subprocess(*FAST, "--inferbench-results=results")
+    result.assert_outcomes(passed=3)
+    # One container for the recipe's two points and the Python test: one server log.
+    logs = [p.name for p in (pytester.path / "results" / "server-logs").glob("*.log")]
+    assert logs == ["minimaxm3-fp4-mi355x-atom-tp1.log"], logs
+
+
+@pytest.mark.usefixtures("no_containers_after")
 def test_xdist_loadscope_runs_each_node_once_on_one_worker_concurrently(
         pytester: pytest.Pytester, docker_client: Any) -> None:
     # The startup delay keeps both containers up long enough to see them overlap.
