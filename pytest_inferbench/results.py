@@ -114,6 +114,12 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     return result
 
 
+# A simulated server whose step deliveries ran later than its model's clock by more than this,
+# on average over a point, served timings the model did not predict: the point is not a valid
+# measurement of the simulation.
+MAX_MEAN_DELIVERY_LAG_S = 0.010
+
+
 def measurement_failures(result: Mapping[str, Any]) -> list[str]:
     """Why the point's numbers cannot be trusted: client self-check, token accounting.
 
@@ -124,6 +130,14 @@ def measurement_failures(result: Mapping[str, Any]) -> list[str]:
     check = result.get("client_check") or {}
     if check and not check.get("ok", True) and not check.get("not_applicable"):
         failures.append(str(check.get("reason") or "client self-check failed"))
+    lag = (result.get("server_metrics") or {}).get("delivery_lag") or {}
+    if lag.get("steps") and lag.get("mean_s", 0.0) > MAX_MEAN_DELIVERY_LAG_S:
+        failures.append(
+            f"not a valid measurement: the simulated server fell behind its own clock by "
+            f"{lag['mean_s'] * 1e3:.1f} ms per step on average over {lag['steps']:.0f} steps "
+            f"({lag.get('steps_over_5ms', 0):.0f} late by more than 5 ms; largest lag "
+            f"{lag.get('max_s_since_start', 0.0) * 1e3:.0f} ms) > "
+            f"{MAX_MEAN_DELIVERY_LAG_S * 1e3:.0f} ms: the machine could not keep up")
     mismatched = result.get("token_mismatch_requests") or 0
     # Words of a real model's output only estimate its tokens: no cross-check to fail.
     estimated = "approximate" in str(result.get("chunk_token_source") or "")

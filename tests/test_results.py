@@ -123,3 +123,24 @@ def test_estimated_chunk_tokens_are_not_a_cross_check() -> None:
                           backend="external")
     assert result["token_mismatch_requests"] == 1
     assert measurement_failures(result) == []
+
+
+def test_a_simulated_server_that_fell_behind_its_clock_is_not_a_measurement() -> None:
+    from pytest_inferbench.loadgen.scrape import lag_during
+    from pytest_inferbench.results import MAX_MEAN_DELIVERY_LAG_S
+
+    # Two reads of /debug/inferbench/info around a point: 500 steps, mean lag 0.94 s.
+    before = {"steps": 100.0, "mean_s": 0.001, "max_s": 0.01, "steps_over_5ms": 2.0}
+    mean = 0.94
+    total = before["mean_s"] * 100 + mean * 500
+    after = {"steps": 600.0, "mean_s": total / 600, "max_s": 2.9, "steps_over_5ms": 427.0}
+    lag = lag_during(before, after)
+    assert lag["steps"] == 500 and abs(lag["mean_s"] - mean) < 1e-9
+    assert lag["steps_over_5ms"] == 425 and lag["max_s_since_start"] == 2.9
+    failures = measurement_failures({"server_metrics": {"delivery_lag": lag}})
+    assert failures == [
+        "not a valid measurement: the simulated server fell behind its own clock by 940.0 ms "
+        "per step on average over 500 steps (425 late by more than 5 ms; largest lag 2900 ms) "
+        f"> {MAX_MEAN_DELIVERY_LAG_S * 1e3:.0f} ms: the machine could not keep up"]
+    kept_up = {**lag, "mean_s": MAX_MEAN_DELIVERY_LAG_S / 2}
+    assert measurement_failures({"server_metrics": {"delivery_lag": kept_up}}) == []

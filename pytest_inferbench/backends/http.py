@@ -137,7 +137,7 @@ class HttpServerHandle(ServerHandle):
 
     async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot:
         try:
-            return await scrape(client)
+            return await scrape(client, simulated=self.simulated)
         except MissingPrometheusParser as exc:
             notes.append(str(exc))
             return Snapshot(error=str(exc))

@@ -41,6 +41,9 @@ class Snapshot:
     gauges: dict[str, float] = field(default_factory=dict)
     mtp_stats: dict[str, Any] | None = None
     error: str = ""
+    # The simulated server's own self-check (`/debug/inferbench/info`): how far its step
+    # deliveries fell behind its model's clock, cumulative since it started.
+    delivery_lag: dict[str, float] | None = None
 
 
 def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, float]]:
@@ -67,8 +70,9 @@ def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, float]]:
     return counters, gauges
 
 
-async def scrape(client: httpx.AsyncClient) -> Snapshot:
-    """Read `/metrics` and `/debug/mtp_stats`; a server without them gives an empty snapshot."""
+async def scrape(client: httpx.AsyncClient, simulated: bool = False) -> Snapshot:
+    """Read `/metrics` and `/debug/mtp_stats` (and a simulated server's delivery lag); a server
+    without them gives an empty snapshot."""
     try:
         response = await client.get("/metrics", timeout=SCRAPE_TIMEOUT_S)
     except httpx.HTTPError as exc:
@@ -84,7 +88,30 @@ async def scrape(client: httpx.AsyncClient) -> Snapshot:
                 mtp = stats.json()
         except (httpx.HTTPError, ValueError):
             mtp = None
-    return Snapshot(counters=counters, gauges=gauges, mtp_stats=mtp)
+    lag = await _delivery_lag(client) if simulated else None
+    return Snapshot(counters=counters, gauges=gauges, mtp_stats=mtp, delivery_lag=lag)
+
+
+async def _delivery_lag(client: httpx.AsyncClient) -> dict[str, float] | None:
+    try:
+        info = await client.get("/debug/inferbench/info", timeout=SCRAPE_TIMEOUT_S)
+        lag = info.json().get("delivery_lag") if info.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(lag, dict) or not all(
+            isinstance(lag.get(k), (int, float)) for k in ("steps", "mean_s", "max_s")):
+        return None
+    return {k: float(v) for k, v in lag.items() if isinstance(v, (int, float))}
+
+
+def lag_during(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """The delivery lag of the steps between two reads: their number, mean, and how many were
+    late by more than 5 ms; the largest lag since the server started comes along."""
+    steps = after["steps"] - before["steps"]
+    total = after["mean_s"] * after["steps"] - before["mean_s"] * before["steps"]
+    late = after.get("steps_over_5ms", 0.0) - before.get("steps_over_5ms", 0.0)
+    return {"steps": steps, "mean_s": total / steps if steps > 0 else 0.0,
+            "steps_over_5ms": late, "max_s_since_start": after["max_s"]}
 
 
 def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
@@ -142,6 +169,9 @@ def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, Any]:
     if al is not None:
         out["acceptance_length"] = al
         out["acceptance_length_source"] = source
+
+    if before.delivery_lag is not None and after.delivery_lag is not None:
+        out["delivery_lag"] = lag_during(before.delivery_lag, after.delivery_lag)
 
     for gauge in KV_USAGE_GAUGES:
         if gauge in after.gauges:

@@ -39,6 +39,25 @@ def test_a_stalled_stream_fails_within_twice_the_stall_timeout(
         assert record.end_time - last_data < 2 * STALL_S, record.end_time - last_data
 
 
+def test_a_simulated_point_records_how_far_the_server_fell_behind(
+        tmp_path: Path, start_context: StartContext) -> None:
+    """In real time the simulated server reports its delivery lag; the point records the lag of
+    its own steps (checked against the bound in `results.measurement_failures`)."""
+    from lifecycle_helpers import with_settings
+
+    from pytest_inferbench.backends.simserver import SimServerBackend
+
+    server, spec = load_node(write_recipe(tmp_path))
+    handle = SimServerBackend().start(server, spec, with_settings(start_context, time_scale=1.0))
+    try:
+        load = LoadSettings(prompts_per_conc=2, warmup_per_conc=1)
+        lag = handle.run_point(server.points()[0], load).server_metrics["delivery_lag"]
+    finally:
+        handle.stop()
+    assert lag["steps"] >= 16  # 2 requests x 16 tokens at concurrency 1, one step per token
+    assert 0.0 <= lag["mean_s"] <= lag["max_s_since_start"]
+
+
 def _points_dir(pytester: pytest.Pytester) -> Path:
     return pytester.path / "inferbench-results" / "points"
 

@@ -61,6 +61,15 @@ CASES = [
      with_(CHAT, messages=[{"role": "user", "content": 3}]), 400, "messages[0].content"),
     ("chat-max-tokens-beyond-context", "/v1/chat/completions",
      with_(CHAT, max_completion_tokens=32768), 400, "maximum context length"),
+    # Hostile bodies: deeper than the JSON reader goes, an integer too long to convert, bytes
+    # that are not UTF-8.
+    ("nested-100k-deep", "/v1/completions",
+     b'{"model": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+    ("max-tokens-100k-digits", "/v1/completions",
+     b'{"model": "m", "prompt": "x", "max_tokens": 1' + b"0" * 100_000 + b"}", 400,
+     "not valid JSON"),
+    ("body-not-utf8", "/v1/completions", b'{"model": "\xff\xfe", "prompt": "x"}', 400,
+     "not valid JSON"),
 ]
 
 
@@ -91,3 +100,19 @@ def test_server_keeps_serving_after_bad_requests(mtp_server: SimServer) -> None:
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 4
     assert mtp_server.process.poll() is None
     assert "Traceback" not in mtp_server.log_tail(lines=500)
+
+
+@pytest.mark.parametrize("value", ["\u00b2".encode("latin-1"), "\u00b2".encode(), b"\xff",
+                                   b"500\xb2", b"-1", b"99999999999999999999"])
+def test_hostile_error_header_values_get_a_400(mtp_server: SimServer, value: bytes) -> None:
+    response = httpx.post(mtp_server.base_url + "/v1/completions", json=GOOD,
+                          headers={"X-Return-Error": value})
+    assert response.status_code == 400, response.text
+    assert "X-Return-Error must be an HTTP error status" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("since", ["%C2%B2", "-1", "1e3", "%FF"])
+def test_hostile_timeline_query_gets_a_400(mtp_server: SimServer, since: str) -> None:
+    response = httpx.get(f"{mtp_server.base_url}/debug/inferbench/timeline?since={since}")
+    assert response.status_code == 400, response.text
+    assert "'since' must be a request id" in response.json()["error"]["message"]

@@ -46,7 +46,7 @@ from .prom_latency import LatencyHistograms
 from .streaming import Generation, collect_response, stream_events
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -205,7 +205,7 @@ class SimulatorApp:
         try:
             self._ensure_serving()
             _header_fault(request.headers.get(RETURN_ERROR_HEADER))
-            parsed = parse_generation(kind, parse_json_object(await request.body()))
+            parsed = parse_generation(kind, parse_json_object(await _read_body(request)))
             self._check_model(parsed.model)
             max_tokens = resolve_max_tokens(parsed, self.config.max_model_len)
         except ApiError as error:
@@ -228,9 +228,10 @@ class SimulatorApp:
         generation = Generation(parsed, plan, faults, trace, queue, int(time.time()))
         if not parsed.stream:
             try:
-                body = await collect_response(generation, self.loop)
+                body = await _unless_disconnected(request, collect_response(generation,
+                                                                            self.loop))
             finally:
-                self._finish(generation)
+                self._finish(generation)  # a client that left: aborted, its work stops
             if body is None:
                 if self.loop.failure is None:
                     return error_response(ApiError(503, "simulated server is shutting down"))
@@ -274,7 +275,7 @@ class SimulatorApp:
             self.loop.timeline.clear()
             return JSONResponse({"cleared": True})
         since = request.query_params.get("since", "0")
-        if not since.isdigit():
+        if not (since.isascii() and since.isdigit()):
             return error_response(ApiError(400, f"'since' must be a request id (integer >= 0), "
                                                 f"got {since!r}", param="since"))
         wall, mono, perf = time.time(), self.clock(), time.perf_counter()
@@ -310,13 +311,50 @@ class SimulatorApp:
         return error_response(ApiError(500, f"internal error in the simulator: {exc!r}"))
 
 
+# A request body that has not fully arrived after this long is refused (a slow or stuck
+# client must not hold a connection and its buffers forever).
+BODY_TIMEOUT_S = 30.0
+
+
+async def _read_body(request: Request) -> bytes:
+    try:
+        return await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"request body not received within {BODY_TIMEOUT_S:g} s") from None
+
+
+async def _unless_disconnected(request: Request,
+                               work: Coroutine[Any, Any, dict[str, Any] | None]
+                               ) -> dict[str, Any] | None:
+    """The work's result, or None (work cancelled) when the client disconnects first. With the
+    body read, the next ASGI message is the disconnect."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+    return task.result()
+
+
 def _header_fault(value: str | None) -> None:
     if value is None:
         return
-    if not value.strip().isdigit() or not 400 <= int(value) <= 599:
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()) or not 400 <= int(digits) <= 599:
         raise ApiError(400, f"X-Return-Error must be an HTTP error status (400-599), got "
                             f"{value!r}")
-    raise ApiError(int(value), f"error {int(value)} requested by the X-Return-Error header "
+    raise ApiError(int(digits), f"error {int(digits)} requested by the X-Return-Error header "
                                "(simulated)")
 
 
