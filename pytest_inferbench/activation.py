@@ -58,6 +58,10 @@ def engage(config: pytest.Config) -> None:
     report.register(config)
 
 
+def run_begun(config: pytest.Config) -> bool:
+    return _activation(config).begun
+
+
 def begin_run(config: pytest.Config, settings: Settings, run_id: str) -> None:
     """Once per engaged session, on the controller, before the first server starts: remove
     what killed runs left (containers, allocations, server processes, temp files), move an

@@ -53,6 +53,10 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-stall-timeout", type=float, default=None, metavar="S",
         help=f"a request that receives no data for S seconds fails (default "
              f"{DEFAULT_STALL_TIMEOUT_S:g}; covers the wait for the first token too)")
+    add("--inferbench-point-timeout", type=float, default=None, metavar="S",
+        help="deadline of a point's load (and of its warmup): requests still open after S "
+             "seconds fail, those not sent are not sent; the point keeps what was measured "
+             "(default: none)")
     add("--inferbench-docker-host", default=None, metavar="URL",
         help="Docker Engine to use (default: DOCKER_HOST or the local socket)")
     add("--inferbench-docker-hosts", default=None, metavar="H1,H2",
@@ -155,6 +159,7 @@ class Settings:
     layout: Layout = BESIDE_RECIPES
     changed_since: str | None = None
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    point_timeout_s: float | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -207,6 +212,7 @@ class Settings:
             changed_since=opt("inferbench_changed_since"),
             stall_timeout_s=DEFAULT_STALL_TIMEOUT_S
             if (stall := _float(opt("inferbench_stall_timeout"))) is None else stall,
+            point_timeout_s=_float(opt("inferbench_point_timeout")),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),

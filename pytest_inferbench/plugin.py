@@ -61,8 +61,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # After collection, before the first server starts: the files the points will read.
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return  # an xdist controller checks what its workers collected (xdist_hooks)
     servers = dict.fromkeys(i.point.server for i in session.items
                             if isinstance(i, collect.BenchItem))
     session_state = state.get_session_state(session.config)

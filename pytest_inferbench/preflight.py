@@ -58,6 +58,30 @@ def check_collected(servers: Iterable[ServerConfig], settings: Settings) -> None
         raise pytest.UsageError(_usage("inferbench config files", problems))
 
 
+def servers_of_node_ids(root: Path, node_ids: Iterable[str], recipe_globs: tuple[str, ...]
+                        ) -> list[ServerConfig]:
+    """The servers a worker collected, read again from their recipe files (an xdist controller
+    collects nothing itself; a worker must not raise a usage error, xdist takes it for a
+    crash)."""
+    from fnmatch import fnmatch
+
+    from .schema import RecipeError, load_recipe
+
+    wanted: dict[str, set[str]] = {}
+    for node_id in node_ids:
+        parts = node_id.split("::")
+        if len(parts) >= 2 and any(fnmatch(Path(parts[0]).name, g) for g in recipe_globs):
+            wanted.setdefault(parts[0], set()).add(parts[1])
+    servers: list[ServerConfig] = []
+    for file, names in wanted.items():
+        try:
+            recipe = load_recipe(root / file, strict=False)
+        except (RecipeError, OSError):
+            continue  # the worker reported it as a collection error
+        servers += [s for s in recipe.servers if s.node_name in names]
+    return servers
+
+
 def _usage(what: str, problems: list[str]) -> str:
     noun = "problem" if len(problems) == 1 else "problems"
     return f"{len(problems)} {noun} in the {what}, nothing was run:\n  " + "\n  ".join(problems)
@@ -89,6 +113,8 @@ def check_settings(settings: Settings) -> list[str]:
     _number(p, "--inferbench-startup-timeout", settings.startup_timeout_s, low=0.0,
             low_open=True, expected="a finite number of seconds > 0")
     _number(p, "--inferbench-stall-timeout", settings.stall_timeout_s, low=0.0, low_open=True,
+            expected="a finite number of seconds > 0")
+    _number(p, "--inferbench-point-timeout", settings.point_timeout_s, low=0.0, low_open=True,
             expected="a finite number of seconds > 0")
     _number(p, "--inferbench-random-range-ratio", settings.range_ratio, low=0.0, high=1.0,
             expected="a number within [0, 1]")

@@ -41,6 +41,11 @@ def hardware_for_runner(runner: str) -> str | None:
     return None
 
 
+# Each concurrent request holds a connection and a client slot; beyond this a recipe value is a
+# typo (an extra digit), not a benchmark.
+MAX_CONCURRENCY = 65536
+
+
 def expand_concurrency(start: int, end: int, step: int = 2) -> tuple[int, ...]:
     """InferenceX range expansion: multiply by `step`, the last value clamped to `end`."""
     values = [start]

@@ -49,6 +49,7 @@ class LoadSettings:
     request_rate: float = math.inf  # inf = closed loop at the concurrency
     warmup: str = "same"  # or "distinct" (WARMUP_MODES)
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    point_timeout_s: float | None = None  # deadline of one load (HTTP backends)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.range_ratio <= 1.0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import activation
+from . import activation, preflight
 from .gpu import GpuSpecError, format_gpu_ids, parse_gpu_ids, split_between_workers
 from .state import DOCKER_HOST_KEY, GPUS_KEY, RUN_ID_KEY, get_session_state
 
@@ -74,7 +74,11 @@ class XdistHooks:
         config: pytest.Config = node.config
         state = get_session_state(config)
         activation.engage_for_node_ids(config, ids, state.settings)
-        # The first worker done collecting: before any worker runs a point.
+        if not activation.run_begun(config) and not config.option.collectonly:
+            # The first worker done collecting, before any worker runs a point: the files its
+            # points will read, then the run's start.
+            preflight.check_collected(preflight.servers_of_node_ids(
+                config.rootpath, ids, state.settings.recipe_globs), state.settings)
         activation.begin_run(config, state.settings, state.run_id)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import yamllines
-from .recipe import expand_concurrency
+from .recipe import MAX_CONCURRENCY, expand_concurrency
 from .yamllines import MappingNode, Node, ScalarNode, SequenceNode
 
 if TYPE_CHECKING:
@@ -80,13 +80,17 @@ class Walker:
             return None
         return value
 
-    def integer(self, node: Node, where: str, minimum: int | None = 1) -> int | None:
+    def integer(self, node: Node, where: str, minimum: int | None = 1,
+                maximum: int | None = None) -> int | None:
         value = scalar(node) if isinstance(node, ScalarNode) else None
         if not isinstance(value, int) or isinstance(value, bool):
             self.errors.add(node, where, f"got {describe(node)} (expected an integer)")
             return None
         if minimum is not None and value < minimum:
             self.errors.add(node, where, f"got {value} (expected an integer >= {minimum})")
+            return None
+        if maximum is not None and value > maximum:
+            self.errors.add(node, where, f"got {value} (expected an integer <= {maximum})")
             return None
         return value
 
@@ -142,14 +146,15 @@ class Walker:
                 self.errors.add(fields["conc-list"], f"{where}.conc-list",
                                 "empty list (expected at least one concurrency)")
                 return None
-            values = [self.integer(item, f"{where}.conc-list[{i}]") for i, item in enumerate(items)]
+            values = [self.integer(item, f"{where}.conc-list[{i}]", maximum=MAX_CONCURRENCY)
+                      for i, item in enumerate(items)]
             return None if None in values else tuple(v for v in values if v is not None)
         if "conc-start" not in fields or "conc-end" not in fields:
             self.errors.add(node, where, "no concurrency (expected 'conc-list' or both "
                             "'conc-start' and 'conc-end')")
             return None
-        start = self.integer(fields["conc-start"], f"{where}.conc-start")
-        end = self.integer(fields["conc-end"], f"{where}.conc-end")
+        start = self.integer(fields["conc-start"], f"{where}.conc-start", maximum=MAX_CONCURRENCY)
+        end = self.integer(fields["conc-end"], f"{where}.conc-end", maximum=MAX_CONCURRENCY)
         if start is None or end is None:
             return None
         if start > end:

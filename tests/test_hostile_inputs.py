@@ -20,7 +20,6 @@ OPTION_CASES: list[tuple[tuple[str, ...], str]] = [
                                               "fraction within [0, 1]"),
     (("--inferbench-max-failure-ratio", "nan"), "--inferbench-max-failure-ratio nan:"),
     (("--inferbench-max-failure-ratio", "-0.1"), "--inferbench-max-failure-ratio -0.1:"),
-    (("--inferbench-max-failure-ratio", "inf"), "--inferbench-max-failure-ratio inf:"),
     (("--inferbench-request-rate", "0"), "--inferbench-request-rate 0: expected requests per "
                                          "second > 0"),
     (("--inferbench-request-rate", "-5"), "--inferbench-request-rate -5:"),
@@ -31,13 +30,13 @@ OPTION_CASES: list[tuple[tuple[str, ...], str]] = [
     (("--inferbench-prompts-per-conc", "1000000000"), "--inferbench-prompts-per-conc 1e+09:"),
     (("--inferbench-time-scale", "nan"), "--inferbench-time-scale nan: expected a finite"),
     (("--inferbench-time-scale", "-1"), "--inferbench-time-scale -1:"),
-    (("--inferbench-time-scale", "inf"), "--inferbench-time-scale inf:"),
     (("--inferbench-startup-timeout", "nan"), "--inferbench-startup-timeout nan:"),
     (("--inferbench-startup-timeout", "0"), "--inferbench-startup-timeout 0:"),
     (("--inferbench-startup-timeout", "-3"), "--inferbench-startup-timeout -3:"),
     (("--inferbench-stall-timeout", "nan"), "--inferbench-stall-timeout nan:"),
     (("--inferbench-stall-timeout", "0"), "--inferbench-stall-timeout 0:"),
-    (("--inferbench-stall-timeout", "inf"), "--inferbench-stall-timeout inf:"),
+    (("--inferbench-point-timeout", "-1"), "--inferbench-point-timeout -1:"),
+    (("--inferbench-point-timeout", "nan"), "--inferbench-point-timeout nan:"),
     (("--inferbench-eval-limit", "-1"), "--inferbench-eval-limit -1: expected a number of "
                                         "questions >= 1"),
     (("--inferbench-eval-limit", "0"), "--inferbench-eval-limit 0:"),
@@ -166,68 +165,47 @@ def _write(path: Path, text: str | bytes) -> None:
         path.write_text(text)
 
 
-def test_hostile_gates_file_every_problem_at_once(pytester: pytest.Pytester) -> None:
-    _write(pytester.path / "bench-master.yaml", master_entry(isl=256, osl=16))
-    _write(pytester.path / "gates.yaml", "slo:\n" + "".join(t for t, _ in GATES_CASES)
-           + GATES_TAIL)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    text = result.stdout.str() + result.stderr.str()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
-    for message in [m for _, m in GATES_CASES] + GATES_TAIL_MESSAGES:
-        assert message in text, f"{message!r} not in:\n{text}"
-    assert not (pytester.path / "inferbench-results").exists()
-    no_traceback(text)
-
-
-def test_hostile_launch_specs_and_thresholds_all_reported(pytester: pytest.Pytester) -> None:
-    entries = [master_entry(f"m{i}-fp4-mi355x-atom", model_prefix=f"m{i}", isl=256, osl=16)
-               for i in range(len(LAUNCH_CASES))]
-    _write(pytester.path / "bench" / "bench-master.yaml", "".join(entries))
-    for i, (text, _) in enumerate(LAUNCH_CASES):
-        _write(pytester.path / "bench" / "launch" / f"m{i}_fp4_mi355x_atom.yaml", text)
-    # Thresholds files of several recipe directories, one broken way each.
-    for i, (text, _) in enumerate(THRESHOLDS_CASES):
-        directory = pytester.path / f"t{i}"
-        _write(directory / "bench-master.yaml", master_entry(isl=256, osl=16))
-        _write(directory / "evals" / "thresholds.json", text)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    text = result.stdout.str() + result.stderr.str()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
-    for i, (_, message) in enumerate(LAUNCH_CASES):
-        assert f"m{i}_fp4_mi355x_atom.yaml: {message}" in text or (
-            f"m{i}_fp4_mi355x_atom.yaml:" in text and message in text), f"{message!r}:\n{text}"
-    for i, (_, message) in enumerate(THRESHOLDS_CASES):
-        assert any(f"t{i}/evals/thresholds.json" in line and message in line
-                   for line in text.splitlines()), f"{message!r}:\n{text}"
-    assert not (pytester.path / "inferbench-results").exists()
-    no_traceback(text)
-
-
 BASELINE_CASES: list[tuple[str, str]] = [
     ('{"points": [{"conc": 1, "tput_per_gpu": "fast"}]}', "tput_per_gpu = 'fast'"),
     ('{"points": [{"conc": 1, "p99_ttft": NaN}]}', "p99_ttft = nan"),
     ('{"points": [{"conc": 1, "median_e2el": [1, 2]}]}', "median_e2el = [1, 2]"),
     ('{"points": [{"conc": 1, "tput_per_gpu": true}]}', "tput_per_gpu = True"),
+    ("[" * 100_000 + "]" * 100_000, "not readable JSON: nested too deeply"),
 ]
 
 
-def test_hostile_baseline_files_all_reported(pytester: pytest.Pytester) -> None:
-    _write(pytester.path / "bench-master.yaml", master_entry(isl=256, osl=16))
+def test_hostile_config_files_every_problem_at_once(pytester: pytest.Pytester) -> None:
+    """One run: a gates file with every kind of typo, a broken launch spec per server node,
+    broken eval thresholds in several recipe directories, a baseline of broken files."""
+    entries = [master_entry(f"m{i}-fp4-mi355x-atom", model_prefix=f"m{i}", isl=256, osl=16)
+               for i in range(len(LAUNCH_CASES))]
+    _write(pytester.path / "bench" / "bench-master.yaml", "".join(entries))
+    _write(pytester.path / "bench" / "gates.yaml", "slo:\n" + "".join(t for t, _ in GATES_CASES)
+           + GATES_TAIL)
+    for i, (text, _) in enumerate(LAUNCH_CASES):
+        _write(pytester.path / "bench" / "launch" / f"m{i}_fp4_mi355x_atom.yaml", text)
+    for i, (text, _) in enumerate(THRESHOLDS_CASES):
+        directory = pytester.path / f"t{i}"
+        _write(directory / "bench-master.yaml", master_entry(isl=256, osl=16))
+        _write(directory / "evals" / "thresholds.json", text)
     for i, (text, _) in enumerate(BASELINE_CASES):
         _write(pytester.path / "base" / f"b{i}.json", text)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-baseline=base")
     text = result.stdout.str() + result.stderr.str()
+    lines = text.splitlines()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+    for message in [m for _, m in GATES_CASES] + GATES_TAIL_MESSAGES:
+        assert message in text, f"{message!r} not in:\n{text}"
+    for i, (_, message) in enumerate(LAUNCH_CASES):
+        assert any(f"m{i}_fp4_mi355x_atom.yaml:" in line and message in line
+                   for line in lines), f"{message!r}:\n{text}"
+    for i, (_, message) in enumerate(THRESHOLDS_CASES):
+        assert any(f"t{i}/evals/thresholds.json" in line and message in line
+                   for line in lines), f"{message!r}:\n{text}"
     for i, (_, message) in enumerate(BASELINE_CASES):
-        assert any(f"b{i}.json" in line and message in line for line in text.splitlines()), (
+        assert any(f"b{i}.json" in line and message in line for line in lines), (
             f"{message!r}:\n{text}")
-    no_traceback(text)
-    # Nesting deeper than the JSON reader goes is an error of its own file, not a crash.
-    _write(pytester.path / "deep.json", "[" * 100_000 + "]" * 100_000)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
-                                           "--inferbench-baseline=deep.json")
-    text = result.stdout.str() + result.stderr.str()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR and "deep.json: not readable JSON" in text
+    assert not (pytester.path / "inferbench-results").exists()  # nothing started, nothing ran
     no_traceback(text)
 
 
@@ -262,5 +240,18 @@ def test_hostile_recipe_files_name_file_and_line(pytester: pytest.Pytester) -> N
 
 def test_the_table_is_long() -> None:
     count = (len(OPTION_CASES) + len(GATES_CASES) + len(GATES_TAIL_MESSAGES) + len(LAUNCH_CASES)
-             + len(THRESHOLDS_CASES) + len(BASELINE_CASES) + 1 + len(RECIPE_CASES))
+             + len(THRESHOLDS_CASES) + len(BASELINE_CASES) + len(RECIPE_CASES))
     assert count >= 60, count
+
+
+def test_under_xdist_the_controller_reports_config_problems_cleanly(
+        pytester: pytest.Pytester) -> None:
+    """Workers collect, the controller checks: a usage error, not a crashed worker."""
+    _write(pytester.path / "bench-master.yaml", master_entry(isl=256, osl=16))
+    _write(pytester.path / "gates.yaml", "slo:\n" + GATES_CASES[1][0])
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert "gates.yaml:2: 'p99_ttfx' is not a result key (did you mean 'p99_ttft'?)" in text
+    assert not (pytester.path / "inferbench-results").exists()
+    no_traceback(text)

@@ -110,7 +110,8 @@ class HttpServerHandle(ServerHandle):
         return self._tokenizer
 
     def client_config(self, conc: int, tokenizer: TextTokenizer | None,
-                      stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> ClientConfig:
+                      stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+                      point_timeout_s: float | None = None) -> ClientConfig:
         count: Callable[[str], int] = count_tokens
         if tokenizer is not None:
             tok = tokenizer
@@ -121,7 +122,7 @@ class HttpServerHandle(ServerHandle):
         return ClientConfig(
             base_url=self.base_url, model=self.spec.served_model,
             endpoint=self.spec.client.endpoint, concurrency=conc,
-            timeouts=Timeouts(read_s=stall_timeout_s),
+            timeouts=Timeouts(read_s=stall_timeout_s), point_deadline_s=point_timeout_s,
             api_key=os.environ.get("OPENAI_API_KEY") or None, count_text_tokens=count,
             # Words are the simulator's tokens exactly; for a real model they only approximate.
             text_token_source="tokenizer" if tokenizer is not None
@@ -129,7 +130,8 @@ class HttpServerHandle(ServerHandle):
 
     def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
         tokenizer = self.tokenizer()
-        cfg = self.client_config(point.conc, tokenizer, load.stall_timeout_s)
+        cfg = self.client_config(point.conc, tokenizer, load.stall_timeout_s,
+                                 load.point_timeout_s)
         workload = render(point_workload(point.isl, point.osl, point.conc, load,
                                          self.spec.client, tokenizer, point.prompts), tokenizer)
         with pinned_to_one_cpu() as cpu:

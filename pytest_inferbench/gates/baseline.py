@@ -114,9 +114,9 @@ def load_baseline(path: Path) -> Baseline:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError) as exc:
-            raise BaselineError(f"baseline {file}: not readable JSON: "
-                                f"{exc if not isinstance(exc, RecursionError) else 'too deep'}"
-                                ) from None
+            why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            problems.append(f"baseline {file}: not readable JSON: {why}")
+            continue
         for result in _results_in(data):
             problems += _metric_problems(file, result)
             points[identity(result)] = result
@@ -127,7 +127,7 @@ def load_baseline(path: Path) -> Baseline:
                         "run's summary.json or results directory")
     if problems:
         raise BaselineError("\n".join(problems))
-    if not points:
+    if not points and not problems:
         raise BaselineError(f"baseline {path} holds no point results")
     return Baseline(path, tuple(points.items()))
 

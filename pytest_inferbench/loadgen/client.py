@@ -43,8 +43,10 @@ if TYPE_CHECKING:
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
-# The reason of a read timeout until the tokens received before it are counted (`_record`).
+# Reasons of a read timeout and of the point's deadline, until the tokens received before them
+# are counted (`_record`).
 STALLED = "stalled"
+DEADLINE = "deadline"
 # Chunk tokens counted as words of a real model's text: an estimate, not a cross-check.
 APPROXIMATE_WORDS = "words (approximate)"
 
@@ -77,6 +79,7 @@ class ClientConfig:
     ignore_eos: bool = True
     count_text_tokens: Callable[[str], int] = count_tokens
     text_token_source: str = "words"
+    point_deadline_s: float | None = None  # requests still open this long after the start fail
 
     @property
     def chat(self) -> bool:
@@ -180,6 +183,9 @@ def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,
     if error == STALLED:
         error = (f"no data for {cfg.timeouts.read_s:g} s after token {chunk_sum} "
                  "(--inferbench-stall-timeout)")
+    elif error == DEADLINE:
+        error = (f"the point's deadline of {cfg.point_deadline_s:g} s passed after token "
+                 f"{chunk_sum} (--inferbench-point-timeout)")
     if not error:
         if parsed.error:
             error = parsed.error
@@ -227,7 +233,8 @@ def build_request(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt) 
 async def send_raw(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
                    scheduled: float | None = None,
                    on_read: Callable[[], None] | None = None,
-                   request: httpx.Request | None = None) -> RawResponse:
+                   request: httpx.Request | None = None,
+                   expired: asyncio.Event | None = None) -> RawResponse:
     """One streamed request, unparsed; never raises for a server or network failure.
 
     `request` may be built ahead (`build_request`), keeping that work out of the dispatch.
@@ -254,6 +261,10 @@ async def send_raw(client: httpx.AsyncClient, cfg: ClientConfig, prompt: Prompt,
             await response.aclose()
     except httpx.HTTPError as exc:
         error = _exception_reason(exc, cfg)
+    except asyncio.CancelledError:
+        if expired is None or not expired.is_set():
+            raise
+        error = DEADLINE  # cancelled by the point's deadline: what came so far is kept
     return RawResponse(prompt, sent, stamp(), reads, error, scheduled, dispatched)
 
 
@@ -319,16 +330,28 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
     # the chunks arriving meanwhile.
     requests = [build_request(slots[0], cfg, p) for p in prompts] if slots else []
 
+    expired = asyncio.Event()
+
+    def not_sent(index: int, scheduled: float | None = None) -> None:
+        now = time.perf_counter()
+        done(index, RawResponse(prompts[index], now, now, [], "not sent: the point's deadline "
+                                f"of {cfg.point_deadline_s:g} s had passed "
+                                "(--inferbench-point-timeout)", scheduled, now))
+
     start = time.perf_counter()
+    tasks: list[asyncio.Future[None]] = []
     if send_offsets is None:
         next_index = iter(range(len(prompts)))
 
         async def worker(client: httpx.AsyncClient) -> None:
             for index in next_index:
+                if expired.is_set():
+                    not_sent(index)
+                    continue
                 done(index, await send_raw(client, cfg, prompts[index], on_read=on_read,
-                                           request=requests[index]))
+                                           request=requests[index], expired=expired))
 
-        await asyncio.gather(*(worker(c) for c in slots[: len(prompts)]))
+        tasks = [asyncio.ensure_future(worker(c)) for c in slots[: len(prompts)]]
     else:
         if len(send_offsets) != len(prompts):
             raise ValueError(f"{len(send_offsets)} send times for {len(prompts)} prompts")
@@ -338,17 +361,37 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
 
         async def scheduled(index: int) -> None:
             due = start + send_offsets[index]
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            client = await free.get()
+            try:
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                client = await free.get()
+            except asyncio.CancelledError:
+                if not expired.is_set():
+                    raise
+                not_sent(index, due)
+                return
             try:
                 done(index, await send_raw(client, cfg, prompts[index], scheduled=due,
-                                           on_read=on_read, request=requests[index]))
+                                           on_read=on_read, request=requests[index],
+                                           expired=expired))
             finally:
                 free.put_nowait(client)
 
-        await asyncio.gather(*(scheduled(i) for i in range(len(prompts))))
+        tasks = [asyncio.ensure_future(scheduled(i)) for i in range(len(prompts))]
+
+    def expire() -> None:
+        expired.set()
+        for task in tasks:
+            task.cancel()
+
+    timer = (asyncio.get_running_loop().call_later(cfg.point_deadline_s, expire)
+             if cfg.point_deadline_s is not None else None)
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        if timer is not None:
+            timer.cancel()
     end = time.perf_counter()  # the last stream has ended; parsing is not part of the run
     await builder.finish()
     return LoadRun(records=tuple(r for r in records if r is not None), start=start, end=end)

@@ -58,6 +58,29 @@ def test_a_simulated_point_records_how_far_the_server_fell_behind(
     assert 0.0 <= lag["mean_s"] <= lag["max_s_since_start"]
 
 
+@pytest.mark.parametrize("rate", [float("inf"), 50.0], ids=["closed-loop", "open-loop"])
+def test_a_point_ends_at_its_deadline_and_keeps_what_it_measured(
+        tmp_path: Path, start_context: StartContext, rate: float) -> None:
+    server, spec = load_node(write_recipe(tmp_path, python=sys.executable,
+                                          sim_options={"fp4": ("--stall-after-tokens", "3")}))
+    handle = ProcessBackend().start(server, spec, start_context)
+    deadline = 1.5
+    try:
+        load = LoadSettings(prompts_per_conc=3, warmup_per_conc=0, stall_timeout_s=60.0,
+                            point_timeout_s=deadline, request_rate=rate)
+        measurement = handle.run_point(server.points()[0], load)
+    finally:
+        handle.stop()
+    records = measurement.records
+    assert len(records) == 3 and not any(r.success for r in records)  # none lost
+    assert records[0].error == (f"the point's deadline of {deadline:g} s passed after token 3 "
+                                "(--inferbench-point-timeout)")
+    assert [r.error for r in records[1:]] == [
+        f"not sent: the point's deadline of {deadline:g} s had passed "
+        "(--inferbench-point-timeout)"] * 2
+    assert measurement.duration_s < 2 * deadline  # the stall timeout (60 s) never came into it
+
+
 def _points_dir(pytester: pytest.Pytester) -> Path:
     return pytester.path / "inferbench-results" / "points"
 

@@ -76,6 +76,12 @@ def errors_of(tmp_path: Path, text: str) -> list[str]:
             "conc-start (16) > conc-end (8) (expected start <= end)",
         ),
         (
+            "conc-start: 1, conc-end: 8",
+            "conc-start: 1, conc-end: 1099511627776",
+            "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0].conc-end: "
+            "got 1099511627776 (expected an integer <= 65536)",
+        ),
+        (
             "conc-end: 8 }",
             "conc-end: 8, conc-list: [4] }",
             "L14: k-fp4-mi355x-atom.scenarios.fixed-seq-len[0].search-space[0]: both 'conc-list' "
@@ -126,6 +132,7 @@ def errors_of(tmp_path: Path, text: str) -> list[str]:
         "tp-zero",
         "tp-negative",
         "start-after-end",
+        "conc-end-too-large",
         "list-and-range",
         "no-concurrency",
         "empty-search-space",
