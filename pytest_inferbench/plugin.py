@@ -141,7 +141,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    servers.close_pool(session.config)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in servers.close_pool(session.config):
+        if reporter is not None:
+            reporter.write_line(f"inferbench: {line}")
 
 
 @pytest.hookimpl(wrapper=True)

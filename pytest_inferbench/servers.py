@@ -93,10 +93,16 @@ class ServerPool:
             if lease.holders == 0 and key not in keep:
                 self._stop(key)
 
-    def close(self) -> None:
-        """Session end: stop everything, held or not."""
+    def close(self) -> list[str]:
+        """Session end (also after an interrupt): stop everything, held or not. One server
+        that fails to stop does not keep the others running; the failures are returned."""
+        problems = []
         for key in list(self.leases):
-            self._stop(key)
+            try:
+                self._stop(key)
+            except Exception as exc:
+                problems.append(f"{key.name}: stopping the server failed: {exc}")
+        return problems
 
     def _start(self, key: ServerKey, server: ServerConfig) -> Lease:
         state = get_session_state(self.config)
@@ -143,10 +149,9 @@ def pool_for(config: pytest.Config) -> ServerPool:
     return pool
 
 
-def close_pool(config: pytest.Config) -> None:
+def close_pool(config: pytest.Config) -> list[str]:
     pool = config.stash.get(POOL_KEY, None)
-    if pool is not None:
-        pool.close()
+    return pool.close() if pool is not None else []
 
 
 # The server an item wants, set at collection (recipe points, marked Python tests): the pool
