@@ -137,7 +137,8 @@ class BenchItem(pytest.Function):
     def __init__(self, *, point: BenchPoint, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.point = point
-        self.add_marker(pytest.mark.inferbench(**point.marker_kwargs()))
+        for kwargs in point.marker_variants():  # the first as written: get_closest_marker's
+            self.add_marker(pytest.mark.inferbench(**kwargs))
         if point.repeated_at:
             # The recipe gives this point more than once; it runs once. -k duplicate finds it.
             self.keywords["duplicate"] = "also at line " + ", ".join(map(str, point.repeated_at))

@@ -170,6 +170,13 @@ def _rate(amount: float, duration_s: float) -> float:
     return amount / duration_s if duration_s > 0 else 0.0
 
 
+def _send_rate(records: Sequence[RequestRecord]) -> float | None:
+    """Requests sent per second between the first and the last send (None below two sends)."""
+    sends = [r.send_time for r in records]
+    span = max(sends) - min(sends) if len(sends) > 1 else 0.0
+    return (len(sends) - 1) / span if span > 0 else None
+
+
 @dataclass(frozen=True)
 class _Flat:
     """The successful requests flattened into arrays (one row per request or per chunk)."""
@@ -331,6 +338,7 @@ def summarize(
         "token_mismatch_requests": mismatched,
         "token_accounting_ok": mismatched == 0,
         "achieved_concurrency": _rate(float(lat["e2el"].sum()), duration_s),
+        "achieved_request_rate": _send_rate(records),
     })
     summary.update(inferencex_keys(summary, num_gpus))
     return summary

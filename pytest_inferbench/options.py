@@ -17,9 +17,11 @@ import pytest
 
 from .backends.registry import BACKENDS as REGISTRY
 from .layout import BESIDE_RECIPES, Layout, discover
+from .metrics import GOODPUT_METRICS
 from .workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
 
 BACKENDS = tuple(REGISTRY)
+PROGRESS_MODES = ("auto", "lines", "off")  # report/live.py gives each its meaning
 EVAL_RUNNERS = ("builtin", "lm-eval")
 
 
@@ -36,6 +38,9 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-request-rate", type=float, default=None, metavar="RPS",
         help="open-loop Poisson arrival rate; default inf = closed loop at the concurrency")
     add("--inferbench-seed", type=int, default=None, help="workload seed (default 0)")
+    add("--inferbench-goodput", default=None, metavar="SLOS",
+        help="fill request_goodput as vLLM's --goodput does: requests/s that meet every SLO, "
+             "e.g. 'ttft:2000 tpot:50' (ms; ttft, tpot, e2el)")
     add("--inferbench-random-range-ratio", type=float, default=None, metavar="R",
         help="request lengths uniform in [R x ISL, ISL] and [R x OSL, OSL] (default 0.8, as "
              "InferenceX; 1.0 = fixed lengths)")
@@ -74,6 +79,9 @@ def add_options(parser: pytest.Parser) -> None:
         help="SLO gates file (default: gates.yaml next to each recipe file, when present)")
     add("--inferbench-baseline", default=None, metavar="PATH",
         help="results JSON (summary.json or a directory) to compare against")
+    add("--inferbench-baseline-any-setup", action="store_true", default=False,
+        help="compare against a baseline measured with another backend, time scale or client "
+             "settings (refused by default)")
     add("--inferbench-save-baseline", default=None, metavar="PATH",
         help="write this run's results as a baseline file")
     add("--inferbench-max-failure-ratio", type=float, default=None, metavar="R",
@@ -96,6 +104,12 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-runner-name", default=None, metavar="NAME",
         help="runner name that ends each point's RESULT_FILENAME, as InferenceX's workflow "
              "names it (default: $RUNNER_NAME on a GitHub runner, else the recipe's runner)")
+    add("--inferbench-save-requests", action="store_true", default=False,
+        help="write every request of every point to <results>/requests/<RESULT_FILENAME>.jsonl "
+             "(send time, TTFT, ITLs, token counts, status, error)")
+    add("--inferbench-progress", choices=PROGRESS_MODES, default=None,
+        help="auto (default): a live line on a terminal, else one line per point at start and "
+             "end and every 30 s between; lines: always those lines; off: none")
     add("--inferbench-no-plots", action="store_true", default=False,
         help="do not draw PNG plots even when matplotlib is installed")
 
@@ -160,6 +174,10 @@ class Settings:
     changed_since: str | None = None
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     point_timeout_s: float | None = None
+    baseline_any_setup: bool = False
+    goodput: tuple[tuple[str, float], ...] = ()  # (ttft|tpot|e2el, limit in ms)
+    progress: str = "auto"
+    save_requests: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -213,6 +231,10 @@ class Settings:
             stall_timeout_s=DEFAULT_STALL_TIMEOUT_S
             if (stall := _float(opt("inferbench_stall_timeout"))) is None else stall,
             point_timeout_s=_float(opt("inferbench_point_timeout")),
+            baseline_any_setup=bool(config.getoption("inferbench_baseline_any_setup")),
+            goodput=parse_goodput(opt("inferbench_goodput")),
+            progress=opt("inferbench_progress") or "auto",
+            save_requests=bool(config.getoption("inferbench_save_requests")),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -227,17 +249,37 @@ VALUE_OPTIONS: set[str] = set()
 
 
 def refuse_split_path_values(config: pytest.Config) -> None:
-    """`--inferbench-eval-data PATH` (two words) is refused: pytest chooses the rootdir and the
-    config file before the plugin's options are known, so it takes an existing PATH there for
-    a test path, and the rootdir (and .pytest_cache) silently moves to PATH's folder."""
+    """`--inferbench-eval-data PATH` (two words) is refused when PATH lies outside the current
+    directory: pytest chooses the rootdir and the config file before the plugin's options are
+    known, so it takes an existing PATH for a test path, and the rootdir (and .pytest_cache)
+    silently moves towards PATH's folder. A PATH inside the current directory leaves them."""
     if hasattr(config, "workerinput"):
         return  # the controller has checked the same command line
+    here = Path(config.invocation_params.dir).resolve()
     words = [str(w) for w in config.invocation_params.args]
     for option, value in itertools.pairwise(words):
-        if option in VALUE_OPTIONS and Path(config.invocation_params.dir, value).exists():
+        path = (here / value).resolve()
+        if option in VALUE_OPTIONS and path.exists() and not path.is_relative_to(here):
             raise pytest.UsageError(
                 f"{option} {value}: pytest takes {value} for a test path when it chooses the "
                 f"rootdir (now {config.rootpath}) and the config file; write {option}={value}")
+
+
+def parse_goodput(text: str | None) -> tuple[tuple[str, float], ...]:
+    """`ttft:2000 tpot:50` -> (("ttft", 2000.0), ("tpot", 50.0)), as vLLM's --goodput reads."""
+    slos: dict[str, float] = {}
+    for word in (text or "").split():
+        name, _, value = word.partition(":")
+        try:
+            limit = float(value)
+        except ValueError:
+            limit = math.nan
+        if name not in GOODPUT_METRICS or not limit >= 0:
+            raise pytest.UsageError(
+                f"--inferbench-goodput {text!r}: {word!r} is not METRIC:MS with METRIC one of "
+                f"{', '.join(GOODPUT_METRICS)} and MS a number >= 0 (e.g. 'ttft:2000 tpot:50')")
+        slos[name] = limit
+    return tuple(slos.items())
 
 
 # Every inferbench ini key and its default, filled as the keys are declared.

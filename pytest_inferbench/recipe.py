@@ -252,6 +252,21 @@ class BenchPoint:
             "conc": self.conc,
         }
 
+    def marker_variants(self) -> list[dict[str, object]]:
+        """The marker's kwargs as written, then with every text in lower and in upper case.
+
+        pytest's `-m "inferbench(hardware='mi355x')"` compares values exactly and matches when
+        any one mark of the name has them all, so the case variants make the text fields match
+        in either case (InferenceX writes runners lower case and hardware upper case).
+        """
+        kwargs = self.marker_kwargs()
+        variants = [kwargs]
+        for case in (str.lower, str.upper):
+            variant = {k: case(v) if isinstance(v, str) else v for k, v in kwargs.items()}
+            if variant not in variants:
+                variants.append(variant)
+        return variants
+
 
 @dataclass(frozen=True)
 class InvalidEntry:

@@ -19,14 +19,18 @@ with the runner name last (`RUNNER_NAME` on a GitHub runner, else the runner typ
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 from typing import TYPE_CHECKING, Any
 
 from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, percentile_label
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
+
+    from .metrics import RequestRecord
 
 NAMESPACE = "inferbench"
 AGG_PREFIX = "agg_"
@@ -118,3 +122,44 @@ def point_paths(points_dir: Path, result_filename: str) -> tuple[Path, Path]:
     """(raw file, agg file) of a point."""
     return (points_dir / f"{result_filename}.json",
             points_dir / f"{AGG_PREFIX}{result_filename}.json")
+
+
+REQUESTS_DIR = "requests"  # beside points/: `--inferbench-save-requests` writes one JSONL a point
+
+
+def request_lines(records: Sequence[RequestRecord],
+                  mask: Callable[[str], str] = str) -> list[dict[str, Any]]:
+    """One dict per request, in send order: times in seconds from the point's first send, TTFT
+    and the gaps between streamed chunks (ITLs) in ms, tokens per chunk, status and error."""
+    origin = min((r.send_time for r in records), default=0.0)
+    lines = []
+    for index, r in enumerate(records):
+        chunks = [float(t) for t in r.chunk_times]
+        lines.append({
+            "index": index,
+            "request_id": r.request_id,
+            "send_time_s": r.send_time - origin,
+            "scheduled_time_s": (r.scheduled_time - origin if r.scheduled_time is not None
+                                 else None),
+            "status": "ok" if r.success else "error",
+            "error": mask(r.error),  # a server's error text may echo a secret
+            "input_tokens": r.input_tokens,
+            "output_tokens": r.output_tokens,
+            "ttft_ms": (chunks[0] - r.send_time) * 1000 if chunks else None,
+            "itl_ms": [(b - a) * 1000 for a, b in itertools.pairwise(chunks)],
+            # An empty chunk_tokens means one token per chunk (`RequestRecord`): written out.
+            "chunk_tokens": [int(n) for n in r.chunk_tokens] or [1] * len(chunks),
+            "e2el_ms": (r.end_time - r.send_time) * 1000,
+        })
+    return lines
+
+
+def write_request_lines(path: Path, records: Sequence[RequestRecord],
+                        mask: Callable[[str], str] = str) -> None:
+    """The JSONL, written beside and renamed into place (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        for line in request_lines(records, mask):
+            out.write(json.dumps(line) + "\n")
+    os.replace(tmp, path)

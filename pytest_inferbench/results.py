@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from .recipe import BenchPoint
 
 SCHEMA_VERSION = 1
+TIMINGS_NOT_MEANINGFUL = ("timings not meaningful: the simulated server ran at time scale 0 (as "
+                          "fast as it can), so latencies and throughputs measure this machine, "
+                          "not the model; use it for functional checks only")
 
 
 def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
@@ -84,12 +87,16 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     result["model_id"] = result["tokenizer_id"] = point.server.model
     result["best_of"] = 1
     result["burstiness"] = 1.0
-    # vLLM writes "inf" for a closed loop; an open loop reports its schedule's realized rate.
-    result["request_rate"] = "inf"
-    scheduled = [r.scheduled_time for r in measurement.records if r.scheduled_time is not None]
-    if len(scheduled) > 1 and max(scheduled) > min(scheduled):
-        result["request_rate"] = (len(scheduled) - 1) / (max(scheduled) - min(scheduled))
+    # The configured rate, as vLLM writes it ("inf" for a closed loop); what the client achieved
+    # is `achieved_request_rate` and `achieved_concurrency`.
+    result["request_rate"] = measurement.workload.get("request_rate", "inf")
     result.update(summary)
+    result["rate_limited"] = result["request_rate"] != "inf"
+    # A simulated server at time scale 0 streams as fast as it can: its intervals are no timings.
+    result["time_scale"] = measurement.time_scale
+    result["timings_meaningful"] = measurement.time_scale != 0
+    if not result["timings_meaningful"]:
+        result["notes"] = [TIMINGS_NOT_MEANINGFUL]
     started = measurement.started_unix
     if started is None:
         started = time.time() - measurement.duration_s
@@ -110,7 +117,7 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
         result["client_tokens_per_chunk"] = summary["mean_tokens_per_chunk"]
     result["server_metrics"] = server
     result["client_check"] = dict(measurement.client_check)
-    result["notes"] = list(measurement.notes)
+    result["notes"] = [*result.get("notes", []), *measurement.notes]
     return result
 
 

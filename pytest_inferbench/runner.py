@@ -54,20 +54,27 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     on the item and write its files; fail the item on gate failures unless `fail` is False.
     The result record is returned, `gate_failures` included."""
     from . import gates, report, results
+    from .report.live import end_line, progress_output, start_line
     from .result_files import runner_name
 
     state = get_session_state(item.config)
     handle = node.handle
     if handle is None:  # setup failed; pytest already reported it, never reached in practice
         pytest.fail(f"{node.name}: server was not started", pytrace=False)
+    load = load or state.load
+    progress = progress_output(item.config, state.settings.progress)
+    if progress.emit is not None:
+        progress.emit(start_line(item.nodeid, point.conc, load.prompts_per_conc * point.conc,
+                                 load.request_rate))
     try:
-        measurement = handle.run_point(point, load or state.load)
+        measurement = handle.run_point(point, load, progress)
     except ServerDiedError as exc:
         node.dead_reason = state.redactor.text(str(exc))
         pytest.fail(node.dead_reason, pytrace=False)
     settings = state.settings
     result = results.build_result(
         point, measurement, spec=node.spec, backend=settings.backend,
+        goodput_slos=dict(settings.goodput) or None,
         runner_name=runner_name(point.server.runner, settings.runner_name))
     result["nodeid"] = item.nodeid
     result["server_instance"] = node.instance
@@ -79,6 +86,12 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     result["gate_failures"] = []
     notes = list(result["notes"])
     result["notes"] = [*notes, *write_point_files(settings.results_dir, result)]
+    if settings.save_requests:
+        from .result_files import REQUESTS_DIR, write_request_lines
+
+        write_request_lines(settings.results_dir / REQUESTS_DIR
+                            / f"{result['result_filename']}.jsonl", measurement.records,
+                            mask=state.redactor.text)
     try:
         findings = gates.check_point(result, point, node.spec, settings)
         gate_failures, fields = list(findings.failures), findings.fields
@@ -90,6 +103,8 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     result["notes"] = [*notes, *write_point_files(settings.results_dir, result)]
     item.stash.setdefault(RESULTS_KEY, []).append(result)
     item.user_properties.extend(report.result_properties(result))
+    if progress.emit is not None:
+        progress.emit(end_line(item.nodeid, result, failures))
     if failures and fail:
         pytest.fail("\n".join(failures), pytrace=False)
     return result

@@ -20,7 +20,7 @@ MAY_IMPORT: dict[str, set[str]] = {
                   "workload"},
     "activation": {"backends", "changelog", "options", "report", "run_dir"},
     "xdist_hooks": {"activation", "gpu", "options", "preflight", "state"},
-    "options": {"backends.registry", "layout", "workload"},
+    "options": {"backends.registry", "layout", "metrics", "workload"},
     "state": {"backends", "options", "redact"},
     "recipe": set(),
     "yamllines": set(),
@@ -59,7 +59,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "changes": set(),
     "layout": set(),
     "selection": {"changelog", "changes", "collect", "evals"},
-    "report": {"backends.registry", "gates", "options", "redact", "results", "state", ROOT},
+    "report": {"backends.registry", "gates", "loadgen", "options", "redact", "results", "state",
+               ROOT},
     "testing": {"recipe", "schema", ROOT},
     ROOT: set(),
 }

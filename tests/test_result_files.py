@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.report.tables import ESTIMATED_NOTE, markdown_tables, terminal_tables
+from pytest_inferbench.options import parse_goodput
+from pytest_inferbench.report.tables import (
+    ESTIMATED_NOTE,
+    NOT_TIMED_NOTE,
+    markdown_tables,
+    terminal_tables,
+)
 from pytest_inferbench.result_files import AGG_PREFIX, point_record
 from pytest_inferbench.testing.recipes import master_entry
 
@@ -67,3 +73,65 @@ def test_estimated_token_counts_are_flagged_on_every_table() -> None:
     assert ESTIMATED_NOTE in markdown_tables(nodes, {"backend": "external"})
     row["token_counts_estimated"] = False
     assert not any(ESTIMATED_NOTE in line for line in terminal_tables(nodes))
+
+
+def test_a_rate_limited_point_is_recorded_and_shown_as_one(pytester: pytest.Pytester) -> None:
+    raw = run(pytester, "--inferbench-request-rate", "5", "--junitxml=junit.xml")
+    assert raw["request_rate"] == 5.0  # vLLM's key: the configured rate, not "inf"
+    record = point_record(raw)
+    assert record["rate_limited"] is True
+    # 20 requests at 5/s: the Poisson schedule's own rate is what the client achieved.
+    assert 2.0 < record["achieved_request_rate"] < 12.0  # type: ignore[operator]
+    assert 0 < record["achieved_concurrency"] <= 4  # type: ignore[operator]
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="request_rate" value="5.0"' in junit
+    assert '<property name="rate_limited" value="True"' in junit
+    summary = json.loads((pytester.path / "inferbench-results" / "summary.json").read_text())
+    (point,) = summary["points"]
+    nodes = {"n": {"points": [point], "evals": []}}
+    assert any(" 4 @5/s " in line for line in terminal_tables(nodes))
+    assert "| 4 @5/s |" in markdown_tables(nodes, {"backend": "sim"})
+
+
+def test_timings_that_are_not_meaningful_are_flagged_on_every_table() -> None:
+    row = {"server_node": "node-a", "isl": 1024, "osl": 1024, "conc": 4, "verdict": "passed",
+           "request_rate": "inf", "timings_meaningful": False, "time_scale": 0.0}
+    nodes = {"node-a": {"points": [row], "evals": []}}
+    assert any(NOT_TIMED_NOTE in line for line in terminal_tables(nodes))
+    assert NOT_TIMED_NOTE in markdown_tables(nodes, {"backend": "sim-server"})
+    assert any(line.split()[:2] == ["1024/1024", "4"] for line in terminal_tables(nodes))
+
+
+def test_goodput_slos_fill_request_goodput(pytester: pytest.Pytester) -> None:
+    raw = run(pytester, "--inferbench-goodput", "ttft:60000 tpot:1000")
+    # Every request of a short simulated point meets SLOs this loose: goodput = throughput.
+    assert raw["request_goodput:"] == pytest.approx(raw["request_throughput"])
+    tight = run(pytester, "--inferbench-goodput", "ttft:0")
+    assert tight["request_goodput:"] == 0.0
+
+
+@pytest.mark.parametrize("text", ["ttft", "ttft:x", "itl:5", "tpot:-1"])
+def test_bad_goodput_is_a_usage_error_naming_the_option(text: str) -> None:
+    with pytest.raises(pytest.UsageError, match=f"--inferbench-goodput '{text}'"):
+        parse_goodput(text)
+    assert parse_goodput("ttft:2000  tpot:50") == (("ttft", 2000.0), ("tpot", 50.0))
+
+
+def test_saved_requests_hold_one_line_per_request(pytester: pytest.Pytester) -> None:
+    raw = run(pytester, "--inferbench-save-requests")
+    path = (pytester.path / "inferbench-results" / "requests"
+            / f"{point_record(raw)['result_filename']}.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == raw["num_prompts"] == 20
+    assert [line["index"] for line in lines] == list(range(20))
+    assert lines[0]["send_time_s"] == 0.0
+    assert all(line["status"] == "ok" and line["error"] == "" for line in lines)
+    assert [line["input_tokens"] for line in lines] == raw["input_lens"]
+    assert [line["output_tokens"] for line in lines] == raw["output_lens"]
+    for line in lines:
+        # The chunks carry the output; n chunks have n - 1 gaps; E2EL is TTFT plus the gaps.
+        assert sum(line["chunk_tokens"]) == line["output_tokens"]
+        assert len(line["itl_ms"]) == len(line["chunk_tokens"]) - 1
+        assert line["e2el_ms"] == pytest.approx(line["ttft_ms"] + sum(line["itl_ms"]), abs=1e-6)
+    ttfts = sorted(line["ttft_ms"] for line in lines)
+    assert (ttfts[9] + ttfts[10]) / 2 == pytest.approx(raw["median_ttft_ms"])

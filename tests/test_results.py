@@ -144,3 +144,26 @@ def test_a_simulated_server_that_fell_behind_its_clock_is_not_a_measurement() ->
         f"> {MAX_MEAN_DELIVERY_LAG_S * 1e3:.0f} ms: the machine could not keep up"]
     kept_up = {**lag, "mean_s": MAX_MEAN_DELIVERY_LAG_S / 2}
     assert measurement_failures({"server_metrics": {"delivery_lag": kept_up}}) == []
+
+
+def test_request_rate_time_scale_and_achieved_load_are_recorded() -> None:
+    point = server().points()[0]
+    closed = build_result(point, measurement(), spec=None, backend="sim")
+    assert closed["request_rate"] == "inf" and closed["rate_limited"] is False
+    # Four requests sent 1 s apart, each with its last chunk 0.8 s after its send, over 4 s:
+    # 0.8 requests in flight on average, one sent per second.
+    assert closed["achieved_concurrency"] == pytest.approx(4 * 0.8 / 4.0)
+    assert closed["achieved_request_rate"] == pytest.approx(1.0)
+    assert closed["time_scale"] is None and closed["timings_meaningful"] is True
+    limited = dataclasses.replace(measurement(), workload={"request_rate": 5.0})
+    result = build_result(point, limited, spec=None, backend="sim")
+    assert result["request_rate"] == 5.0 and result["rate_limited"] is True
+
+
+def test_time_scale_zero_marks_timings_not_meaningful() -> None:
+    point = server().points()[0]
+    fast = dataclasses.replace(measurement(), time_scale=0.0)
+    result = build_result(point, fast, spec=None, backend="sim-server")
+    assert result["time_scale"] == 0.0 and result["timings_meaningful"] is False
+    assert result["notes"][0].startswith("timings not meaningful")
+    assert "simulated server" in result["notes"]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..launch import ServerSpec
+    from ..loadgen.progress import ProgressOutput
     from ..metrics import RequestRecord
     from ..options import Settings
     from ..recipe import BenchPoint, ServerConfig
@@ -61,6 +62,9 @@ class PointMeasurement:
     # virtual timeline is anchored there).
     started_unix: float | None = None
     workload: dict[str, Any] = field(default_factory=dict)  # `Workload.describe()` and more
+    # The simulated server's clock as it announced it (0: as fast as it can, timings are not
+    # meaningful); None for real servers and the in-process simulator's virtual clock.
+    time_scale: float | None = None
 
 
 class ServerHandle(ABC):
@@ -69,8 +73,10 @@ class ServerHandle(ABC):
     base_url: str | None = None  # None for the in-process virtual-time simulator
 
     @abstractmethod
-    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
-        """Drive one load point against this server."""
+    def run_point(self, point: BenchPoint, load: LoadSettings,
+                  progress: ProgressOutput | None = None) -> PointMeasurement:
+        """Drive one load point against this server (`progress`: where to show how it goes;
+        None: the live line when there is a terminal)."""
 
     def check_alive(self) -> None:  # noqa: B027 - default: nothing to check
         """Raise ServerDiedError (with the log tail) if the server is gone."""

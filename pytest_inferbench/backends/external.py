@@ -12,7 +12,7 @@ import httpx
 
 from .base import Backend, ServerStartError
 from .http import HttpServerHandle
-from .readiness import keeps_real_time, says_simulated
+from .readiness import announced_time_scale, says_simulated
 
 if TYPE_CHECKING:
     from ..launch import ServerSpec
@@ -50,4 +50,4 @@ class ExternalBackend(Backend):
                                    f"{url} -> HTTP {response.status_code}")
         return ExternalHandle(base_url=base_url, spec=spec,
                               simulated=says_simulated(response.headers),
-                              real_time=keeps_real_time(response.headers))
+                              time_scale=announced_time_scale(response.headers))

@@ -26,7 +26,7 @@ from ..loadgen.client import (
     make_http_client,
     run_load,
 )
-from ..loadgen.progress import Progress, terminal_stream
+from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
@@ -91,11 +91,12 @@ class HttpServerHandle(ServerHandle):
     base_url: str
 
     def __init__(self, *, base_url: str, spec: ServerSpec, simulated: bool = False,
-                 real_time: bool = True) -> None:
+                 time_scale: float | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.spec = spec
         self.simulated = simulated
-        self.real_time = real_time  # False: the server streams on no clock (sim, time scale 0)
+        # The simulator's announced clock; 0: it streams on no clock at all.
+        self.time_scale = time_scale
         self._tokenizer: TextTokenizer | None = _UNSET
 
     def stop(self) -> None:  # subclasses that own the server override this
@@ -128,14 +129,16 @@ class HttpServerHandle(ServerHandle):
             text_token_source="tokenizer" if tokenizer is not None
             else "words" if self.simulated else APPROXIMATE_WORDS)
 
-    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+    def run_point(self, point: BenchPoint, load: LoadSettings,
+                  progress: ProgressOutput | None = None) -> PointMeasurement:
         tokenizer = self.tokenizer()
         cfg = self.client_config(point.conc, tokenizer, load.stall_timeout_s,
                                  load.point_timeout_s)
         workload = render(point_workload(point.isl, point.osl, point.conc, load,
                                          self.spec.client, tokenizer, point.prompts), tokenizer)
         with pinned_to_one_cpu() as cpu:
-            return asyncio.run(self._measure(point, cfg, workload, cpu))
+            return asyncio.run(self._measure(point, cfg, workload, cpu,
+                                             progress or default_output()))
 
     async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot:
         try:
@@ -145,7 +148,7 @@ class HttpServerHandle(ServerHandle):
             return Snapshot(error=str(exc))
 
     async def _measure(self, point: BenchPoint, cfg: ClientConfig, workload: RenderedWorkload,
-                       pinned_cpu: int | None) -> PointMeasurement:
+                       pinned_cpu: int | None, output: ProgressOutput) -> PointMeasurement:
         notes: list[str] = []
         if self.simulated:
             notes.append("simulated server: these numbers come from the simulator, not hardware")
@@ -161,8 +164,8 @@ class HttpServerHandle(ServerHandle):
                 self.check_alive()
                 notes.append(f"warmup: {warm_failed}/{len(warm.records)} requests failed")
             before = await self._scrape(client, notes)
-            progress = Progress(f"{point.server.node_name} {point.name}", len(workload.prompts),
-                                terminal_stream())
+            progress = Progress.to(output, f"{point.server.node_name} {point.name}",
+                                   len(workload.prompts))
             monitor = LoopMonitor()
             gc.collect()
             gc.freeze()  # long-lived objects out of the collector's way: shorter GC pauses
@@ -185,7 +188,7 @@ class HttpServerHandle(ServerHandle):
         check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
                         dispatch_delay_s=_dispatch_delays(run.records),
                         busy_s=sum(r.end_time - r.send_time for r in run.records))
-        if not self.real_time:
+        if self.time_scale == 0:
             check["not_applicable"] = ("the server streams as fast as it can (simulator at time "
                                        "scale 0): its gaps are not timings to distort")
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
@@ -198,4 +201,5 @@ class HttpServerHandle(ServerHandle):
             records=run.records, duration_s=run.duration_s, num_prompts=len(workload.prompts),
             max_concurrency=point.conc, simulated=self.simulated, server_metrics=server,
             client_check=check, notes=tuple(notes),
-            started_unix=ran_at[0] - (ran_at[1] - run.start), workload=described)
+            started_unix=ran_at[0] - (ran_at[1] - run.start), workload=described,
+            time_scale=self.time_scale)

@@ -102,19 +102,24 @@ class ReadinessProbe:
 class Ready:
     seconds: float  # from the start of the wait until the first 200
     simulated: bool  # the server marks itself as the simulator (SIMULATED_HEADER)
-    real_time: bool  # False for the simulator at time scale 0 (TIME_SCALE_HEADER)
+    time_scale: float | None  # the simulator's clock (TIME_SCALE_HEADER); None: a real server
 
 
 def says_simulated(headers: httpx.Headers) -> bool:
     return str(headers.get(SIMULATED_HEADER, "")).lower() == "true"
 
 
+def announced_time_scale(headers: httpx.Headers) -> float | None:
+    """The simulator's clock scale from its header; None when the server names none."""
+    try:
+        return float(headers[TIME_SCALE_HEADER])
+    except (KeyError, ValueError):
+        return None
+
+
 def keeps_real_time(headers: httpx.Headers) -> bool:
     """Only the simulator can stream on no clock at all; it says so in a header."""
-    try:
-        return float(headers.get(TIME_SCALE_HEADER, "1")) > 0
-    except ValueError:
-        return True
+    return announced_time_scale(headers) != 0
 
 
 def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.25) -> Ready:
@@ -137,7 +142,7 @@ def wait_until_ready(probe: ReadinessProbe, timeout_s: float, poll_s: float = 0.
                 response = client.get(probe.health_url)
                 if response.status_code == 200:
                     return Ready(time.monotonic() - started, says_simulated(response.headers),
-                                 keeps_real_time(response.headers))
+                                 announced_time_scale(response.headers))
                 last_error = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
                 last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -25,6 +25,7 @@ from .base import Backend, PointMeasurement, ServerHandle, ServerStartError
 
 if TYPE_CHECKING:
     from ..launch import ClientOptions, ServerSpec
+    from ..loadgen.progress import ProgressOutput
     from ..recipe import BenchPoint, ServerConfig
     from .base import LoadSettings, StartContext
 
@@ -47,7 +48,9 @@ class SimHandle(ServerHandle):
         if ignored:
             self._log.append("ignored by the simulator: " + " ".join(ignored))
 
-    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+    def run_point(self, point: BenchPoint, load: LoadSettings,
+                  progress: ProgressOutput | None = None) -> PointMeasurement:
+        # Seconds per point: the runner's start and end lines are all the progress it needs.
         config = self.config
         if config.seed != load.seed:
             config = replace(config, seed=load.seed)

@@ -20,6 +20,7 @@ from .readiness import LogPump, ReadinessProbe, startup_timeout, wait_until_read
 
 if TYPE_CHECKING:
     from ..launch import ServerSpec
+    from ..loadgen.progress import ProgressOutput
     from ..recipe import BenchPoint
     from .base import LoadSettings, PointMeasurement, StartContext
 
@@ -47,8 +48,9 @@ class SupervisedHandle(HttpServerHandle):
     """An HTTP handle that also watches and finally stops the server behind it."""
 
     def __init__(self, supervised: Supervised, *, base_url: str, spec: ServerSpec,
-                 simulated: bool = False, real_time: bool = True) -> None:
-        super().__init__(base_url=base_url, spec=spec, simulated=simulated, real_time=real_time)
+                 simulated: bool = False, time_scale: float | None = None) -> None:
+        super().__init__(base_url=base_url, spec=spec, simulated=simulated,
+                         time_scale=time_scale)
         self.supervised = supervised
         self._stopped = False
         reaper.track(self, self.stop)
@@ -65,13 +67,14 @@ class SupervisedHandle(HttpServerHandle):
     def log_tail(self, lines: int = 40) -> str:
         return self.supervised.log.tail(lines)
 
-    def run_point(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+    def run_point(self, point: BenchPoint, load: LoadSettings,
+                  progress: ProgressOutput | None = None) -> PointMeasurement:
         """The shared HTTP sweep, bracketed by liveness checks: a server that died before or
         during the point raises ServerDiedError (with the log tail) instead of reporting a
         point full of connection errors."""
         self.check_alive()
         try:
-            measurement = super().run_point(point, load)
+            measurement = super().run_point(point, load, progress)
         except ServerDiedError:
             raise
         except Exception:
@@ -126,7 +129,7 @@ def start_supervised(supervised: Supervised, *, base_url: str, spec: ServerSpec,
             log_path=supervised.log.path), timeout)
         return SupervisedHandle(supervised, base_url=base_url, spec=spec,
                                 simulated=simulated or ready.simulated,
-                                real_time=ready.real_time)
+                                time_scale=ready.time_scale)
     except BaseException:
         supervised.terminate()
         supervised.log.join()

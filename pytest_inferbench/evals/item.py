@@ -63,7 +63,7 @@ def run_eval_item(
     item.user_properties += [("eval_node", server.node_name), ("eval_task", TASK)]
     if settings.eval_data is None:
         reason = (
-            "no GSM8K data: pass --inferbench-eval-data PATH or set inferbench_eval_data "
+            "no GSM8K data: pass --inferbench-eval-data=PATH or set inferbench_eval_data "
             "(a jsonl with 'question' and 'answer')"
         )
         if settings.eval_required:

@@ -32,6 +32,7 @@ from .baseline import (
     BaselineError,
     higher_is_better,
     load_baseline,
+    setup_differences,
 )
 from .rules import (
     GOLDEN_AL_DELTA,
@@ -204,8 +205,21 @@ def evaluate_point(
     failures += _speculative(values, point, spec)
     failures += _slo(values, point, gates.rules)
     if baseline is not None:
-        failures += _regression(values, baseline, gates.rules)
+        failures += _regression(values, baseline, gates.rules, settings.baseline_any_setup)
     return failures
+
+
+def is_timing(metric: str) -> bool:
+    """A latency, rate or throughput (what a clock measured), as opposed to counts and ALs."""
+    return unit_of(metric) != ""
+
+
+def _timings_refused(result: Mapping[str, Any]) -> str | None:
+    """Why the result's timings cannot be judged, or None when they can."""
+    if result.get("timings_meaningful", True):
+        return None
+    return (f"timings not meaningful (time scale {result.get('time_scale')}: the simulated "
+            "server streamed as fast as it could)")
 
 
 def _number(value: object) -> float | None:
@@ -290,6 +304,10 @@ def _slo(result: Mapping[str, Any], point: BenchPoint, rules: GatesFile) -> list
             continue
         for req in rule.requirements:
             where = rules.location(req.line)
+            refused = _timings_refused(result) if is_timing(req.metric) else None
+            if refused:
+                failures.append(f"{req.metric}: not judged: {refused} ({where})")
+                continue
             value, missing = _metric(result, req.metric)
             if value is None:
                 failures.append(f"{req.metric}: {missing} ({where})")
@@ -321,16 +339,25 @@ def _metric(result: Mapping[str, Any], metric: str) -> tuple[float | None, str]:
     return value, "" if value is not None else f"not a number ({result[metric]!r})"
 
 
-def _regression(result: Mapping[str, Any], baseline: Baseline, rules: GatesFile) -> list[str]:
+def _regression(result: Mapping[str, Any], baseline: Baseline, rules: GatesFile,
+                any_setup: bool) -> list[str]:
     before = baseline.find(result)
     if before is None:
         return []  # a new point has nothing to regress from
+    source = display_path(baseline.source)
+    differences = setup_differences(result, before)
+    if differences and not any_setup:
+        return [f"baseline not comparable: measured otherwise ({'; '.join(differences)}; "
+                f"{source}); --inferbench-baseline-any-setup compares anyway"]
+    refused = _timings_refused(result) or _timings_refused(before)
     policy = rules.regression
     metrics = dict(DEFAULT_METRICS)
     for metric, _ in policy.tolerances:
         metrics.setdefault(metric, higher_is_better(metric))
     failures: list[str] = []
-    source = display_path(baseline.source)
+    if refused:
+        failures.append(f"baseline: timing metrics not compared: {refused} ({source})")
+        metrics = {m: h for m, h in metrics.items() if not is_timing(m)}
     for metric, higher in metrics.items():
         now, then = _number(result.get(metric)), _number(before.get(metric))
         if now is None or then is None or then == 0:

@@ -3,8 +3,9 @@
 A baseline is a `summary.json` written by this plugin (`{"points": [result, ...]}`), a plain
 JSON list of results, a single result JSON (a point's raw file gives back its full record),
 or a directory holding any of these (searched recursively, e.g. a whole results directory).
-A point is identified by its recipe identity, never by image or backend, so a new image is
-compared against the old one.
+A point is identified by its recipe identity, never by image, so a new image is compared
+against the old one; a baseline measured with another backend, time scale or client settings
+(`setup_of`) is refused unless `--inferbench-baseline-any-setup` asks for the comparison.
 """
 
 from __future__ import annotations
@@ -50,6 +51,29 @@ DEFAULT_METRICS: tuple[tuple[str, bool], ...] = (
     ("p99_e2el", False),
     ("acceptance_length", True),
 )
+
+# What a measurement was taken with: results differ across these for reasons other than the
+# server, so a baseline taken otherwise is refused unless --inferbench-baseline-any-setup.
+SETUP_FIELDS = ("backend", "time_scale")
+CLIENT_FIELDS = ("dataset", "seed", "random_range_ratio", "prompts_per_conc", "warmup",
+                 "request_rate", "chat_template")
+
+
+def setup_of(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Backend, time scale and client settings of a result (the keys it records)."""
+    setup = {key: result[key] for key in SETUP_FIELDS if key in result}
+    workload = result.get("workload")
+    if isinstance(workload, dict):
+        setup.update({f"client {key}": workload[key] for key in CLIENT_FIELDS if key in workload})
+    return setup
+
+
+def setup_differences(now: Mapping[str, Any], then: Mapping[str, Any]) -> list[str]:
+    """`key: then -> now` for every setup key both results record and that differs."""
+    before, after = setup_of(then), setup_of(now)
+    return [f"{key} {before[key]!r} -> {after[key]!r}" for key in after
+            if key in before and before[key] != after[key]]
+
 
 _HIGHER = ("throughput", "tput", "intvty", "goodput", "acceptance", "completed", "accuracy")
 _LOWER = ("ttft", "tpot", "itl", "e2el", "latency", "duration", "failed", "preempt")

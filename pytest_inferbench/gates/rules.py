@@ -1,6 +1,6 @@
 """The SLO gates file: YAML with line marks -> frozen rules, or one `GatesFileError` (file:line).
 
-Format (`benchmarks/gates.yaml` next to the recipes, or `--inferbench-gates PATH`)::
+Format (`benchmarks/gates.yaml` next to the recipes, or `--inferbench-gates=PATH`)::
 
     slo:
       - match: {config: "minimaxm3-*", isl: 8192, osl: 1024, conc: "1-64"}

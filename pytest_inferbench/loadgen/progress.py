@@ -1,7 +1,9 @@
-"""A live status line for a running point: on a terminal only, quiet otherwise.
+"""Progress of a running point: a live line on a terminal, periodic lines elsewhere (CI).
 
-It redraws at most every `refresh_s` from its own task, so per-request bookkeeping stays a
-counter update; the text is drawn to the right of the cursor and wiped when the point ends.
+On a terminal it redraws at most every `refresh_s` from its own task, so per-request
+bookkeeping stays a counter update; the text is drawn to the right of the cursor and wiped when
+the point ends. Without one, `ProgressOutput.emit` gets one line every `interval_s` (requests
+done, rate, ETA); the lines at the start and end of each point are the runner's.
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ import asyncio
 import contextlib
 import os
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..metrics import RequestRecord
 
 REFRESH_S = 0.5
+LINE_INTERVAL_S = 30.0  # CI logs: often enough to see a point move, rare enough to read
 SAVE_CURSOR, RESTORE_CURSOR, CLEAR_TO_EOL = "\x1b7", "\x1b8", "\x1b[K"
 
 
@@ -41,13 +47,30 @@ def terminal_stream() -> TextIO | None:
     return _TERMINAL[0]
 
 
+@dataclass(frozen=True)
+class ProgressOutput:
+    """Where a point's progress goes: a terminal's live line, or periodic lines, or nowhere."""
+
+    live: TextIO | None = None
+    emit: Callable[[str], None] | None = None
+    interval_s: float = LINE_INTERVAL_S
+
+
+def default_output() -> ProgressOutput:
+    """The live line when there is a terminal (callers outside a pytest run)."""
+    return ProgressOutput(live=terminal_stream())
+
+
 class Progress:
     def __init__(self, label: str, total: int, stream: TextIO | None = None,
-                 refresh_s: float = REFRESH_S) -> None:
+                 refresh_s: float = REFRESH_S, emit: Callable[[str], None] | None = None,
+                 interval_s: float = LINE_INTERVAL_S) -> None:
         self.label = label
         self.total = total
         self.stream = stream
         self.refresh_s = refresh_s
+        self.emit = emit if stream is None else None  # a terminal gets the live line only
+        self.interval_s = interval_s
         self.done = 0
         self.failed = 0
         self.output_tokens = 0
@@ -56,9 +79,13 @@ class Progress:
         self._start = time.perf_counter()
         self._task: asyncio.Task[None] | None = None
 
+    @classmethod
+    def to(cls, output: ProgressOutput, label: str, total: int) -> Progress:
+        return cls(label, total, output.live, emit=output.emit, interval_s=output.interval_s)
+
     @property
     def enabled(self) -> bool:
-        return self.stream is not None
+        return self.stream is not None or self.emit is not None
 
     def on_record(self, record: RequestRecord) -> None:
         self.done += 1
@@ -76,8 +103,12 @@ class Progress:
         per_chunk = self.output_tokens / self.finished_chunks if self.finished_chunks else 1.0
         rate = self.chunks * per_chunk / elapsed if elapsed > 0 else 0.0
         failed = f", {self.failed} failed" if self.failed else ""
+        requests_per_s = self.done / elapsed if elapsed > 0 else 0.0
+        # Requests left at the rate so far; unknown until the first one finished.
+        eta = (f"ETA {(self.total - self.done) / requests_per_s:.0f} s" if requests_per_s > 0
+               else "ETA ?")
         return (f"{self.label}: {self.done}/{self.total} requests{failed}, {elapsed:.0f} s, "
-                f"~{rate:,.0f} output tok/s")
+                f"{requests_per_s:.2f} req/s, ~{rate:,.0f} output tok/s, {eta}")
 
     def _draw(self, text: str) -> None:
         # Drawn after the cursor (pytest's own progress text), which is saved and restored:
@@ -92,14 +123,21 @@ class Progress:
             self._draw(self.line())
             await asyncio.sleep(self.refresh_s)
 
+    async def _lines(self, emit: Callable[[str], None]) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            emit(self.line())
+
     def start(self) -> None:
         self._start = time.perf_counter()
-        if self.enabled:
+        if self.stream is not None:
             self._task = asyncio.get_running_loop().create_task(self._refresh())
+        elif self.emit is not None:
+            self._task = asyncio.get_running_loop().create_task(self._lines(self.emit))
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            self._draw("")
+            self._draw("")  # nothing when drawing to no terminal

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .tables import load_label
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
@@ -50,23 +52,26 @@ def plot_results(points: Sequence[dict[str, Any]], out_dir: Path) -> list[Path] 
         for ax, (x_key, x_label) in zip(axes, panels, strict=True):
             for node, rows in sorted(by_node.items()):
                 rows = sorted(rows, key=lambda r: int(r.get("conc", 0)))
-                xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), r.get("conc")) for r in rows]
+                xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), load_label(r)) for r in rows]
                 xy = [(x, y, c) for x, y, c in xy if x is not None and y is not None]
                 if not xy:
                     continue
                 ax.plot([x for x, _, _ in xy], [y for _, y, _ in xy], marker="o", label=node)
-                for x, y, conc in xy:
+                for x, y, label in xy:
                     ax.annotate(
-                        str(conc), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+                        label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
                     )
             ax.set_xlabel(x_label)
             ax.set_ylabel("Throughput per GPU (tok/s/GPU)")
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8, title="server node (labels: concurrency)", title_fontsize=8)
+            ax.legend(fontsize=8, title="server node (labels: concurrency @request rate)",
+                      title_fontsize=8)
         simulated = any(p.get("simulated") is True for p in group)
+        not_timed = any(p.get("timings_meaningful") is False for p in group)
         fig.suptitle(
             f"{model} ISL {isl} / OSL {osl}"
             + ("  -  SIMULATED (performance model, not hardware)" if simulated else "")
+            + ("  -  TIMINGS NOT MEANINGFUL (time scale 0)" if not_timed else "")
         )
         path = out_dir / f"{_slug(model)}_isl{isl}_osl{osl}.png"
         fig.savefig(path, dpi=110)

@@ -9,6 +9,8 @@ if TYPE_CHECKING:
 
 EVAL_PREFIX = "eval_"
 SIMULATED_NOTE = "SIMULATED: numbers predicted by the performance model, not measured on hardware"
+NOT_TIMED_NOTE = ("TIMINGS NOT MEANINGFUL: the simulated server ran at time scale 0 (as fast as "
+                  "it can); functional results only")
 ESTIMATED_NOTE = ("TOKEN COUNTS ESTIMATED: no local tokenizer for the served model, prompts are "
                   "English words (install the `tokenizer` extra and the model's tokenizer files)")
 
@@ -28,10 +30,23 @@ def _al(row: Mapping[str, Any]) -> str:
     return f"{measured} ({golden:.2f})" if isinstance(golden, (int, float)) else measured
 
 
+def load_label(row: Mapping[str, Any]) -> str:
+    """`64` for a closed loop at concurrency 64; `64 @5/s` when a request rate limited it."""
+    rate = row.get("request_rate")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        return str(row.get("conc", "?"))
+    return f"{row.get('conc', '?')} @{rate:g}/s"
+
+
+def _achieved(row: Mapping[str, Any]) -> str:
+    return _num(digits=1)(row.get("achieved_concurrency"))
+
+
 # (header, property, renderer; an empty property means the renderer reads the whole row)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("ISL/OSL", "", lambda row: f"{row.get('isl', '?')}/{row.get('osl', '?')}"),
-    ("conc", "conc", str),
+    ("conc @rate", "", load_label),
+    ("in flight", "", _achieved),
     ("tput/GPU tok/s", "tput_per_gpu", _num()),
     ("out tput/GPU tok/s", "output_tput_per_gpu", _num()),
     ("intvty tok/s/user", "median_intvty", _num()),
@@ -67,6 +82,10 @@ def _simulated(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
     return any(r.get("simulated") is True for kind in ("points", "evals") for r in entry[kind])
 
 
+def _not_timed(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
+    return any(r.get("timings_meaningful") is False for r in entry["points"])
+
+
 def _estimated(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
     return any(r.get("token_counts_estimated") is True for r in entry["points"])
 
@@ -90,6 +109,7 @@ def terminal_tables(nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]]) -> 
     lines: list[str] = []
     for node, entry in nodes.items():
         title = f"{node}" + (f"  [{SIMULATED_NOTE}]" if _simulated(entry) else "") + (
+            f"  [{NOT_TIMED_NOTE}]" if _not_timed(entry) else "") + (
             f"  [{ESTIMATED_NOTE}]" if _estimated(entry) else "")
         lines += ["", title]
         if entry["points"]:
@@ -112,6 +132,8 @@ def markdown_tables(
     for node, entry in nodes.items():
         out += [f"### {node}" + (" (simulated)" if _simulated(entry) else "")
                 + (" (token counts estimated)" if _estimated(entry) else ""), ""]
+        if _not_timed(entry):
+            out += [f"> **{NOT_TIMED_NOTE}.**", ""]
         if _estimated(entry):
             out += [f"> {ESTIMATED_NOTE}.", ""]
         if entry["points"]:

@@ -78,6 +78,9 @@ def test_sim_server_runs_points_and_says_they_are_simulated(
         measurement = handle.run_point(server.points()[0], LOAD)
         assert measurement.simulated
         assert all(r.success for r in measurement.records)
+        # The server announced its clock: at time scale 0 the timings are not meaningful.
+        assert measurement.time_scale == start_context.options.time_scale == 0.0
+        assert measurement.client_check["not_applicable"]
     finally:
         handle.stop()
     assert wait_group_gone(pgid)

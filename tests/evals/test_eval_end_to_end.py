@@ -111,7 +111,7 @@ def test_eval_gate_with_the_oracle_above_and_below_threshold(
 def test_eval_without_data_skips_with_the_reason(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("-p", "no:cacheprovider", "-m", "eval", "-rs")
     result.assert_outcomes(skipped=1, deselected=1)
-    result.stdout.fnmatch_lines(["*no GSM8K data: pass --inferbench-eval-data PATH*"])
+    result.stdout.fnmatch_lines(["*no GSM8K data: pass --inferbench-eval-data=PATH*"])
 
 
 def test_eval_without_data_fails_when_required(project: pytest.Pytester) -> None:

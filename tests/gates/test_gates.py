@@ -176,7 +176,8 @@ def test_baseline_from_results_directory_matches_by_identity(objs: Any, tmp_path
         (tmp_path / "runs" / f"c{p.conc}.json").write_text(json.dumps(data))
     baseline = load_baseline(tmp_path / "runs")
     now = objs.make_result(point64, tput_per_gpu=500.0, image="new-image", backend="sim")
-    failures = evaluate_point(now, point64, None, objs.make_settings(), Gates(), baseline)
+    across = objs.make_settings(baseline_any_setup=True)  # docker then, sim now: asked for
+    failures = evaluate_point(now, point64, None, across, Gates(), baseline)
     assert len(failures) == 1
     assert failures[0].startswith(
         "tput_per_gpu 500.0 tok/s/GPU < baseline 1000.0 tok/s/GPU (-50.0%"
@@ -310,3 +311,48 @@ def test_repository_gates_and_golden_files_load() -> None:
     # InferenceX golden_al_distribution/minimaxm3_eagle3.yaml, k=3 (performance-model.md §A7).
     assert golden.lookup("minimaxm3", "eagle3", "thinking_on", 3) == 2.83
     assert golden.lookup("minimaxm3", "eagle3", "thinking_off", 3) == 2.93
+
+
+def test_baseline_of_another_setup_is_refused_unless_asked(objs: Any, tmp_path: Path) -> None:
+    point = objs.make_point()
+    workload = {"dataset": "random", "seed": 0, "request_rate": "inf", "prompts_per_conc": 10}
+    before = objs.make_result(point, tput_per_gpu=1000.0, backend="sim", time_scale=None,
+                              workload=workload)
+    save_baseline(tmp_path / "base.json", [before], {})
+    baseline = load_baseline(tmp_path / "base.json")
+    now = objs.make_result(point, tput_per_gpu=1000.0, backend="sim-server", time_scale=1.0,
+                           workload={**workload, "seed": 3})
+    (failure,) = evaluate_point(now, point, None, objs.make_settings(), Gates(), baseline)
+    assert failure == (
+        "baseline not comparable: measured otherwise (backend 'sim' -> 'sim-server'; "
+        "time_scale None -> 1.0; client seed 0 -> 3; "
+        f"{tmp_path / 'base.json'}); --inferbench-baseline-any-setup compares anyway")
+    across = objs.make_settings(baseline_any_setup=True)
+    assert evaluate_point(now, point, None, across, Gates(), baseline) == []
+    # The same setup compares as before.
+    same = objs.make_result(point, tput_per_gpu=900.0, backend="sim", time_scale=None,
+                            workload=workload)
+    (regressed,) = evaluate_point(same, point, None, objs.make_settings(), Gates(), baseline)
+    assert regressed.startswith("tput_per_gpu 900.0 tok/s/GPU < baseline 1000.0")
+
+
+def test_timing_gates_refuse_timings_that_are_not_meaningful(
+        objs: Any, recipe_dir: Path, tmp_path: Path) -> None:
+    point = objs.make_point()
+    fast = {"backend": "sim-server", "time_scale": 0.0, "timings_meaningful": False}
+    result = objs.make_result(point, p99_ttft=0.01, tput_per_gpu=9000.0, **fast)
+    where = recipe_dir / "gates.yaml"
+    refused = ("not judged: timings not meaningful (time scale 0.0: the simulated server "
+               "streamed as fast as it could)")
+    assert evaluate_point(result, point, None, objs.make_settings(),
+                          gates_for(objs, recipe_dir), None) == [
+        f"p99_ttft: {refused} ({where}:4)", f"tput_per_gpu: {refused} ({where}:5)"]
+    # Against a baseline of the same setup only the untimed metrics compare.
+    before = objs.make_result(point, p99_ttft=0.02, tput_per_gpu=100.0, acceptance_length=3.0,
+                              **fast)
+    save_baseline(tmp_path / "base.json", [before], {})
+    now = {**result, "acceptance_length": 2.0}
+    failures = evaluate_point(now, point, None, objs.make_settings(), Gates(),
+                              load_baseline(tmp_path / "base.json"))
+    assert failures[0].startswith("baseline: timing metrics not compared: timings not meaningful")
+    assert [f.split(" ")[0] for f in failures[1:]] == ["acceptance_length"]

@@ -98,6 +98,12 @@ def test_m_selection_by_marker_kwargs(
         "amd-master.yaml::k-fp4-mi355x-atom-tp8::isl1024-osl1024-conc16"
     ]
     assert collected(pytester, "-m", 'inferbench(framework="atom", spec_decoding="mtp")') == []
+    # Runner and hardware match in either case (runners are written lower, hardware upper).
+    tp8 = ["amd-master.yaml::k-fp4-mi355x-atom-tp8::isl1024-osl1024-conc16"]
+    for query in ("hardware='mi355x'", "hardware='MI355X'", "runner='MI355X'",
+                  "runner='mi355x', hardware='MI355X'"):
+        assert collected(pytester, "-m", f"inferbench({query}, tp=8, conc=16)") == tp8, query
+    assert collected(pytester, "-m", "inferbench(hardware='mi300x')") == []
 
 
 def test_only_master_files_are_recipes(

@@ -49,6 +49,9 @@ def test_a_path_option_given_as_two_words_is_refused_before_rootdir_moves(
     result.stderr.fnmatch_lines([f"*--inferbench-eval-data {data}: pytest takes {data} for a test "
                                  f"path*write --inferbench-eval-data={data}"])
     assert not (data.parent / ".pytest_cache").exists()
-    # The one-word form, and a value that is no path on disk, are fine.
+    # The one-word form, a path inside the current directory and a value that is no path on
+    # disk leave the rootdir where it was.
     assert collected(pytester, f"--inferbench-eval-data={data}") != []
+    (pytester.path / "test.jsonl").write_text("{}\n")
+    assert collected(pytester, "--inferbench-eval-data", "test.jsonl") != []
     assert collected(pytester, "--inferbench-seed", "3") != []
