@@ -16,6 +16,7 @@ from typing import Literal
 import pytest
 
 from .backends.registry import BACKENDS as REGISTRY
+from .datasets import RANDOM, DatasetError, DatasetSpec, parse_dataset, text_prompts
 from .layout import BESIDE_RECIPES, Layout, discover
 from .metrics import GOODPUT_METRICS
 from .workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
@@ -38,6 +39,10 @@ def add_options(parser: pytest.Parser) -> None:
     add("--inferbench-request-rate", type=float, default=None, metavar="RPS",
         help="open-loop Poisson arrival rate; default inf = closed loop at the concurrency")
     add("--inferbench-seed", type=int, default=None, help="workload seed (default 0)")
+    add("--inferbench-dataset", default=None, metavar="SPEC",
+        help="what prompts are drawn from: random (default), sharegpt:PATH (ShareGPT JSON), "
+             "jsonl:PATH ({\"prompt\": ...} a line), prefix:GROUPS:TOKENS (random prompts "
+             "in GROUPS groups sharing their first TOKENS tokens)")
     add("--inferbench-goodput", default=None, metavar="SLOS",
         help="fill request_goodput as vLLM's --goodput does: requests/s that meet every SLO, "
              "e.g. 'ttft:2000 tpot:50' (ms; ttft, tpot, e2el)")
@@ -178,6 +183,7 @@ class Settings:
     goodput: tuple[tuple[str, float], ...] = ()  # (ttft|tpot|e2el, limit in ms)
     progress: str = "auto"
     save_requests: bool = False
+    dataset: DatasetSpec = RANDOM
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -235,6 +241,7 @@ class Settings:
             goodput=parse_goodput(opt("inferbench_goodput")),
             progress=opt("inferbench_progress") or "auto",
             save_requests=bool(config.getoption("inferbench_save_requests")),
+            dataset=_dataset(opt("inferbench_dataset")),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -263,6 +270,16 @@ def refuse_split_path_values(config: pytest.Config) -> None:
             raise pytest.UsageError(
                 f"{option} {value}: pytest takes {value} for a test path when it chooses the "
                 f"rootdir (now {config.rootpath}) and the config file; write {option}={value}")
+
+
+def _dataset(text: str | None) -> DatasetSpec:
+    try:
+        spec = parse_dataset(text) if text else RANDOM
+        if spec.path is not None:
+            text_prompts(spec)  # a bad file is a usage error now, not a traceback per point
+        return spec
+    except DatasetError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def parse_goodput(text: str | None) -> tuple[tuple[str, float], ...]:

@@ -24,9 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .datasets import RANDOM, DatasetError, DatasetSpec, text_prompts
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 WARMUP_MODES = ("same", "distinct")
 DEFAULT_RANGE_RATIO = 0.8  # InferenceX's RANDOM_RANGE_RATIO
@@ -50,6 +55,7 @@ class LoadSettings:
     warmup: str = "same"  # or "distinct" (WARMUP_MODES)
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     point_timeout_s: float | None = None  # deadline of one load (HTTP backends)
+    dataset: DatasetSpec = RANDOM  # what the prompts are drawn from (`datasets.py`)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.range_ratio <= 1.0:
@@ -67,6 +73,8 @@ class PlannedRequest:
     input_tokens: int
     output_tokens: int
     text_key: int
+    prefix_key: int | None = None  # requests with the same key start with the same text ...
+    prefix_tokens: int = 0  # ... of this many tokens
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,8 @@ class Workload:
         """How this workload was drawn, for the result record."""
         load = self.load
         return {
-            "dataset": "prompts" if self.texts else "random", "seed": load.seed,
+            "dataset": ("prompts" if self.texts and load.dataset.kind == "random"
+                        else load.dataset.describe()), "seed": load.seed,
             "random_range_ratio": load.range_ratio,
             "prompts_per_conc": load.prompts_per_conc, "warmup": load.warmup,
             "num_warmups": len(self.warmup),
@@ -116,32 +125,75 @@ def poisson_offsets(rate: float, n: int, seed: int) -> tuple[float, ...]:
 
 
 def build_workload(isl: int, osl: int, conc: int, load: LoadSettings, *,
-                   chat_template: bool = False, template_tokens: int = 0) -> Workload:
+                   chat_template: bool = False, template_tokens: int = 0,
+                   count_tokens: Callable[[str], int] | None = None) -> Workload:
     """The requests of one point: `prompts_per_conc x conc` measured and `warmup_per_conc x
     conc` warmup, deterministic in `load.seed`. `template_tokens` (with `chat_template`) is
-    what the template adds to a prompt; the drawn lengths include it."""
+    what the template adds to a prompt; the drawn lengths include it. `count_tokens` counts a
+    text dataset's prompts (the caller's tokenizer)."""
     template_tokens = template_tokens if chat_template else 0
     num = load.prompts_per_conc * conc
     num_warmup = load.warmup_per_conc * conc
-    body_isl = max(isl - template_tokens, 1)
-    rng = np.random.RandomState(load.seed)
-    in_lens = sample_lengths(rng, body_isl, load.range_ratio, num)
-    out_lens = sample_lengths(rng, osl, load.range_ratio, num)
-    requests = tuple(PlannedRequest(a + template_tokens, b, i)
-                     for i, (a, b) in enumerate(zip(in_lens, out_lens, strict=True)))
+    text_dataset = load.dataset.kind in ("sharegpt", "jsonl")
+    draw = _draw_texts if text_dataset else _draw_lengths
+    requests, texts = draw(isl, osl, num, 0, np.random.RandomState(load.seed), load,
+                           template_tokens, count_tokens)
     if load.warmup == "same" or not requests:
         first = requests[0] if requests else PlannedRequest(isl, osl, 0)
         warmup = (first,) * num_warmup
     else:
         warm_rng = np.random.RandomState(load.seed + _DISTINCT_WARMUP_STREAM)
-        warm_in = sample_lengths(warm_rng, body_isl, load.range_ratio, num_warmup)
-        warm_out = sample_lengths(warm_rng, osl, load.range_ratio, num_warmup)
-        warmup = tuple(PlannedRequest(a + template_tokens, b, num + j)
-                       for j, (a, b) in enumerate(zip(warm_in, warm_out, strict=True)))
+        warmup, warm_texts = draw(isl, osl, num_warmup, num, warm_rng, load, template_tokens,
+                                  count_tokens)
+        texts += warm_texts
     offsets = None if math.isinf(load.request_rate) else poisson_offsets(
         load.request_rate, num, load.seed)
     return Workload(requests=requests, warmup=warmup, send_offsets=offsets, concurrency=conc,
-                    chat_template=chat_template, template_tokens=template_tokens, load=load)
+                    chat_template=chat_template, template_tokens=template_tokens, load=load,
+                    texts=texts)
+
+
+Drawn = tuple[tuple[PlannedRequest, ...], tuple[str, ...]]  # requests, texts by text key
+
+
+def _draw_lengths(isl: int, osl: int, n: int, first_key: int, rng: np.random.RandomState,
+                  load: LoadSettings, template_tokens: int,
+                  count_tokens: Callable[[str], int] | None) -> Drawn:
+    """Random lengths (inputs, then outputs); with a prefix dataset, request i shares the
+    first tokens of its prompt with every request of group i mod GROUPS."""
+    body_isl = max(isl - template_tokens, 1)
+    in_lens = sample_lengths(rng, body_isl, load.range_ratio, n)
+    out_lens = sample_lengths(rng, osl, load.range_ratio, n)
+    spec = load.dataset
+    prefix = spec.kind == "prefix"
+    return tuple(
+        PlannedRequest(a + template_tokens, b, first_key + i,
+                       prefix_key=i % spec.groups if prefix else None,
+                       prefix_tokens=min(spec.prefix_tokens, a - 1) if prefix else 0)
+        for i, (a, b) in enumerate(zip(in_lens, out_lens, strict=True))), ()
+
+
+def _draw_texts(isl: int, osl: int, n: int, first_key: int, rng: np.random.RandomState,
+                load: LoadSettings, template_tokens: int,
+                count_tokens: Callable[[str], int] | None) -> Drawn:
+    """A text dataset's prompts, shuffled by the seed and taken in order (vLLM samples so),
+    drawn again with replacement when the point needs more than the file holds."""
+    if count_tokens is None:
+        raise DatasetError(f"dataset {load.dataset.describe()}: no token counter given")
+    pool = text_prompts(load.dataset)
+    order = rng.permutation(len(pool))
+    if n > len(pool):
+        order = np.concatenate([order, rng.randint(0, len(pool), n - len(pool))])
+    requests, texts = [], []
+    for i, index in enumerate(order[:n]):
+        prompt = pool[int(index)]
+        out = prompt.output_tokens
+        if out is None:
+            out = count_tokens(prompt.output_text) if prompt.output_text else osl
+        requests.append(PlannedRequest(count_tokens(prompt.text) + template_tokens, max(out, 1),
+                                       first_key + i))
+        texts.append(prompt.text)
+    return tuple(requests), tuple(texts)
 
 
 def prompts_workload(texts: tuple[str, ...], lengths: tuple[int, ...], osl: int, conc: int,

@@ -27,7 +27,7 @@ from ..tokenizer import chat_prompt_tokens, count_tokens, render_chat
 from ..workload import Workload, build_workload, prompts_workload
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ..launch import ClientOptions
     from ..workload import LoadSettings, PlannedRequest
@@ -42,6 +42,7 @@ _WORDS = (
 )
 _POOL_WORDS = 1 << 16  # the pool only has to be random; uniqueness comes from the header
 _HEADER_WORDS = 3  # unique for len(_WORDS) ** 3 = 262144 prompts
+_PREFIX_KEYS = len(_WORDS) ** _HEADER_WORDS - 1  # shared prefixes take keys from the top down
 
 
 @dataclass(frozen=True)
@@ -161,17 +162,28 @@ def render(workload: Workload, tokenizer: TextTokenizer | None = None) -> Render
     longest = max((r.input_tokens for r in everything), default=1)
     words = None if tokenizer is not None else _WordsText(workload.load.seed, longest)
 
+    prefixes: dict[int, str] = {}
+
+    def written(key: int, n: int) -> str:
+        if tokenizer is not None:
+            return _tokenizer_text(tokenizer, workload.load.seed, key, n)
+        assert words is not None
+        return words.text(key, n)
+
     def prompt(request: PlannedRequest) -> Prompt:
         text = texts.get(request.text_key)
         if text is None:
             body = max(request.input_tokens - workload.template_tokens, 1)
             if workload.texts:
                 text = workload.texts[request.text_key]
-            elif tokenizer is not None:
-                text = _tokenizer_text(tokenizer, workload.load.seed, request.text_key, body)
+            elif request.prefix_key is not None and request.prefix_tokens > 0:
+                # The group's shared start (keys counted down from the top of the header
+                # space, apart from the text keys), then text of the request's own.
+                key = _PREFIX_KEYS - request.prefix_key
+                shared = prefixes.setdefault(key, written(key, request.prefix_tokens))
+                text = f"{shared} {written(request.text_key, body - request.prefix_tokens)}"
             else:
-                assert words is not None
-                text = words.text(request.text_key, body)
+                text = written(request.text_key, body)
             if workload.chat_template:
                 text = _apply_template(tokenizer, text)
             texts[request.text_key] = text
@@ -193,10 +205,17 @@ def point_workload(isl: int, osl: int, conc: int, load: LoadSettings, client: Cl
     template is. Given `prompts` are sent as they are, counted by the same tokenizer."""
     chat_template = client.renders_template
     extra = template_tokens(tokenizer) if chat_template else 0
+    count = text_counter(tokenizer)
     if prompts:
-        lengths = tuple(count_tokens(t) if tokenizer is None
-                        else len(tokenizer.encode(t, add_special_tokens=False)) for t in prompts)
+        lengths = tuple(count(t) for t in prompts)
         return prompts_workload(prompts, lengths, osl, conc, load, chat_template=chat_template,
                                 template_tokens=extra)
     return build_workload(isl, osl, conc, load, chat_template=chat_template,
-                          template_tokens=extra)
+                          template_tokens=extra, count_tokens=count)
+
+
+def text_counter(tokenizer: TextTokenizer | None) -> Callable[[str], int]:
+    """Tokens of a text: the model's tokenizer, or the simulator's (one per word)."""
+    if tokenizer is None:
+        return count_tokens
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False))

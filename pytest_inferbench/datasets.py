@@ -1,0 +1,131 @@
+"""What a point's prompts are drawn from (`--inferbench-dataset`), read once per file.
+
+- `random` (default, InferenceX's): lengths drawn uniformly (`workload.sample_lengths`), text
+  written to length by `loadgen/prompts.py`.
+- `sharegpt:PATH`: a ShareGPT-format JSON list of `{"conversations": [{"from": "human",
+  "value": ...}, {"from": "gpt", "value": ...}, ...]}`, as vLLM's `--dataset-name sharegpt`
+  reads it: the first human turn is the prompt, the reply's length is `max_tokens`; entries
+  without both are skipped.
+- `jsonl:PATH`: one JSON object a line, `{"prompt": TEXT}` and optionally `"output_tokens": N`
+  (otherwise the point's OSL).
+- `prefix:GROUPS:TOKENS`: random lengths, but the requests fall into GROUPS groups whose prompts
+  start with the same TOKENS tokens (a system prompt or a shared document, for prefix caches).
+
+Text datasets give the prompt text; its token count is the served model's tokenizer's when
+there is one, else the simulator's word count, so `sim` and the HTTP client count alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DATASET_KINDS = ("random", "sharegpt", "jsonl", "prefix")
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used; the message names the option or the file and line."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    kind: str = "random"
+    path: Path | None = None  # sharegpt, jsonl
+    groups: int = 0  # prefix: how many shared prefixes
+    prefix_tokens: int = 0  # prefix: tokens each group's prompts share
+
+    def describe(self) -> str:
+        if self.kind in ("sharegpt", "jsonl"):
+            return f"{self.kind}:{self.path}"
+        if self.kind == "prefix":
+            return f"prefix:{self.groups}:{self.prefix_tokens}"
+        return self.kind
+
+
+RANDOM = DatasetSpec()
+
+
+def parse_dataset(text: str) -> DatasetSpec:
+    """`random`, `sharegpt:PATH`, `jsonl:PATH` or `prefix:GROUPS:TOKENS`."""
+    kind, _, rest = text.partition(":")
+    if kind == "random" and not rest:
+        return RANDOM
+    if kind in ("sharegpt", "jsonl") and rest:
+        path = Path(rest).expanduser()
+        if not path.is_file():
+            raise DatasetError(f"--inferbench-dataset {text}: {path} is not a file")
+        return DatasetSpec(kind, path=path)
+    if kind == "prefix":
+        groups, _, tokens = rest.partition(":")
+        if groups.isdigit() and tokens.isdigit() and int(groups) > 0:
+            return DatasetSpec(kind, groups=int(groups), prefix_tokens=int(tokens))
+    raise DatasetError(f"--inferbench-dataset {text}: expected random, sharegpt:PATH, "
+                       "jsonl:PATH or prefix:GROUPS:TOKENS (e.g. prefix:8:512)")
+
+
+@dataclass(frozen=True)
+class TextPrompt:
+    text: str
+    output_tokens: int | None  # None: the point's OSL
+    output_text: str | None = None  # ShareGPT's reply, counted into output tokens
+
+
+def text_prompts(spec: DatasetSpec) -> tuple[TextPrompt, ...]:
+    """The prompts of a text dataset, in file order (read once per file and size)."""
+    assert spec.path is not None
+    stat = spec.path.stat()
+    return _read(spec.kind, spec.path.resolve(), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _read(kind: str, path: Path, _mtime: int, _size: int) -> tuple[TextPrompt, ...]:
+    prompts = _sharegpt(path) if kind == "sharegpt" else _jsonl(path)
+    if not prompts:
+        raise DatasetError(f"{path}: no usable prompts in this {kind} dataset")
+    return prompts
+
+
+def _sharegpt(path: Path) -> tuple[TextPrompt, ...]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: not a readable ShareGPT JSON file: {exc}") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: a ShareGPT file is a JSON list of conversations")
+    prompts = []
+    for entry in data:
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        first, reply = turns[0], turns[1]
+        if not (isinstance(first, dict) and isinstance(reply, dict)):
+            continue
+        text, answer = first.get("value"), reply.get("value")
+        if isinstance(text, str) and text.strip() and isinstance(answer, str) and answer.strip():
+            prompts.append(TextPrompt(text, None, answer))
+    return tuple(prompts)
+
+
+def _jsonl(path: Path) -> tuple[TextPrompt, ...]:
+    prompts = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DatasetError(f"{path}: not readable: {exc}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise DatasetError(f"{path}:{number}: not JSON: {exc}") from None
+        text = row.get("prompt") if isinstance(row, dict) else None
+        out = row.get("output_tokens") if isinstance(row, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise DatasetError(f'{path}:{number}: expected {{"prompt": TEXT}} with a text')
+        if out is not None and (isinstance(out, bool) or not isinstance(out, int) or out < 1):
+            raise DatasetError(f"{path}:{number}: output_tokens must be a positive integer")
+        prompts.append(TextPrompt(text, out))
+    return tuple(prompts)
