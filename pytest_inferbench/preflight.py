@@ -125,6 +125,9 @@ def check_settings(settings: Settings) -> list[str]:
             expected=f"an integer within [0, {MAX_SEED}]")
     p += _url_problems(settings)
     p += _path_problems(settings)
+    if settings.backend == "external" and not settings.base_url:
+        p.append("--inferbench-backend external: needs --inferbench-base-url URL (the server "
+                 "to benchmark)")
     for name in settings.pass_env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             p.append(f"--inferbench-pass-env: {name!r} is not an environment variable name")
@@ -238,16 +241,38 @@ def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str
             # A missing spec errors its own node at setup (named there); a broken one is a typo
             # to fix before any server starts.
             try:
-                resolve(server, launch_dir, startup_timeout_override=settings.startup_timeout_s)
+                spec = resolve(server, launch_dir,
+                               startup_timeout_override=settings.startup_timeout_s)
             except LaunchSpecError as exc:
                 if once(("launch-error", str(exc))):
                     problems.append(str(exc))
+            else:
+                problems += [m for m in _mount_problems(spec.mounts, str(path), settings)
+                             if once(("mount", m))]
+    if servers and settings.eval_data is not None and settings.eval_data.is_file():
+        from .evals.gsm8k import EvalDataError, load_items
+
+        try:
+            load_items(settings.eval_data)
+        except EvalDataError as exc:
+            problems.append(f"--inferbench-eval-data: {exc}")
     if servers and settings.baseline is not None and settings.baseline.exists():
         try:
             load_baseline_for(settings)
         except BaselineError as exc:
             problems.append(str(exc))
     return problems
+
+
+def _mount_problems(mounts: Iterable[str], where: str, settings: Settings) -> list[str]:
+    """Host paths of docker bind mounts that do not exist: the engine would create them, owned
+    by root. Only a local engine's host is this machine."""
+    remote = os.environ.get("DOCKER_HOST", "").startswith(("tcp:", "ssh:"))
+    if settings.backend != "docker" or settings.docker_host or settings.docker_hosts or remote:
+        return []
+    return [f"{where}: mounts: host path {mount.split(':')[0]} does not exist (the Docker "
+            "Engine would create it, owned by root)"
+            for mount in mounts if not Path(mount.split(":")[0]).exists()]
 
 
 def _thresholds_problems(path: Path) -> list[str]:

@@ -145,6 +145,8 @@ LAUNCH_CASES: list[tuple[str, str]] = [
     ("command: [srv]\nflags: [x]\n", "flags: unknown key"),
     ("command: [srv, !foo 4]\n", "tag '!foo' is not supported"),
     ("command: [srv]\nport: 0x\n", "port: '0x'"),
+    ("command: [srv]\nmounts: ['/no/such/dir:/models']\n",
+     "mounts: host path /no/such/dir does not exist (the Docker Engine would create it"),
 ]
 
 THRESHOLDS_CASES: list[tuple[str, str]] = [
@@ -190,9 +192,14 @@ def test_hostile_config_files_every_problem_at_once(pytester: pytest.Pytester) -
         _write(directory / "evals" / "thresholds.json", text)
     for i, (text, _) in enumerate(BASELINE_CASES):
         _write(pytester.path / "base" / f"b{i}.json", text)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-baseline=base")
+    _write(pytester.path / "gsm8k.jsonl", '{"question": "q", "answer": "a #### 1"}\n[1, 2]\n')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-baseline=base",
+                                           "--inferbench-eval-data=gsm8k.jsonl",
+                                           "--inferbench-backend", "docker")
     text = result.stdout.str() + result.stderr.str()
     lines = text.splitlines()
+    assert "--inferbench-eval-data: gsm8k.jsonl:2: expected a JSON object with 'question' and " \
+           "'answer'" in text, text
     assert result.ret == pytest.ExitCode.USAGE_ERROR, text
     for message in [m for _, m in GATES_CASES] + GATES_TAIL_MESSAGES:
         assert message in text, f"{message!r} not in:\n{text}"
@@ -238,9 +245,17 @@ def test_hostile_recipe_files_name_file_and_line(pytester: pytest.Pytester) -> N
     no_traceback(text)
 
 
+def test_the_external_backend_needs_a_url(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-backend",
+                                           "external")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("--inferbench-backend external: needs --inferbench-base-url URL"
+            in result.stderr.str())
+
+
 def test_the_table_is_long() -> None:
     count = (len(OPTION_CASES) + len(GATES_CASES) + len(GATES_TAIL_MESSAGES) + len(LAUNCH_CASES)
-             + len(THRESHOLDS_CASES) + len(BASELINE_CASES) + len(RECIPE_CASES))
+             + len(THRESHOLDS_CASES) + len(BASELINE_CASES) + len(RECIPE_CASES) + 2)
     assert count >= 60, count
 
 

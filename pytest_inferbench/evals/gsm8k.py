@@ -59,6 +59,8 @@ def load_items(path: Path) -> list[GsmItem]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise EvalDataError(f"{path}: cannot read GSM8K data: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise EvalDataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     items: list[GsmItem] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -66,7 +68,7 @@ def load_items(path: Path) -> list[GsmItem]:
         try:
             data = json.loads(line)
             item = GsmItem(str(data["question"]), str(data["answer"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise EvalDataError(
                 f"{path}:{number}: expected a JSON object with 'question' and 'answer'"
             ) from None
