@@ -1,6 +1,6 @@
 """The results directory belongs to one run.
 
-At session start (controller only, before any server starts):
+When the run starts (after collection, controller only, before any server starts):
 
 - temporary files of JSON writers that died mid-write (`.<name>.<pid>.<random>.tmp`, written by
   `results.write_json_atomic`) are removed when their writer is gone;

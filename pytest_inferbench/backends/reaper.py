@@ -7,10 +7,10 @@
   every ServerNode teardown runs. `activation.py` installs it when a run uses the plugin and
   keeps the handler it replaced in the config stash, to restore at unconfigure.
 - `sweep_stale_containers`: containers carry `inferbench.owner=<host>:<pid>` of the process that
-  started them; at session start (controller only) those whose owner on this host is dead are
+  started them; when the run starts (controller only) those whose owner on this host is dead are
   removed. Containers of other live runs sharing the engine are left alone.
 - `sweep_stale_processes`: local servers (process, sim-server) carry `INFERBENCH_OWNER=<host>:<pid>`
-  in their environment, inherited by every process they start; at session start those whose
+  in their environment, inherited by every process they start; when the run starts those whose
   owner on this host is dead (a SIGKILLed pytest ran no teardown) are killed.
 - `make_client`: a Docker Engine client (the docker backend's and the sweep's).
 - `stop_all_tracked`: an atexit safety net for handles whose teardown never ran (registered
