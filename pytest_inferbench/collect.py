@@ -20,6 +20,7 @@ from .launch import LaunchSpecError
 from .schema import RecipeError, load_recipe
 from .server_select import note_collected
 from .servers import group_with_server, pool_for, server_key
+from .state import get_session_state
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -93,7 +94,8 @@ class ServerNode(pytest.Collector):
             {server.framework, server.hardware.lower(), server.model_prefix, server.precision})
 
     def collect(self) -> Iterable[pytest.Item]:
-        for point in self.server.points():
+        rates = get_session_state(self.config).settings.request_rates
+        for point in self.server.points(rates):
             item = BenchItem.from_parent(self, name=point.name, point=point,
                                          callobj=_bench_callobj())
             group_with_server(item, self.wants)

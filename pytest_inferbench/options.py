@@ -38,6 +38,9 @@ def add_options(parser: pytest.Parser) -> None:
         help="requests per point = N x concurrency (default 10, as InferenceX)")
     add("--inferbench-request-rate", type=float, default=None, metavar="RPS",
         help="open-loop Poisson arrival rate; default inf = closed loop at the concurrency")
+    add("--inferbench-request-rates", default=None, metavar="RPS,...",
+        help="a request-rate sweep: every point runs once per rate, e.g. '1,2,4,inf' (its "
+             "items and files end in -rate<R>)")
     add("--inferbench-seed", type=int, default=None, help="workload seed (default 0)")
     add("--inferbench-dataset", default=None, metavar="SPEC",
         help="what prompts are drawn from: random (default), sharegpt:PATH (ShareGPT JSON), "
@@ -184,6 +187,7 @@ class Settings:
     progress: str = "auto"
     save_requests: bool = False
     dataset: DatasetSpec = RANDOM
+    request_rates: tuple[float, ...] = ()  # a sweep: each point once per rate
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -242,6 +246,7 @@ class Settings:
             progress=opt("inferbench_progress") or "auto",
             save_requests=bool(config.getoption("inferbench_save_requests")),
             dataset=_dataset(opt("inferbench_dataset")),
+            request_rates=parse_rates(opt("inferbench_request_rates")),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -280,6 +285,23 @@ def _dataset(text: str | None) -> DatasetSpec:
         return spec
     except DatasetError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def parse_rates(text: str | None) -> tuple[float, ...]:
+    """`1,2,4,inf` -> (1.0, 2.0, 4.0, inf): requests per second, each > 0, in the order given."""
+    rates: list[float] = []
+    for word in _words(text, ","):
+        try:
+            rate = float(word)
+        except ValueError:
+            rate = math.nan
+        if not rate > 0:
+            raise pytest.UsageError(
+                f"--inferbench-request-rates {text!r}: {word!r} is not a rate > 0 (requests per "
+                "second, or inf for a closed loop), e.g. '1,2,4,inf'")
+        if rate not in rates:
+            rates.append(rate)
+    return tuple(rates)
 
 
 def parse_goodput(text: str | None) -> tuple[tuple[str, float], ...]:

@@ -180,16 +180,18 @@ class ServerConfig:
         server."""
         return dataclasses.replace(self, sweeps=(), source=Path(), line=0, name_suffix="")
 
-    def points(self) -> tuple[BenchPoint, ...]:
-        """One point per (isl, osl, conc); a point rows repeat is kept once, at its first line."""
+    def points(self, rates: tuple[float, ...] = ()) -> tuple[BenchPoint, ...]:
+        """One point per (isl, osl, conc); a point rows repeat is kept once, at its first line.
+        With a request-rate sweep (`rates`), one point per rate each, in the rates' order."""
         lines: dict[tuple[int, int, int], list[int]] = {}
         for sweep in self.sweeps:
             for conc in sweep.concurrencies:
                 lines.setdefault((sweep.isl, sweep.osl, conc), []).append(sweep.line)
         return tuple(
             BenchPoint(server=self, isl=isl, osl=osl, conc=conc, line=at[0],
-                       repeated_at=tuple(at[1:]))
+                       repeated_at=tuple(at[1:]), request_rate=rate)
             for (isl, osl, conc), at in lines.items()
+            for rate in (rates or (None,))
         )
 
 
@@ -206,6 +208,8 @@ class BenchPoint:
     prompts: tuple[str, ...] = ()  # a Python test's own prompts (empty: the random dataset)
     # A Python test's point: its test name, so its files never overwrite a recipe point's.
     tag: str = ""
+    # A request-rate sweep's rate for this point (None: the session's --inferbench-request-rate).
+    request_rate: float | None = None
 
     @property
     def name(self) -> str:
@@ -213,7 +217,11 @@ class BenchPoint:
             return f"agentic-conc{self.conc}"
         if self.prompts:
             return f"prompts{len(self.prompts)}-osl{self.osl}-conc{self.conc}"
-        return f"isl{self.isl}-osl{self.osl}-conc{self.conc}"
+        return f"isl{self.isl}-osl{self.osl}-conc{self.conc}{self.rate_suffix('-')}"
+
+    def rate_suffix(self, sep: str) -> str:
+        """`-rate2` (names) or `_rate2` (files) for a sweep's point; empty otherwise."""
+        return "" if self.request_rate is None else f"{sep}rate{self.request_rate:g}"
 
     @property
     def max_model_len(self) -> int:
@@ -231,7 +239,7 @@ class BenchPoint:
         return (
             f"{self.exp_name}_{s.precision}_{s.framework}_tp{s.tp}-ep{s.ep}-dpa{dpa}"
             f"_disagg-{disagg}_spec-{s.spec_decoding}_conc{self.conc}_{runner_name or s.runner}"
-            + (f"_{self.tag}" if self.tag else "")
+            + (f"_{self.tag}" if self.tag else "") + self.rate_suffix("_")
         )
 
     def marker_kwargs(self) -> dict[str, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -62,6 +63,8 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     if handle is None:  # setup failed; pytest already reported it, never reached in practice
         pytest.fail(f"{node.name}: server was not started", pytrace=False)
     load = load or state.load
+    if point.request_rate is not None:  # a request-rate sweep's point
+        load = dataclasses.replace(load, request_rate=point.request_rate)
     progress = progress_output(item.config, state.settings.progress)
     if progress.emit is not None:
         progress.emit(start_line(item.nodeid, point.conc, load.prompts_per_conc * point.conc,

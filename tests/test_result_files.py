@@ -135,3 +135,23 @@ def test_saved_requests_hold_one_line_per_request(pytester: pytest.Pytester) -> 
         assert line["e2el_ms"] == pytest.approx(line["ttft_ms"] + sum(line["itl_ms"]), abs=1e-6)
     ttfts = sorted(line["ttft_ms"] for line in lines)
     assert (ttfts[9] + ttfts[10]) / 2 == pytest.approx(raw["median_ttft_ms"])
+
+
+def test_a_request_rate_sweep_runs_each_point_once_per_rate(pytester: pytest.Pytester) -> None:
+    (pytester.path / "bench-master.yaml").write_text(RECIPE)
+    shutil.copytree(REPO / "benchmarks" / "launch", pytester.path / "launch")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-no-plots",
+                                           "--inferbench-prompts-per-conc", "3", "-v",
+                                           "--inferbench-request-rates", "2,inf")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*isl256-osl32-conc4-rate2 PASSED*",
+                                 "*isl256-osl32-conc4-rateinf PASSED*"])
+    points = pytester.path / "inferbench-results" / "points"
+    raws = sorted(p for p in points.iterdir() if not p.name.startswith(AGG_PREFIX))
+    rates = {p.stem.rsplit("_", 1)[1]: json.loads(p.read_text())["request_rate"] for p in raws}
+    assert rates == {"rate2": 2.0, "rateinf": "inf"}
+    result.stdout.fnmatch_lines(["* 4 @2/s *"])
+    bad = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-request-rates",
+                                        "2,0")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--inferbench-request-rates '2,0': '0' is not a rate > 0*"])
