@@ -10,6 +10,10 @@
   (otherwise the point's OSL).
 - `prefix:GROUPS:TOKENS`: random lengths, but the requests fall into GROUPS groups whose prompts
   start with the same TOKENS tokens (a system prompt or a shared document, for prefix caches).
+- `multiturn:TURNS`: conversations of TURNS turns. Each turn's prompt is the conversation so far
+  (earlier messages, and stand-in text of the planned length for earlier replies) plus a new
+  message of about ISL / TURNS tokens; a turn is sent only after the previous one finished, on
+  the same connection (closed loop only).
 
 Text datasets give the prompt text; its token count is the served model's tokenizer's when
 there is one, else the simulator's word count, so `sim` and the HTTP client count alike.
@@ -22,7 +26,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-DATASET_KINDS = ("random", "sharegpt", "jsonl", "prefix")
+DATASET_KINDS = ("random", "sharegpt", "jsonl", "prefix", "multiturn")
 
 
 class DatasetError(ValueError):
@@ -35,12 +39,15 @@ class DatasetSpec:
     path: Path | None = None  # sharegpt, jsonl
     groups: int = 0  # prefix: how many shared prefixes
     prefix_tokens: int = 0  # prefix: tokens each group's prompts share
+    turns: int = 0  # multiturn: turns per conversation
 
     def describe(self) -> str:
         if self.kind in ("sharegpt", "jsonl"):
             return f"{self.kind}:{self.path}"
         if self.kind == "prefix":
             return f"prefix:{self.groups}:{self.prefix_tokens}"
+        if self.kind == "multiturn":
+            return f"multiturn:{self.turns}"
         return self.kind
 
 
@@ -61,8 +68,11 @@ def parse_dataset(text: str) -> DatasetSpec:
         groups, _, tokens = rest.partition(":")
         if groups.isdigit() and tokens.isdigit() and int(groups) > 0:
             return DatasetSpec(kind, groups=int(groups), prefix_tokens=int(tokens))
+    if kind == "multiturn" and rest.isdigit() and int(rest) >= 2:
+        return DatasetSpec(kind, turns=int(rest))
     raise DatasetError(f"--inferbench-dataset {text}: expected random, sharegpt:PATH, "
-                       "jsonl:PATH or prefix:GROUPS:TOKENS (e.g. prefix:8:512)")
+                       "jsonl:PATH, prefix:GROUPS:TOKENS (e.g. prefix:8:512) or "
+                       "multiturn:TURNS (TURNS >= 2)")
 
 
 @dataclass(frozen=True)

@@ -245,7 +245,7 @@ class Settings:
             goodput=parse_goodput(opt("inferbench_goodput")),
             progress=opt("inferbench_progress") or "auto",
             save_requests=bool(config.getoption("inferbench_save_requests")),
-            dataset=_dataset(opt("inferbench_dataset")),
+            dataset=_dataset(opt("inferbench_dataset"), opt("inferbench_request_rate")),
             request_rates=parse_rates(opt("inferbench_request_rates")),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
@@ -277,9 +277,12 @@ def refuse_split_path_values(config: pytest.Config) -> None:
                 f"rootdir (now {config.rootpath}) and the config file; write {option}={value}")
 
 
-def _dataset(text: str | None) -> DatasetSpec:
+def _dataset(text: str | None, rate: str | None) -> DatasetSpec:
     try:
         spec = parse_dataset(text) if text else RANDOM
+        if spec.kind == "multiturn" and rate is not None and not math.isinf(float(rate)):
+            raise DatasetError(f"--inferbench-dataset {text}: a turn waits for the previous one, "
+                               "so multi-turn runs closed loop only (no --inferbench-request-rate)")
         if spec.path is not None:
             text_prompts(spec)  # a bad file is a usage error now, not a traceback per point
         return spec

@@ -75,6 +75,9 @@ class PlannedRequest:
     text_key: int
     prefix_key: int | None = None  # requests with the same key start with the same text ...
     prefix_tokens: int = 0  # ... of this many tokens
+    # Multi-turn: the text key of the earlier turn that must have finished before this one is
+    # sent; its prompt and reply open this prompt.
+    follows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,17 @@ class Workload:
     load: LoadSettings
     # Given prompt texts, by `text_key` (a test's own prompts); empty: drawn random prompts.
     texts: tuple[str, ...] = ()
+
+    def chains(self) -> list[list[int]]:
+        """The measured requests as sequences that run one after another on one connection:
+        a conversation's turns, or each request alone."""
+        chains: dict[int, list[int]] = {}
+        head: dict[int, int] = {}  # text key -> the text key its chain starts with
+        for i, r in enumerate(self.requests):
+            start = r.text_key if r.follows is None else head[r.follows]
+            head[r.text_key] = start
+            chains.setdefault(start, []).append(i)
+        return list(chains.values())
 
     @property
     def input_lens(self) -> list[int]:
@@ -146,6 +160,10 @@ def build_workload(isl: int, osl: int, conc: int, load: LoadSettings, *,
         warmup, warm_texts = draw(isl, osl, num_warmup, num, warm_rng, load, template_tokens,
                                   count_tokens)
         texts += warm_texts
+    if load.dataset.kind == "multiturn" and not math.isinf(load.request_rate):
+        raise DatasetError(f"--inferbench-dataset {load.dataset.describe()}: a turn waits for "
+                           "the previous one, so multi-turn runs closed loop only (no "
+                           "--inferbench-request-rate)")
     offsets = None if math.isinf(load.request_rate) else poisson_offsets(
         load.request_rate, num, load.seed)
     return Workload(requests=requests, warmup=warmup, send_offsets=offsets, concurrency=conc,
@@ -161,16 +179,34 @@ def _draw_lengths(isl: int, osl: int, n: int, first_key: int, rng: np.random.Ran
                   count_tokens: Callable[[str], int] | None) -> Drawn:
     """Random lengths (inputs, then outputs); with a prefix dataset, request i shares the
     first tokens of its prompt with every request of group i mod GROUPS."""
+    spec = load.dataset
     body_isl = max(isl - template_tokens, 1)
+    if spec.kind == "multiturn":
+        body_isl = max(body_isl // spec.turns, 1)  # each turn's new message
     in_lens = sample_lengths(rng, body_isl, load.range_ratio, n)
     out_lens = sample_lengths(rng, osl, load.range_ratio, n)
-    spec = load.dataset
+    if spec.kind == "multiturn":
+        return _conversations(in_lens, out_lens, spec.turns, first_key, template_tokens), ()
     prefix = spec.kind == "prefix"
     return tuple(
         PlannedRequest(a + template_tokens, b, first_key + i,
                        prefix_key=i % spec.groups if prefix else None,
                        prefix_tokens=min(spec.prefix_tokens, a - 1) if prefix else 0)
         for i, (a, b) in enumerate(zip(in_lens, out_lens, strict=True))), ()
+
+
+def _conversations(messages: list[int], replies: list[int], turns: int, first_key: int,
+                   template_tokens: int) -> tuple[PlannedRequest, ...]:
+    """Request i is turn i mod TURNS of its conversation: the conversation so far (earlier
+    messages and replies) plus message i; the template is counted once."""
+    requests: list[PlannedRequest] = []
+    context = 0
+    for i, (message, reply) in enumerate(zip(messages, replies, strict=True)):
+        first = i % turns == 0
+        context = message if first else context + replies[i - 1] + message
+        requests.append(PlannedRequest(context + template_tokens, reply, first_key + i,
+                                       follows=None if first else first_key + i - 1))
+    return tuple(requests)
 
 
 def _draw_texts(isl: int, osl: int, n: int, first_key: int, rng: np.random.RandomState,

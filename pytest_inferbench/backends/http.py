@@ -175,7 +175,8 @@ class HttpServerHandle(ServerHandle):
                 run = await run_load(slots, cfg, workload.prompts,
                                      send_offsets=workload.send_offsets,
                                      on_record=progress.on_record,
-                                     on_read=progress.on_read if progress.enabled else None)
+                                     on_read=progress.on_read if progress.enabled else None,
+                                     chains=workload.workload.chains())
                 ran_at = time.time(), time.perf_counter()
                 stats = await monitor.stop()
                 await progress.stop()

@@ -316,9 +316,12 @@ class LoadRun:
 async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
                    prompts: Sequence[Prompt], *, send_offsets: Sequence[float] | None = None,
                    on_record: Callable[[RequestRecord], None] | None = None,
-                   on_read: Callable[[], None] | None = None) -> LoadRun:
+                   on_read: Callable[[], None] | None = None,
+                   chains: Sequence[Sequence[int]] | None = None) -> LoadRun:
     """Closed loop with one worker per slot (offsets None), or an open loop sending prompt i at
-    start + offsets[i] as soon as a slot is free; at most `len(slots)` requests in flight."""
+    start + offsets[i] as soon as a slot is free; at most `len(slots)` requests in flight.
+    `chains` (closed loop): sequences a worker sends one after another (a conversation's turns);
+    default: each prompt alone."""
     records: list[RequestRecord | None] = [None] * len(prompts)
     builder = _RecordBuilder(cfg, records, on_record)
 
@@ -341,15 +344,17 @@ async def run_load(slots: Sequence[httpx.AsyncClient], cfg: ClientConfig,
     start = time.perf_counter()
     tasks: list[asyncio.Future[None]] = []
     if send_offsets is None:
-        next_index = iter(range(len(prompts)))
+        # Workers share the chains; a worker sends its chain's requests one after another.
+        next_chain = iter(chains if chains is not None else [[i] for i in range(len(prompts))])
 
         async def worker(client: httpx.AsyncClient) -> None:
-            for index in next_index:
-                if expired.is_set():
-                    not_sent(index)
-                    continue
-                done(index, await send_raw(client, cfg, prompts[index], on_read=on_read,
-                                           request=requests[index], expired=expired))
+            for chain in next_chain:
+                for index in chain:
+                    if expired.is_set():
+                        not_sent(index)
+                        continue
+                    done(index, await send_raw(client, cfg, prompts[index], on_read=on_read,
+                                               request=requests[index], expired=expired))
 
         tasks = [asyncio.ensure_future(worker(c)) for c in slots[: len(prompts)]]
     else:

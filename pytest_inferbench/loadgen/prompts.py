@@ -163,6 +163,8 @@ def render(workload: Workload, tokenizer: TextTokenizer | None = None) -> Render
     words = None if tokenizer is not None else _WordsText(workload.load.seed, longest)
 
     prefixes: dict[int, str] = {}
+    bodies: dict[int, str] = {}  # untemplated text by text key (a later turn opens with it)
+    by_key = {r.text_key: r for r in everything}
 
     def written(key: int, n: int) -> str:
         if tokenizer is not None:
@@ -174,7 +176,15 @@ def render(workload: Workload, tokenizer: TextTokenizer | None = None) -> Render
         text = texts.get(request.text_key)
         if text is None:
             body = max(request.input_tokens - workload.template_tokens, 1)
-            if workload.texts:
+            if request.follows is not None:
+                # The conversation so far, a stand-in of the earlier reply's planned length,
+                # then this turn's own message.
+                before = by_key[request.follows]
+                history = bodies[request.follows]
+                reply = written(_PREFIX_KEYS - 100_000 - request.follows, before.output_tokens)
+                own = body - (before.input_tokens - workload.template_tokens) - before.output_tokens
+                text = f"{history} {reply} {written(request.text_key, own)}"
+            elif workload.texts:
                 text = workload.texts[request.text_key]
             elif request.prefix_key is not None and request.prefix_tokens > 0:
                 # The group's shared start (keys counted down from the top of the header
@@ -184,6 +194,7 @@ def render(workload: Workload, tokenizer: TextTokenizer | None = None) -> Render
                 text = f"{shared} {written(request.text_key, body - request.prefix_tokens)}"
             else:
                 text = written(request.text_key, body)
+            bodies[request.text_key] = text
             if workload.chat_template:
                 text = _apply_template(tokenizer, text)
             texts[request.text_key] = text

@@ -10,6 +10,7 @@ token's time is the end of the engine step that produced it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -72,7 +73,8 @@ def _lengths(requests: Sequence[PlannedRequest]
 
 def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
               osl: npt.NDArray[np.int64], arrivals: npt.NDArray[np.float64], concurrency: int,
-              first_id: int) -> list[tuple[int, float, Trace]]:
+              first_id: int, chains: list[list[int]] | None = None
+              ) -> list[tuple[int, float, Trace]]:
     """Send request i when it is due and fewer than `concurrency` are in flight (the client's
     semaphore); returns (i, send time, trace) per request.
 
@@ -80,7 +82,11 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
     request at the next step boundary, as a server that queues it until its next iteration.
     """
     start = clock.now
-    pending = deque(range(len(isl)))
+    # A chain (a conversation's turns) goes on in the slot its last request freed, as the
+    # client's per-connection worker sends it; chains start in order as slots free up.
+    chains = chains if chains is not None else [[i] for i in range(len(isl))]
+    pending = deque(chain[0] for chain in chains)
+    successor = {a: b for chain in chains for a, b in itertools.pairwise(chain)}
     sent: dict[int, tuple[int, float]] = {}
     slot_free_at = deque([start] * concurrency)  # FIFO semaphore: when each permit came back
 
@@ -106,6 +112,8 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
             i, t_send = sent.pop(rid)
             done.append((i, t_send, engine.pop_trace(rid)))
             slot_free_at.append(clock.now)
+            if i in successor:
+                pending.appendleft(successor[i])
         send_due()
     return done
 
@@ -135,7 +143,8 @@ def simulate_point(config: EngineConfig, workload: Workload,
     open_loop = workload.send_offsets is not None
     arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
                 else np.zeros(len(isl)))
-    done = _run_load(engine, clock, isl, osl, arrivals, concurrency, first_id=0)
+    done = _run_load(engine, clock, isl, osl, arrivals, concurrency, first_id=0,
+                     chains=workload.chains())
     after = engine.counters()
     records: list[RequestRecord | None] = [None] * len(isl)
     queue_s = np.zeros(len(isl))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -97,3 +98,42 @@ def test_a_dataset_run_on_sim_and_a_bad_file_is_a_usage_error(pytester: pytest.P
                                         "--inferbench-dataset=jsonl:bad.jsonl")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(['*bad.jsonl:2: expected {"prompt": TEXT} with a text*'])
+
+
+def test_multiturn_prompts_grow_by_the_conversation_so_far() -> None:
+    load = LoadSettings(prompts_per_conc=3, warmup_per_conc=0, range_ratio=1.0,
+                        dataset=parse_dataset("multiturn:3"))
+    workload = point_workload(300, 20, 2, load, PLAIN)
+    # Six requests: two conversations of three turns, each turn after the one before.
+    assert workload.chains() == [[0, 1, 2], [3, 4, 5]]
+    # A new message of ISL / TURNS = 100 tokens a turn, replies of 20: 100, 220, 340.
+    assert workload.input_lens == [100, 220, 340] * 2
+    rendered = render(workload)
+    texts = [p.text for p in rendered.prompts]
+    assert [count_tokens(t) for t in texts] == workload.input_lens
+    assert texts[1].startswith(texts[0] + " ") and texts[2].startswith(texts[1] + " ")
+    assert not texts[3].startswith(texts[0])
+
+
+def test_multiturn_on_sim_sends_each_turn_after_the_previous_one(
+        pytester: pytest.Pytester) -> None:
+    (pytester.path / "bench-master.yaml").write_text(
+        master_entry(rows=["{ tp: 4, conc-list: [2] }"], isl=256, osl=32))
+    shutil.copytree(REPO / "benchmarks" / "launch", pytester.path / "launch")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-no-plots",
+                                           "--inferbench-prompts-per-conc=4",
+                                           "--inferbench-dataset=multiturn:4",
+                                           "--inferbench-save-requests")
+    result.assert_outcomes(passed=1)
+    (path,) = (pytester.path / "inferbench-results" / "requests").iterdir()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 8
+    for conversation in (lines[:4], lines[4:]):
+        for before, turn in itertools.pairwise(conversation):
+            assert turn["input_tokens"] > before["input_tokens"]
+            # Sent no earlier than the previous turn's end.
+            assert turn["send_time_s"] >= before["send_time_s"] + before["e2el_ms"] / 1000 - 1e-9
+    bad = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-request-rate=2",
+                                        "--inferbench-dataset=multiturn:4")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*multi-turn runs closed loop only*"])
