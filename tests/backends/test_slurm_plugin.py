@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("slurm")
 FAST = ("-p", "no:cacheprovider", "--inferbench-backend", "slurm",
         "--inferbench-prompts-per-conc", "2", "--inferbench-slurm-gres", "none",
         "--inferbench-slurm-args", "--mem=256M --oversubscribe", "--inferbench-slurm-time", "10",
-        "--inferbench-results", "results")
+        "--inferbench-results=results")
 
 
 def parent_pid(pid: int) -> int | None:
