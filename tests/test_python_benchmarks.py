@@ -1,5 +1,6 @@
 """The Python benchmarks in `benchmarks/python/` run as a user runs them, on the default
-backend (all but the cancelled-streams one, which needs HTTP) and that one on `sim-server`."""
+backend (all but the cancelled-streams one, which needs HTTP) and that one on `sim-server` at time
+scale 0 (a functional check: no timing judged, so a busy machine cannot fail it)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ def test_the_python_benchmarks_pass_on_the_default_backend(pytester: pytest.Pyte
 
 
 def test_the_cancelled_streams_benchmark_passes_over_http(pytester: pytest.Pytester) -> None:
+    # Survival is a functional claim: at time scale 0 no timing is measured, so a busy CI
+    # machine (client event-loop lag) cannot fail it, and no latency SLO applies.
+    functional = pytester.makefile(".yaml", no_gates="slo: []\n")
     outcome, summary = run(pytester, "-k", CANCELLED, "--inferbench-backend", "sim-server",
+                           "--inferbench-time-scale", "0", f"--inferbench-gates={functional}",
                            "--inferbench-prompts-per-conc", "2")
     outcome.assert_outcomes(passed=1)
     points = summary["points"]
