@@ -19,18 +19,10 @@ import socket
 import time
 from pathlib import Path
 
+from .pids import pid_alive
+
 RUN_FILE = "run.json"
 _TMP = re.compile(r"^\..+\.(\d+)\.[^.]+\.tmp$")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_stale_temp_files(directory: Path) -> list[str]:
@@ -40,7 +32,7 @@ def remove_stale_temp_files(directory: Path) -> list[str]:
     removed = 0
     for path in directory.rglob(".*.tmp"):
         found = _TMP.match(path.name)
-        if found and not _alive(int(found.group(1))) and path.is_file():
+        if found and not pid_alive(int(found.group(1))) and path.is_file():
             path.unlink(missing_ok=True)
             removed += 1
     return [f"removed {removed} temporary file(s) left by a writer that was killed "

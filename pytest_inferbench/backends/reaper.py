@@ -31,6 +31,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
+from ..pids import pid_alive
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import FrameType
@@ -170,21 +172,11 @@ def stop_all_tracked() -> None:
 
 # --- stale containers ----------------------------------------------------------------------
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def is_stale(labels: dict[str, str], hostname: str | None = None) -> bool:
     host, _, pid = labels.get(LABEL_OWNER, "").rpartition(":")
     if host != (hostname or socket.gethostname()) or not pid.isdigit():
         return False  # started elsewhere: we cannot tell whether its owner lives
-    return not _pid_alive(int(pid))
+    return not pid_alive(int(pid))
 
 
 def sweep_client(client: Any) -> list[str]:
