@@ -13,19 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_inferbench.metrics import summarize
+from pytest_inferbench.sim import calibration
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.workload import LoadSettings, build_workload
 
-ATOM_M3 = [
-    "python", "-m", "atom.entrypoints.openai_server", "--model", "amd/MiniMax-M3-MXFP4",
-    "--tensor-parallel-size", "4", "--kv_cache_dtype", "fp8", "--block-size", "128",
-    "--max-model-len", "32768", "--max-num-seqs", "128", "--max-num-batched-tokens", "32768",
-    "--online_quant_config",
-    '{"global_quant_config": "ptpc_fp8", "exclude": ["lm_head", "*embed*", "*vision*", '
-    '"*block_sparse_moe*"]}',
-    "--no-enable_prefix_caching", "--hf-overrides", '{"use_index_cache":true,"index_topk_freq":4}',
-]
+ATOM_M3 = list(calibration.ARGV)
+ATOM_ENV = tuple(calibration.ENV.items())
 SGLANG_MTP = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 
@@ -63,12 +57,12 @@ class Reference:
 # [lambda] lambda.ai/inference-models/<model> pages, 8 x B200 (HGX), `vllm bench serve` random,
 #          the stated input/output lengths, prompts and parallel requests.
 REFERENCES = [
-    Reference("MiniMax-M3 MXFP4, ATOM, 4xMI355X, conc 4", "atom", ATOM_M3, "MI355X",
-              8192, 1024, 4, 40, "mean_tpot_ms", 7.50, 0.8,
-              (("AITER_QUICK_REDUCE_QUANTIZATION", "INT4"),)),
-    Reference("MiniMax-M3 MXFP4, ATOM, 4xMI355X, conc 64", "atom", ATOM_M3, "MI355X",
-              8192, 1024, 64, 640, "output_throughput", 2433, 0.8,
-              (("AITER_QUICK_REDUCE_QUANTIZATION", "INT4"),)),
+    Reference("MiniMax-M3 MXFP4, ATOM, 4xMI355X, conc 4", "atom", ATOM_M3, calibration.HARDWARE,
+              calibration.ISL, calibration.OSL, 4, 40, "mean_tpot_ms",
+              calibration.MEASURED[4][1], 0.8, ATOM_ENV),
+    Reference("MiniMax-M3 MXFP4, ATOM, 4xMI355X, conc 64", "atom", ATOM_M3, calibration.HARDWARE,
+              calibration.ISL, calibration.OSL, 64, 640, "output_throughput",
+              calibration.MEASURED[64][2], 0.8, ATOM_ENV),
     Reference("gpt-oss-120b, SGLang TP8, B200, conc 1", "gist",
               sglang("openai/gpt-oss-120b"), "B200", 1024, 1024, 1, 10, "mean_tpot_ms", 2.41),
     Reference("DeepSeek-R1-0528 FP4, SGLang TP8, B200, conc 1", "gist",
