@@ -179,8 +179,8 @@ def test_wrong_tp(inferbench_server):
     assert "Traceback" not in result.stdout.str()
 
 
-def test_a_server_stops_when_its_last_user_is_done(pytester: pytest.Pytester) -> None:
-    # Two servers on real HTTP: when the second one's first user runs, the first is gone.
+def write_two_servers(pytester: pytest.Pytester) -> None:
+    """A recipe with two servers of one short point each: KEY (EAGLE3) and the plain TP4 one."""
     (pytester.path / "bench-master.yaml").write_text(
         master_entry(KEY, rows=["{ tp: 4, spec-decoding: mtp, conc-list: [1] }"], isl=64,
                      osl=8)
@@ -189,6 +189,11 @@ def test_a_server_stops_when_its_last_user_is_done(pytester: pytest.Pytester) ->
     (pytester.path / "launch").mkdir()
     shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml",
                 pytester.path / "launch")
+
+
+def test_a_server_stops_when_its_last_user_is_done(pytester: pytest.Pytester) -> None:
+    # Two servers on real HTTP: when the second one's first user runs, the first is gone.
+    write_two_servers(pytester)
     pytester.makepyfile(test_order=f'''
 import httpx
 import pytest
@@ -225,14 +230,7 @@ def test_second_user(inferbench_server):
 
 def test_indirect_parametrization_sweeps_servers_each_started_once(pytester: pytest.Pytester
                                                                    ) -> None:
-    (pytester.path / "bench-master.yaml").write_text(
-        master_entry(KEY, rows=["{ tp: 4, spec-decoding: mtp, conc-list: [1] }"], isl=64,
-                     osl=8)
-        + master_entry("minimaxm3-fp4-mi355x-atom", rows=["{ tp: 4, conc-list: [1] }"],
-                       isl=64, osl=8))
-    (pytester.path / "launch").mkdir()
-    shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml",
-                pytester.path / "launch")
+    write_two_servers(pytester)
     pytester.makepyfile(test_sweep=f'''
 import pytest
 
