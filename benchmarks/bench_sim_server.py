@@ -1,6 +1,7 @@
 """How faithfully the simulated HTTP server keeps the engine's timeline, and how fast it can go.
 
     python benchmarks/bench_sim_server.py [--concurrency 1 16 64] [--output-tokens 256]
+    python benchmarks/bench_sim_server.py --compare [--concurrency 64 256]
 
 Starts `python -m pytest_inferbench.sim serve` with the ATOM MiniMax-M3 + EAGLE3 argv on
 MI355X and, for each concurrency, streams that many completions at once. It prints:
@@ -11,6 +12,12 @@ MI355X and, for each concurrency, streams that many completions at once. It prin
 * client lag: when the client read each chunk minus when the server sent it (both on the
   system-wide monotonic clock);
 * at time scale 0, the server's ceiling in SSE chunks and tokens per second.
+
+With `--compare` it runs one closed-loop point (ISL/OSL, `--prompts-per-conc` x conc requests
+after one warmup request per slot) in process (`sim.driver`, virtual time) and against the
+server at time scale 1, measured by the project's client and by the `openai` async client,
+and prints median/p99 TTFT, TPOT and output throughput with the server's deviation from the
+in-process prediction.
 
 Numbers depend on the machine's load; they are printed, not asserted.
 """
@@ -102,10 +109,22 @@ def ceiling(conc: int, isl: int, osl: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=None)
     parser.add_argument("--input-tokens", type=int, default=1024)
-    parser.add_argument("--output-tokens", type=int, default=256)
+    parser.add_argument("--output-tokens", type=int, default=None)
+    parser.add_argument("--compare", action="store_true",
+                        help="in-process simulation vs the server, two clients")
+    parser.add_argument("--prompts-per-conc", type=int, default=3)
     args = parser.parse_args()
+    if args.compare:
+        from bench_sim_compare import compare
+
+        for conc in args.concurrency or [64, 256]:
+            compare(ATOM_MTP_ARGV, MODEL, conc, args.input_tokens, args.output_tokens or 1024,
+                    args.prompts_per_conc)
+        return
+    args.concurrency = args.concurrency or [1, 16, 64]
+    args.output_tokens = args.output_tokens or 256
     print("SIMULATED server (no GPU): timing fidelity of the HTTP layer, time scale 1")
     real_time(args.concurrency, args.input_tokens, args.output_tokens)
     ceiling(max(args.concurrency), args.input_tokens, args.output_tokens)

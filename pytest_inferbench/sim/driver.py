@@ -80,6 +80,10 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
 
     The client sends at max(due time, when its semaphore slot freed); the engine sees the
     request at the next step boundary, as a server that queues it until its next iteration.
+    A request sent at a step's end (its slot freed by that step's finish) misses the step that
+    starts there: a running engine composes its next step the instant the last one ends, while
+    the finish still has to reach the client and the new request come back. It joins the step
+    after, as it does on the HTTP server (`server.engine_loop`); an idle engine takes it at once.
     """
     start = clock.now
     # A chain (a conversation's turns) goes on in the slot its last request freed, as the
@@ -89,25 +93,42 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
     successor = {a: b for chain in chains for a, b in itertools.pairwise(chain)}
     sent: dict[int, tuple[int, float]] = {}
     slot_free_at = deque([start] * concurrency)  # FIFO semaphore: when each permit came back
+    in_transit: list[int] = []  # sent at this step end: they reach the engine during the next
+
+    def admit(i: int) -> None:
+        engine.add_request(first_id + i, int(isl[i]), int(osl[i]))
 
     def send_due() -> None:
+        busy = engine.has_work()
         while pending and len(sent) < concurrency and start + arrivals[pending[0]] <= clock.now:
             i = pending.popleft()
-            engine.add_request(first_id + i, int(isl[i]), int(osl[i]))
-            sent[first_id + i] = (i, max(start + float(arrivals[i]), slot_free_at.popleft()))
+            t_send = max(start + float(arrivals[i]), slot_free_at.popleft())
+            sent[first_id + i] = (i, t_send)
+            if busy and t_send >= clock.now:
+                in_transit.append(i)
+            else:
+                admit(i)
 
     send_due()
     done: list[tuple[int, float, Trace]] = []
-    while pending or engine.has_work():
-        if not engine.has_work():  # idle until the next arrival
-            clock.now = max(clock.now, start + float(arrivals[pending[0]]))
+    while pending or in_transit or engine.has_work():
+        if not engine.has_work():
+            if in_transit:  # an idle engine starts its next step when they arrive
+                for i in in_transit:
+                    admit(i)
+                in_transit.clear()
+                continue
+            clock.now = max(clock.now, start + float(arrivals[pending[0]]))  # idle until due
             send_due()
             continue
         due = math.inf
         if pending and len(sent) < concurrency:
             due = start + float(arrivals[pending[0]]) - clock.now
-        batch = advance(engine, MAX_STRETCH, due)
+        batch = advance(engine, 1 if in_transit else MAX_STRETCH, due)
         clock.extend(batch.durations)
+        for i in in_transit:
+            admit(i)
+        in_transit.clear()
         for rid in batch.finished:
             i, t_send = sent.pop(rid)
             done.append((i, t_send, engine.pop_trace(rid)))

@@ -1,0 +1,121 @@
+"""One closed-loop point in process and over HTTP, by two clients: does the server keep time?
+
+The in-process driver (`sim.driver`, virtual time) predicts the point; the simulated server
+(time scale 1) serves it to the project's client (`loadgen.client.run_load`) and to the
+`openai` async client driving the same closed loop (C workers, each sending its next request
+when its last one ends). Each line is the median/p99 TTFT, median/p99 TPOT and output
+throughput; the server's lines add their deviation from the prediction. Real-time numbers
+depend on the machine's load: the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+
+from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
+from pytest_inferbench.loadgen.prompts import render
+from pytest_inferbench.metrics import RequestRecord, summarize
+from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.driver import simulate_point
+from pytest_inferbench.sim.server.launcher import running_sim_server
+from pytest_inferbench.workload import LoadSettings, build_workload
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pytest_inferbench.loadgen.prompts import RenderedWorkload
+
+HARDWARE = "MI355X"
+NUM_GPUS = 4
+KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_throughput")
+
+
+def _summary(records: Sequence[RequestRecord], duration_s: float, conc: int) -> dict[str, Any]:
+    return summarize(records, duration_s=duration_s, num_prompts=len(records),
+                     max_concurrency=conc, num_gpus=NUM_GPUS)
+
+
+async def _project_client(url: str, model: str, conc: int, rendered: RenderedWorkload
+                          ) -> tuple[list[RequestRecord], float]:
+    cfg = ClientConfig(base_url=url, model=model, concurrency=conc)
+    async with connection_slots(cfg) as slots:
+        await run_load(slots, cfg, rendered.warmup)
+        start = time.perf_counter()
+        run = await run_load(slots, cfg, rendered.prompts)
+        return run.records, time.perf_counter() - start
+
+
+async def _openai_client(url: str, model: str, conc: int, rendered: RenderedWorkload
+                         ) -> tuple[list[RequestRecord], float]:
+    from openai import AsyncOpenAI
+
+    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0,
+                         http_client=httpx.AsyncClient(limits=limits, timeout=600))
+
+    async def one(text: str, isl: int, osl: int) -> RequestRecord:
+        sent = time.perf_counter()
+        times: list[float] = []
+        stream = await client.completions.create(
+            model=model, prompt=text, max_tokens=osl, stream=True,
+            extra_body={"ignore_eos": True})
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].text:
+                times.append(time.perf_counter())
+        return RequestRecord(send_time=sent, end_time=time.perf_counter(), input_tokens=isl,
+                             output_tokens=osl, success=bool(times),
+                             chunk_times=np.asarray(times))
+
+    async def closed_loop(prompts: Sequence[Any]) -> list[RequestRecord]:
+        queue = list(reversed(prompts))
+        out: list[RequestRecord] = []
+
+        async def worker() -> None:
+            while queue:
+                p = queue.pop()
+                out.append(await one(p.text, p.input_tokens, p.output_tokens))
+
+        await asyncio.gather(*(worker() for _ in range(conc)))
+        return out
+
+    async with client:
+        await closed_loop(rendered.warmup)
+        start = time.perf_counter()
+        records = await closed_loop(rendered.prompts)
+        return records, time.perf_counter() - start
+
+
+def _line(name: str, summary: dict[str, Any], reference: dict[str, Any] | None) -> str:
+    cells = []
+    for key in KEYS:
+        cell = f"{summary[key]:9.2f}"
+        if reference is not None:
+            cell += f" ({(summary[key] / reference[key] - 1) * 100:+5.1f}%)"
+        cells.append(cell)
+    return f"  {name:18s}" + "  ".join(cells)
+
+
+def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
+            prompts_per_conc: int) -> None:
+    load = LoadSettings(prompts_per_conc=prompts_per_conc, warmup_per_conc=1)
+    workload = build_workload(isl, osl, conc, load)
+    config, _ = engine_config_from_argv(list(argv), hardware=HARDWARE, env={})
+    point = simulate_point(config, workload)
+    reference = _summary(point.records, point.duration_s, conc)
+    rendered = render(workload, None)
+    print(f"conc {conc}, {isl}/{osl}, {len(workload.requests)} requests, "
+          f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
+    print(f"  {'':18s}" + "  ".join(f"{k:>17s}" if i else f"{k:>9s}"
+                                     for i, k in enumerate(KEYS)))
+    print(_line("in-process sim", reference, None))
+    for name, client in (("server, project", _project_client),
+                         ("server, openai", _openai_client)):
+        with running_sim_server(argv, ["--time-scale", "1"]) as server:
+            records, duration = asyncio.run(client(server.base_url, model, conc, rendered))
+        print(_line(name, _summary(records, duration, conc), reference), flush=True)
