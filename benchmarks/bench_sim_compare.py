@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import numpy as np
 
 from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
 from pytest_inferbench.loadgen.prompts import render
+from pytest_inferbench.loadgen.selfcheck import LoopMonitor, LoopStats
 from pytest_inferbench.metrics import RequestRecord, summarize
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.driver import simulate_point
@@ -27,8 +28,6 @@ from pytest_inferbench.sim.server.launcher import running_sim_server
 from pytest_inferbench.workload import LoadSettings, build_workload
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from pytest_inferbench.loadgen.prompts import RenderedWorkload
 
 HARDWARE = "MI355X"
@@ -41,23 +40,28 @@ def _summary(records: Sequence[RequestRecord], duration_s: float, conc: int) -> 
                      max_concurrency=conc, num_gpus=NUM_GPUS)
 
 
+Measured = tuple[Sequence[RequestRecord], float, LoopStats]
+
+
 async def _project_client(url: str, model: str, conc: int, rendered: RenderedWorkload
-                          ) -> tuple[list[RequestRecord], float]:
+                          ) -> Measured:
     cfg = ClientConfig(base_url=url, model=model, concurrency=conc)
     async with connection_slots(cfg) as slots:
         await run_load(slots, cfg, rendered.warmup)
+        monitor = LoopMonitor()
+        monitor.start()
         start = time.perf_counter()
         run = await run_load(slots, cfg, rendered.prompts)
-        return run.records, time.perf_counter() - start
+        duration = time.perf_counter() - start
+        return run.records, duration, await monitor.stop()
 
 
 async def _openai_client(url: str, model: str, conc: int, rendered: RenderedWorkload
-                         ) -> tuple[list[RequestRecord], float]:
+                         ) -> Measured:
     from openai import AsyncOpenAI
 
-    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
-    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0,
-                         http_client=httpx.AsyncClient(limits=limits, timeout=600))
+    # Its own HTTP stack and connection pool (up to 1000 connections): a third party's client.
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
 
     async def one(text: str, isl: int, osl: int) -> RequestRecord:
         sent = time.perf_counter()
@@ -86,9 +90,12 @@ async def _openai_client(url: str, model: str, conc: int, rendered: RenderedWork
 
     async with client:
         await closed_loop(rendered.warmup)
+        monitor = LoopMonitor()
+        monitor.start()
         start = time.perf_counter()
         records = await closed_loop(rendered.prompts)
-        return records, time.perf_counter() - start
+        duration = time.perf_counter() - start
+        return records, duration, await monitor.stop()
 
 
 def _line(name: str, summary: dict[str, Any], reference: dict[str, Any] | None) -> str:
@@ -117,5 +124,9 @@ def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
     for name, client in (("server, project", _project_client),
                          ("server, openai", _openai_client)):
         with running_sim_server(argv, ["--time-scale", "1"]) as server:
-            records, duration = asyncio.run(client(server.base_url, model, conc, rendered))
+            records, duration, loop = asyncio.run(client(server.base_url, model, conc,
+                                                         rendered))
         print(_line(name, _summary(records, duration, conc), reference), flush=True)
+        lag_ms = np.percentile(loop.lag_s, [90, 99]) * 1e3 if loop.lag_s.size else (0.0, 0.0)
+        print(f"  {'':18s}client self-check: event-loop lag p90 {lag_ms[0]:.1f} ms, "
+              f"p99 {lag_ms[1]:.1f} ms; client CPU {loop.cpu_fraction:.0%} of one core")
