@@ -260,21 +260,20 @@ class Settings:
 VALUE_OPTIONS: set[str] = set()
 
 
-def refuse_split_path_values(config: pytest.Config) -> None:
-    """`--inferbench-eval-data PATH` (two words) is refused when PATH lies outside the current
+def split_path_problems(config: pytest.Config) -> list[str]:
+    """`--inferbench-eval-data PATH` (two words) is a problem when PATH lies outside the current
     directory: pytest chooses the rootdir and the config file before the plugin's options are
     known, so it takes an existing PATH for a test path, and the rootdir (and .pytest_cache)
     silently moves towards PATH's folder. A PATH inside the current directory leaves them."""
     if hasattr(config, "workerinput"):
-        return  # the controller has checked the same command line
+        return []  # the controller has checked the same command line
     here = Path(config.invocation_params.dir).resolve()
     words = [str(w) for w in config.invocation_params.args]
-    for option, value in itertools.pairwise(words):
-        path = (here / value).resolve()
-        if option in VALUE_OPTIONS and path.exists() and not path.is_relative_to(here):
-            raise pytest.UsageError(
-                f"{option} {value}: pytest takes {value} for a test path when it chooses the "
-                f"rootdir (now {config.rootpath}) and the config file; write {option}={value}")
+    return [f"{option} {value}: pytest takes {value} for a test path when it chooses the "
+            f"rootdir (now {config.rootpath}) and the config file; write {option}={value}"
+            for option, value in itertools.pairwise(words)
+            if option in VALUE_OPTIONS and (here / value).resolve().exists()
+            and not (here / value).resolve().is_relative_to(here)]
 
 
 def _dataset(text: str | None, rate: str | None) -> DatasetSpec:

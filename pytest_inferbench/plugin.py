@@ -37,7 +37,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    options.refuse_split_path_values(config)
     config.addinivalue_line(
         "markers",
         "inferbench(config_key, model_prefix, framework, precision, runner, hardware, tp, ep, "

@@ -42,10 +42,14 @@ class PreflightError(Exception):
 
 def checked_settings(config: pytest.Config) -> Settings:
     """The session's settings; every problem of its options at once as a usage error."""
-    from .options import Settings
+    from .options import Settings, split_path_problems
 
-    settings = Settings.from_config(config)
-    problems = check_settings(settings)
+    problems = split_path_problems(config)
+    try:
+        settings = Settings.from_config(config)
+    except pytest.UsageError as exc:  # a value that cannot even be read: said with the others
+        raise pytest.UsageError(_usage("inferbench options", [*problems, str(exc)])) from None
+    problems += check_settings(settings)
     if problems:
         raise pytest.UsageError(_usage("inferbench options", problems))
     return settings

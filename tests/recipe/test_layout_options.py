@@ -55,3 +55,17 @@ def test_a_path_option_given_as_two_words_is_refused_before_rootdir_moves(
     (pytester.path / "test.jsonl").write_text("{}\n")
     assert collected(pytester, "--inferbench-eval-data", "test.jsonl") != []
     assert collected(pytester, "--inferbench-seed", "3") != []
+
+
+def test_a_split_path_is_reported_with_the_other_option_problems(
+        pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:
+    (pytester.path / "amd-master.yaml").write_text(master_entry("k-fp4-mi355x-atom"))
+    pytester.makeini("[pytest]\n")
+    data = tmp_path_factory.mktemp("gsm8k") / "test.jsonl"
+    data.write_text("{}\n")
+    result = pytester.runpytest("--collect-only", "-q", "--inferbench-eval-data", str(data),
+                                "--inferbench-max-failure-ratio=5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*2 problems in the inferbench options, nothing was run:",
+                                 f"*--inferbench-eval-data {data}: pytest takes*",
+                                 "*--inferbench-max-failure-ratio*"])
