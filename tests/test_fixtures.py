@@ -71,7 +71,7 @@ def check_shared_results(pytester: pytest.Pytester, result: pytest.RunResult,
     points = summary["points"]
     recipe = [p for p in points if "bench-master.yaml" in p["nodeid"]]
     python = [p for p in points if "test_bench.py" in p["nodeid"]]
-    assert [p["conc"] for p in recipe] == [1, 2]
+    assert sorted(p["conc"] for p in recipe) == [1, 2]  # under -n, in the order they finished
     assert sorted(p["conc"] for p in python) == [1, 2, 4]
     # One start of the server for all of them: every result names the same server instance.
     assert {p["server_instance"] for p in points} == {recipe[0]["server_instance"]}
