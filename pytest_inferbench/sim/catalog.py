@@ -52,6 +52,8 @@ class Hardware:
     link_bytes_per_s: float
     achievable_flops: float
     achievable_hbm: float
+    scaleup_gpus: int  # GPUs sharing the link_bytes_per_s fabric (NVLink / IF domain)
+    nic_bytes_per_s: float  # scale-out RDMA bandwidth one way per GPU
 
     def supports(self, compute_dtype: str) -> bool:
         return compute_dtype in self.peak_flops
@@ -194,6 +196,8 @@ def hardware(name: str) -> Hardware:
         link_bytes_per_s=float(d["link_gb_s"]) * 1e9,
         achievable_flops=float(d["achievable"]["flops"]),
         achievable_hbm=float(d["achievable"]["hbm"]),
+        scaleup_gpus=int(d["scaleup_gpus"]),
+        nic_bytes_per_s=float(d["nic_gb_s"]) * 1e9,
     )
 
 

@@ -109,3 +109,18 @@ def test_every_catalog_entry_loads() -> None:
         assert catalog.framework(name).step_overhead_s > 0
 
 
+
+
+def test_interconnects_per_runner() -> None:
+    # NVL72 racks are one 72-GPU NVLink domain; every other platform is an 8-GPU node.
+    for name in catalog.hardware_names():
+        hw = catalog.hardware(name)
+        assert hw.scaleup_gpus == (72 if name in ("GB200", "GB300") else 8), name
+        # The scale-up fabric is faster per GPU than the NIC, which is what makes a worker or
+        # a KV-cache transfer that leaves its domain slower.
+        assert hw.link_bytes_per_s > 4 * hw.nic_bytes_per_s, name
+    # ConnectX-8 (800 Gb/s) on Blackwell Ultra, ConnectX-7 / Pollara (400 Gb/s) before it.
+    assert catalog.hardware("GB300").nic_bytes_per_s == 2 * catalog.hardware(
+        "GB200").nic_bytes_per_s == 100e9
+    assert catalog.hardware("B300").nic_bytes_per_s == 100e9
+    assert catalog.hardware("MI355X").nic_bytes_per_s == 50e9
