@@ -35,7 +35,7 @@ from .servers import WANTS_KEY, group_with_server, pool_for, server_key
 from .state import get_session_state
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
     from .backends.base import ServerHandle
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .launch import ServerSpec
     from .options import Settings
     from .recipe import ServerConfig
+    from .record import JSONValue, PointRecord
     from .servers import Lease
 
 FIXTURES = ("inferbench_server", "inferbench_servers", "inferbench_load", "inferbench_eval",
@@ -80,10 +81,10 @@ class PointResult:
     """One point's result record (the recipe items' record: `result["p99_ttft"]`) and the
     reasons its gates failed (empty when it passed)."""
 
-    record: Mapping[str, Any]
+    record: PointRecord
     failures: tuple[str, ...]
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JSONValue:
         return self.record[key]
 
     @property
@@ -210,7 +211,7 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
                            line=(line + 1) if isinstance(line, int) else 0, prompts=texts,
                            tag=_tag(request, len(ran)))
         record = run_bench_item(request.node, point, server.lease, load, fail=check)
-        result = PointResult(record=record, failures=tuple(record["gate_failures"]))
+        result = PointResult(record=record, failures=record.gate_failures)
         ran.append(result)
         return result
 

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
+
+    import pytest
+
+    from .record import JSONValue, Record
 
 # Values this short would redact ordinary words and numbers ("1", "true"); no real token is.
 MIN_SECRET_LENGTH = 6
@@ -53,14 +58,17 @@ class Redactor:
                 text = text.replace(value, f"***{name}***")
         return _URL_USERINFO.sub(r"\1***@", text) if "@" in text else text
 
-    def scrub(self, value: Any) -> Any:
-        """A copy of a JSON-like value with every string masked (keys included)."""
+    def scrub_record(self, record: Record) -> dict[str, JSONValue]:
+        """A copy of a record with every string masked (keys included)."""
+        return {self.text(k): self._scrub(v) for k, v in record.items()}
+
+    def _scrub(self, value: JSONValue) -> JSONValue:
         if isinstance(value, str):
             return self.text(value)
-        if isinstance(value, dict):
-            return {self.scrub(k): self.scrub(v) for k, v in value.items()}
+        if isinstance(value, Mapping):
+            return self.scrub_record(value)
         if isinstance(value, (list, tuple)):
-            return type(value)(self.scrub(v) for v in value)
+            return type(value)(self._scrub(v) for v in value)
         return value
 
     def mapping(self, env: Mapping[str, str]) -> dict[str, str]:
@@ -83,7 +91,7 @@ def _url_userinfo(url: str | None) -> list[str]:
     return [p for p in found if len(p) >= MIN_SECRET_LENGTH]
 
 
-def mask_report(report: Any, redactor: Redactor) -> None:
+def mask_report(report: pytest.TestReport, redactor: Redactor) -> None:
     """A pytest report with its failure text and captured output masked (terminal, JUnit XML
     and xdist all read these)."""
     if report.longrepr is not None:

@@ -22,15 +22,18 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, percentile_label
+from .record import to_float, to_int
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from .metrics import RequestRecord
+    from .record import JSONValue, Record
 
 NAMESPACE = "inferbench"
 AGG_PREFIX = "agg_"
@@ -59,38 +62,38 @@ def runner_name(runner_type: str, explicit: str | None = None) -> str:
     return explicit or os.environ.get(RUNNER_NAME_ENV) or runner_type
 
 
-def raw_result(record: Mapping[str, Any]) -> dict[str, Any]:
+def raw_result(record: Record) -> dict[str, JSONValue]:
     """The raw point file from the point's record (`results.build_result`)."""
     missing = [key for key in RAW_KEYS if key not in record]
     if missing:
         raise KeyError(f"point record lacks benchmark_serving keys: {', '.join(missing)}")
-    raw: dict[str, Any] = {key: record[key] for key in RAW_KEYS}
+    raw: dict[str, JSONValue] = {key: record[key] for key in RAW_KEYS}
     raw["backend"] = record["client_backend"]  # the client's backend, as benchmark_serving's
     raw[NAMESPACE] = {key: value for key, value in record.items()
                       if key not in raw or value != raw[key]}
     return raw
 
 
-def point_record(raw: Mapping[str, Any]) -> dict[str, Any]:
+def point_record(raw: Record) -> dict[str, JSONValue]:
     """The full record back from a raw point file."""
     extra = raw.get(NAMESPACE)
     top = {key: value for key, value in raw.items() if key != NAMESPACE}
-    return {**top, **extra} if isinstance(extra, dict) else top
+    return {**top, **extra} if isinstance(extra, Mapping) else top
 
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def agg_result(raw: Mapping[str, Any]) -> dict[str, Any]:
+def agg_result(raw: Record) -> dict[str, JSONValue]:
     """`process_result.py`'s output for a single-node raw point file."""
     record = point_record(raw)
-    tp = int(record["tp"])
-    total = float(raw["total_token_throughput"])
-    output = float(raw["output_throughput"])
-    agg: dict[str, Any] = {
+    tp = to_int(record["tp"])
+    total = to_float(raw["total_token_throughput"])
+    output = to_float(raw["output_throughput"])
+    agg: dict[str, JSONValue] = {
         "hw": record["runner"],
-        "conc": int(raw["max_concurrency"]),
+        "conc": to_int(raw["max_concurrency"]),
         "image": record["image"],
         "model": raw["model_id"],
         "infmax_model_prefix": record["model_prefix"],
@@ -98,11 +101,11 @@ def agg_result(raw: Mapping[str, Any]) -> dict[str, Any]:
         "precision": record["precision"],
         "spec_decoding": record["spec_decoding"],
         "disagg": bool(record["disagg"]),
-        "isl": int(record["isl"]),
-        "osl": int(record["osl"]),
+        "isl": to_int(record["isl"]),
+        "osl": to_int(record["osl"]),
         "is_multinode": False,
         "tp": tp,
-        "ep": int(record["ep"]),
+        "ep": to_int(record["ep"]),
         "dp_attention": _flag(bool(record["dp_attention"])),  # an env string in InferenceX
         "tput_per_gpu": total / tp,
         "output_tput_per_gpu": output / tp,
@@ -110,9 +113,9 @@ def agg_result(raw: Mapping[str, Any]) -> dict[str, Any]:
     }
     for key, value in raw.items():
         if key.endswith("ms"):
-            agg[key.replace("_ms", "")] = float(value) / 1000.0
+            agg[key.replace("_ms", "")] = to_float(value) / 1000.0
         if "tpot" in key:
-            agg[key.replace("_ms", "").replace("tpot", "intvty")] = 1000.0 / float(value)
+            agg[key.replace("_ms", "").replace("tpot", "intvty")] = 1000.0 / to_float(value)
     if record.get("simulated"):
         agg[NAMESPACE] = {"simulated": True}
     return agg
@@ -128,11 +131,11 @@ REQUESTS_DIR = "requests"  # beside points/: `--inferbench-save-requests` writes
 
 
 def request_lines(records: Sequence[RequestRecord],
-                  mask: Callable[[str], str] = str) -> list[dict[str, Any]]:
+                  mask: Callable[[str], str] = str) -> list[dict[str, JSONValue]]:
     """One dict per request, in send order: times in seconds from the point's first send, TTFT
     and the gaps between streamed chunks (ITLs) in ms, tokens per chunk, status and error."""
     origin = min((r.send_time for r in records), default=0.0)
-    lines = []
+    lines: list[dict[str, JSONValue]] = []
     for index, r in enumerate(records):
         chunks = [float(t) for t in r.chunk_times]
         lines.append({

@@ -14,19 +14,20 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import metrics
+from .record import PointRecord, mapping, number, strings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from .backends.base import PointMeasurement
     from .launch import ServerSpec
     from .recipe import BenchPoint
+    from .record import JSONValue, Record
 
 SCHEMA_VERSION = 1
 TIMINGS_NOT_MEANINGFUL = ("timings not meaningful: the simulated server ran at time scale 0 (as "
@@ -36,7 +37,7 @@ TIMINGS_NOT_MEANINGFUL = ("timings not meaningful: the simulated server ran at t
 
 def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
              image: str | None, simulated: bool, runner_name: str | None = None
-             ) -> dict[str, Any]:
+             ) -> dict[str, JSONValue]:
     s = point.server
     return {
         "schema_version": SCHEMA_VERSION,
@@ -72,8 +73,8 @@ def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
 def build_result(point: BenchPoint, measurement: PointMeasurement, *,
                  spec: ServerSpec | None, backend: str, image: str | None = None,
                  goodput_slos: Mapping[str, float] | None = None,
-                 runner_name: str | None = None) -> dict[str, Any]:
-    """One JSON-ready dict for one point. Per-GPU numbers divide by TP, as InferenceX does."""
+                 runner_name: str | None = None) -> PointRecord:
+    """One point's record. Per-GPU numbers divide by TP, as InferenceX does."""
     result = identity(point, spec=spec, backend=backend, image=image,
                       simulated=measurement.simulated, runner_name=runner_name)
     summary = metrics.summarize(
@@ -117,8 +118,8 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
         result["client_tokens_per_chunk"] = summary["mean_tokens_per_chunk"]
     result["server_metrics"] = server
     result["client_check"] = dict(measurement.client_check)
-    result["notes"] = [*result.get("notes", []), *measurement.notes]
-    return result
+    result["notes"] = [*strings(result.get("notes")), *measurement.notes]
+    return PointRecord(result)
 
 
 # A simulated server whose step deliveries ran later than its model's clock by more than this,
@@ -127,23 +128,24 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
 MAX_MEAN_DELIVERY_LAG_S = 0.010
 
 
-def measurement_failures(result: Mapping[str, Any]) -> list[str]:
+def measurement_failures(result: Record) -> list[str]:
     """Why the point's numbers cannot be trusted: client self-check, token accounting.
 
     A verdict marked `not_applicable` is not a failure: the simulator at time scale 0 streams
     as fast as it can, so its intervals are not timings the client's lag could have distorted.
     """
     failures: list[str] = []
-    check = result.get("client_check") or {}
+    check = mapping(result.get("client_check"))
     if check and not check.get("ok", True) and not check.get("not_applicable"):
         failures.append(str(check.get("reason") or "client self-check failed"))
-    lag = (result.get("server_metrics") or {}).get("delivery_lag") or {}
-    if lag.get("steps") and lag.get("mean_s", 0.0) > MAX_MEAN_DELIVERY_LAG_S:
+    lag = mapping(mapping(result.get("server_metrics")).get("delivery_lag"))
+    steps, mean_s = number(lag.get("steps")), number(lag.get("mean_s")) or 0.0
+    if steps and mean_s > MAX_MEAN_DELIVERY_LAG_S:
         failures.append(
             f"not a valid measurement: the simulated server fell behind its own clock by "
-            f"{lag['mean_s'] * 1e3:.1f} ms per step on average over {lag['steps']:.0f} steps "
-            f"({lag.get('steps_over_5ms', 0):.0f} late by more than 5 ms; largest lag "
-            f"{lag.get('max_s_since_start', 0.0) * 1e3:.0f} ms) > "
+            f"{mean_s * 1e3:.1f} ms per step on average over {steps:.0f} steps "
+            f"({number(lag.get('steps_over_5ms')) or 0:.0f} late by more than 5 ms; largest lag "
+            f"{(number(lag.get('max_s_since_start')) or 0.0) * 1e3:.0f} ms) > "
             f"{MAX_MEAN_DELIVERY_LAG_S * 1e3:.0f} ms: the machine could not keep up")
     mismatched = result.get("token_mismatch_requests") or 0
     # Words of a real model's output only estimate its tokens: no cross-check to fail.
@@ -156,9 +158,9 @@ def measurement_failures(result: Mapping[str, Any]) -> list[str]:
     return failures
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     """Builtin types only; non-finite floats become null (JSON has no NaN)."""
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]

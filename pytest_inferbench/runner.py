@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
 from .backends.base import ServerDiedError
+from .record import PointRecord
 from .state import RESULTS_KEY, get_session_state
 
 if TYPE_CHECKING:
@@ -31,13 +32,13 @@ class RunningNode(Protocol):
 POINTS_DIR = "points"  # only the points' raw and agg files live here; run-level files beside it
 
 
-def write_point_files(results_dir: Path, result: dict[str, Any]) -> list[str]:
+def write_point_files(results_dir: Path, result: PointRecord) -> list[str]:
     """The point's raw and agg files (`result_files`); notes for what could not be written."""
     from . import result_files
     from .results import write_json_atomic
 
     raw_path, agg_path = result_files.point_paths(results_dir / POINTS_DIR,
-                                                  str(result["result_filename"]))
+                                                  result.result_filename)
     raw = result_files.raw_result(result)
     write_json_atomic(raw_path, raw)
     try:
@@ -50,7 +51,7 @@ def write_point_files(results_dir: Path, result: dict[str, Any]) -> list[str]:
 
 
 def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
-                   load: LoadSettings | None = None, *, fail: bool = True) -> dict[str, Any]:
+                   load: LoadSettings | None = None, *, fail: bool = True) -> PointRecord:
     """Run `point` (with the session's load settings unless `load` is given), record its result
     on the item and write its files; fail the item on gate failures unless `fail` is False.
     The result record is returned, `gate_failures` included."""
@@ -75,35 +76,34 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
         node.dead_reason = state.redactor.text(str(exc))
         pytest.fail(node.dead_reason, pytrace=False)
     settings = state.settings
-    result = results.build_result(
+    measured = results.build_result(
         point, measurement, spec=node.spec, backend=settings.backend,
         goodput_slos=dict(settings.goodput) or None,
-        runner_name=runner_name(point.server.runner, settings.runner_name))
-    result["nodeid"] = item.nodeid
-    result["server_instance"] = node.instance
-    result["run_id"] = state.run_id
+        runner_name=runner_name(point.server.runner, settings.runner_name),
+    ).with_values(nodeid=item.nodeid, server_instance=node.instance, run_id=state.run_id)
     # A server's error body may echo a token it was given: masked before anything keeps it.
-    result = dict(state.redactor.scrub(result))
+    measured = PointRecord(state.redactor.scrub_record(measured)).with_values(gate_failures=[])
     # What was measured is on disk before any gate reads it: a gate that fails to evaluate
     # (or an interrupt during the gates) never loses the point.
-    result["gate_failures"] = []
-    notes = list(result["notes"])
-    result["notes"] = [*notes, *write_point_files(settings.results_dir, result)]
+    notes = measured.notes
+    written = write_point_files(settings.results_dir, measured)
+    result = measured.with_values(notes=[*notes, *written])
     if settings.save_requests:
         from .result_files import REQUESTS_DIR, write_request_lines
 
         write_request_lines(settings.results_dir / REQUESTS_DIR
-                            / f"{result['result_filename']}.jsonl", measurement.records,
+                            / f"{result.result_filename}.jsonl", measurement.records,
                             mask=state.redactor.text)
     try:
         findings = gates.check_point(result, point, node.spec, settings)
         gate_failures, fields = list(findings.failures), findings.fields
     except Exception as exc:  # any gate error fails this point, never the run
         gate_failures, fields = [f"gates could not be evaluated: {type(exc).__name__}: {exc}"], {}
-    result.update({k: v for k, v in fields.items() if k not in result})
-    failures = state.redactor.scrub([*results.measurement_failures(result), *gate_failures])
-    result["gate_failures"] = failures
-    result["notes"] = [*notes, *write_point_files(settings.results_dir, result)]
+    failures = [state.redactor.text(failure)
+                for failure in [*results.measurement_failures(result), *gate_failures]]
+    judged = result.with_values(**{k: v for k, v in fields.items() if k not in result},
+                                gate_failures=failures)
+    result = judged.with_values(notes=[*notes, *write_point_files(settings.results_dir, judged)])
     item.stash.setdefault(RESULTS_KEY, []).append(result)
     item.user_properties.extend(report.result_properties(result))
     if progress.emit is not None:

@@ -6,12 +6,13 @@ import dataclasses
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .backends.base import LoadSettings, StartContext
 from .options import Settings
+from .record import PointRecord
 from .redact import Redactor
 
 if TYPE_CHECKING:
@@ -38,12 +39,12 @@ class SessionState:
 STATE_KEY = pytest.StashKey[SessionState]()
 # The result records of an item (one for a recipe point, any number for a Python test), kept
 # on the item for its report.
-RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
+RESULTS_KEY = pytest.StashKey[list[PointRecord]]()
 
 
 def create_session_state(config: pytest.Config,
                          settings: Settings | None = None) -> SessionState:
-    workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    workerinput: Mapping[str, object] = getattr(config, "workerinput", {})
     settings = worker_settings(settings or Settings.from_config(config), workerinput)
     # Workers share the controller's run id so container labels identify the whole run.
     run_id = str(workerinput.get(RUN_ID_KEY) or uuid.uuid4().hex[:12])

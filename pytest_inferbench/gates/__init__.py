@@ -20,12 +20,12 @@ Entry points for the collection code:
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..golden import GoldenAL, GoldenALError, load_golden_al, packaged
+from ..record import number as _number
 from .baseline import (
     DEFAULT_METRICS,
     Baseline,
@@ -45,11 +45,10 @@ from .rules import (
 from .speculative import speculative_decoding
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from ..launch import ServerSpec
     from ..options import Settings
     from ..recipe import BenchPoint
+    from ..record import JSONValue, Record
 
 __all__ = [
     "Gates",
@@ -145,7 +144,8 @@ def fmt(value: float, unit: str = "") -> str:
     return f"{text} {unit}" if unit else text
 
 
-def acceptance_fields(point: BenchPoint, spec: ServerSpec | None, gates: Gates) -> dict[str, Any]:
+def acceptance_fields(point: BenchPoint, spec: ServerSpec | None,
+                      gates: Gates) -> dict[str, JSONValue]:
     """Spec-decode identity and the golden AL for this point (empty when not speculative)."""
     sd = speculative_decoding(point.server, spec)
     if sd is None:
@@ -168,11 +168,11 @@ class PointFindings:
     """What the gates say of a point: its failures and the fields to record with its result."""
 
     failures: tuple[str, ...]
-    fields: Mapping[str, Any]  # acceptance_fields(): the golden AL next to the measured one
+    fields: Record  # acceptance_fields(): the golden AL next to the measured one
 
 
 def check_point(
-    result: Mapping[str, Any], point: BenchPoint, spec: ServerSpec | None, settings: Settings
+    result: Record, point: BenchPoint, spec: ServerSpec | None, settings: Settings
 ) -> PointFindings:
     """The gates of the point's recipe directory and `--inferbench-baseline` (both cached),
     applied to a result; unreadable files come back as failures naming the file and line."""
@@ -187,7 +187,7 @@ def check_point(
 
 
 def evaluate_point(
-    result: Mapping[str, Any],
+    result: Record,
     point: BenchPoint,
     spec: ServerSpec | None,
     settings: Settings,
@@ -214,7 +214,7 @@ def is_timing(metric: str) -> bool:
     return unit_of(metric) != ""
 
 
-def _timings_refused(result: Mapping[str, Any]) -> str | None:
+def _timings_refused(result: Record) -> str | None:
     """Why the result's timings cannot be judged, or None when they can."""
     if result.get("timings_meaningful", True):
         return None
@@ -222,13 +222,7 @@ def _timings_refused(result: Mapping[str, Any]) -> str | None:
             "server streamed as fast as it could)")
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _failure_ratio(result: Mapping[str, Any], allowed: float) -> list[str]:
+def _failure_ratio(result: Record, allowed: float) -> list[str]:
     total = _number(result.get("num_prompts"))
     completed = _number(result.get("completed"))
     failed = _number(result.get("failed"))
@@ -265,7 +259,7 @@ def _top_causes(errors: object) -> str:
 
 
 def _speculative(
-    result: Mapping[str, Any], point: BenchPoint, spec: ServerSpec | None
+    result: Record, point: BenchPoint, spec: ServerSpec | None
 ) -> list[str]:
     sd = speculative_decoding(point.server, spec)
     if sd is None:
@@ -296,7 +290,7 @@ def _speculative(
     return failures
 
 
-def _slo(result: Mapping[str, Any], point: BenchPoint, rules: GatesFile) -> list[str]:
+def _slo(result: Record, point: BenchPoint, rules: GatesFile) -> list[str]:
     names = (point.server.config_key, point.server.node_name)
     failures: list[str] = []
     for rule in rules.rules:
@@ -321,7 +315,7 @@ def _slo(result: Mapping[str, Any], point: BenchPoint, rules: GatesFile) -> list
     return failures
 
 
-def _metric(result: Mapping[str, Any], metric: str) -> tuple[float | None, str]:
+def _metric(result: Record, metric: str) -> tuple[float | None, str]:
     if metric == GOLDEN_AL_DELTA:
         measured = _number(result.get("acceptance_length"))
         golden = _number(result.get("golden_acceptance_length"))
@@ -339,7 +333,7 @@ def _metric(result: Mapping[str, Any], metric: str) -> tuple[float | None, str]:
     return value, "" if value is not None else f"not a number ({result[metric]!r})"
 
 
-def _regression(result: Mapping[str, Any], baseline: Baseline, rules: GatesFile,
+def _regression(result: Record, baseline: Baseline, rules: GatesFile,
                 any_setup: bool) -> list[str]:
     before = baseline.find(result)
     if before is None:

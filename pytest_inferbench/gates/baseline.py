@@ -14,13 +14,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..result_files import NAMESPACE, point_record
 from ..results import write_json_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    from ..record import JSONValue, Record
 
 # Fields that say which point a result belongs to (the first name present in each group wins).
 IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
@@ -59,7 +61,7 @@ CLIENT_FIELDS = ("dataset", "seed", "random_range_ratio", "prompts_per_conc", "w
                  "request_rate", "chat_template")
 
 
-def setup_of(result: Mapping[str, Any]) -> dict[str, Any]:
+def setup_of(result: Record) -> dict[str, JSONValue]:
     """Backend, time scale and client settings of a result (the keys it records)."""
     setup = {key: result[key] for key in SETUP_FIELDS if key in result}
     workload = result.get("workload")
@@ -68,7 +70,7 @@ def setup_of(result: Mapping[str, Any]) -> dict[str, Any]:
     return setup
 
 
-def setup_differences(now: Mapping[str, Any], then: Mapping[str, Any]) -> list[str]:
+def setup_differences(now: Record, then: Record) -> list[str]:
     """`key: then -> now` for every setup key both results record and that differs."""
     before, after = setup_of(then), setup_of(now)
     return [f"{key} {before[key]!r} -> {after[key]!r}" for key in after
@@ -96,7 +98,7 @@ def higher_is_better(metric: str) -> bool:
     )
 
 
-def identity(result: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def identity(result: Record) -> tuple[tuple[str, str], ...]:
     key: list[tuple[str, str]] = []
     for names in IDENTITY_FIELDS:
         for name in names:
@@ -109,13 +111,13 @@ def identity(result: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 @dataclass(frozen=True)
 class Baseline:
     source: Path
-    points: tuple[tuple[tuple[tuple[str, str], ...], dict[str, Any]], ...]
+    points: tuple[tuple[tuple[tuple[str, str], ...], Record], ...]
 
-    def find(self, result: Mapping[str, Any]) -> dict[str, Any] | None:
+    def find(self, result: Record) -> Record | None:
         return dict(self.points).get(identity(result))
 
 
-def _results_in(data: object) -> list[dict[str, Any]]:
+def _results_in(data: object) -> list[Record]:
     if isinstance(data, dict) and isinstance(data.get("points"), list):
         return [p for p in data["points"] if isinstance(p, dict)]
     if isinstance(data, list):
@@ -132,7 +134,7 @@ def load_baseline(path: Path) -> Baseline:
     files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
     if not path.exists():
         raise BaselineError(f"baseline {path} does not exist")
-    points: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    points: dict[tuple[tuple[str, str], ...], Record] = {}
     problems: list[str] = []
     for file in files:
         try:
@@ -156,7 +158,7 @@ def load_baseline(path: Path) -> Baseline:
     return Baseline(path, tuple(points.items()))
 
 
-def _metric_problems(file: Path, result: Mapping[str, Any]) -> list[str]:
+def _metric_problems(file: Path, result: Record) -> list[str]:
     """A compared metric that is text, a list, NaN or infinite would skip its check silently;
     null is what the writer records for a metric a point has none of (no AL, no interactivity
     at TPOT 0)."""
@@ -174,6 +176,6 @@ def _metric_problems(file: Path, result: Mapping[str, Any]) -> list[str]:
 
 
 def save_baseline(
-    path: Path, results: Iterable[Mapping[str, Any]], metadata: Mapping[str, Any]
+    path: Path, results: Iterable[Mapping[str, object]], metadata: Mapping[str, object]
 ) -> None:
     write_json_atomic(path, {"metadata": dict(metadata), "points": [dict(r) for r in results]})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,10 +25,11 @@ from .meta import run_metadata
 from .tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from pathlib import Path
 
     from ..options import Settings
+    from ..record import JSONValue, Record
+    from .tables import Row
 
 RESULTS_ATTR = "inferbench_results"
 COLLECTOR_NAME = "inferbench-report"
@@ -83,7 +84,7 @@ PROPERTY_KEYS: tuple[str, ...] = (
 )
 
 
-def _builtin(value: Any) -> object:
+def _builtin(value: JSONValue) -> JSONValue:
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -91,7 +92,7 @@ def _builtin(value: Any) -> object:
     return str(value)
 
 
-def result_properties(result: Mapping[str, Any]) -> list[tuple[str, object]]:
+def result_properties(result: Record) -> list[tuple[str, JSONValue]]:
     """Key results as builtin-typed (name, value) pairs; absent or null keys are left out."""
     return [(key, _builtin(result[key])) for key in PROPERTY_KEYS if result.get(key) is not None]
 
@@ -137,8 +138,8 @@ class ReportCollector:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.points: dict[str, dict[str, Any]] = {}  # nodeid -> row (properties + verdict)
-        self.results: dict[str, dict[str, Any]] = {}  # nodeid -> full result
+        self.points: dict[str, dict[str, object]] = {}  # nodeid -> row (properties + verdict)
+        self.results: dict[str, Row] = {}  # nodeid -> full result
         self.started = time.time()
         self.written: list[Path] = []
         self.notes: list[str] = []
@@ -160,15 +161,15 @@ class ReportCollector:
                 self._add(f"{report.nodeid}[{index}]", dict(result_properties(result)), verdict,
                           reason, result)
 
-    def _add(self, nodeid: str, row: dict[str, Any], verdict: str, reason: str,
-             result: dict[str, Any] | None) -> None:
+    def _add(self, nodeid: str, row: dict[str, object], verdict: str, reason: str,
+             result: Row | None) -> None:
         row.update({"nodeid": nodeid, "verdict": verdict, "reason": reason})
         self.points[nodeid] = row
         if isinstance(result, dict):
             self.results[nodeid] = result
 
-    def summary_points(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def summary_points(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
         for nodeid, row in self.points.items():
             if "server_node" not in row:
                 continue

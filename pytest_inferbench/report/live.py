@@ -9,14 +9,16 @@ results).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..loadgen.progress import ProgressOutput, terminal_stream
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     import pytest
+
+    from ..record import Record
 
 
 
@@ -51,7 +53,7 @@ def start_line(nodeid: str, conc: int, requests: int, rate: object) -> str:
     return f"{nodeid}: start, {requests} requests at {load}"
 
 
-def end_line(nodeid: str, result: Mapping[str, Any], failures: list[str]) -> str:
+def end_line(nodeid: str, result: Record, failures: list[str]) -> str:
     done = f"{result.get('completed')}/{result.get('num_prompts')} requests"
     took = result.get("duration")
     seconds = f" in {took:.1f} s" if isinstance(took, (int, float)) else ""

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..backends.registry import backend_info
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pytest
 
     from ..options import Settings
+    from .tables import Row
 
 
 def git_commit(cwd: str) -> str | None:
@@ -36,7 +37,7 @@ def git_commit(cwd: str) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def docker_engine(host: str | None) -> dict[str, Any] | None:
+def docker_engine(host: str | None) -> dict[str, object] | None:
     """Version facts of the Docker Engine used, or None when it cannot be reached."""
     try:
         import docker
@@ -57,8 +58,8 @@ def docker_engine(host: str | None) -> dict[str, Any] | None:
 
 
 def run_metadata(
-    config: pytest.Config, settings: Settings, points: Sequence[dict[str, Any]], started: float
-) -> dict[str, Any]:
+    config: pytest.Config, settings: Settings, points: Sequence[Row], started: float
+) -> dict[str, object]:
     redactor = Redactor.from_env(settings.pass_env, urls=(settings.base_url,))
     simulated = backend_info(settings.backend).simulated or any(
         p.get("simulated") is True for p in points

@@ -8,23 +8,23 @@ Simulated results say so in the title.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .tables import load_label
+from .tables import Row, load_label
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
 
-def _value(point: dict[str, Any], key: str) -> float | None:
+def _value(point: Row, key: str) -> float | None:
     value = point.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
 
 
-def plot_results(points: Sequence[dict[str, Any]], out_dir: Path) -> list[Path] | None:
+def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
     """Write the PNGs and return their paths; None when matplotlib is not installed."""
     try:
         import matplotlib
@@ -33,10 +33,11 @@ def plot_results(points: Sequence[dict[str, Any]], out_dir: Path) -> list[Path] 
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int, int], list[Row]] = {}
     for p in points:
         if _value(p, "tput_per_gpu") is not None:
-            key = (str(p.get("model_prefix", "model")), int(p.get("isl", 0)), int(p.get("osl", 0)))
+            key = (str(p.get("model_prefix", "model")), int(_value(p, "isl") or 0),
+                   int(_value(p, "osl") or 0))
             groups.setdefault(key, []).append(p)
     written: list[Path] = []
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -46,12 +47,12 @@ def plot_results(points: Sequence[dict[str, Any]], out_dir: Path) -> list[Path] 
             ("median_intvty", "Interactivity, median (tok/s/user)"),
             ("median_e2el", "End-to-end latency, median (s)"),
         )
-        by_node: dict[str, list[dict[str, Any]]] = {}
+        by_node: dict[str, list[Row]] = {}
         for p in group:
             by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
         for ax, (x_key, x_label) in zip(axes, panels, strict=True):
             for node, rows in sorted(by_node.items()):
-                rows = sorted(rows, key=lambda r: int(r.get("conc", 0)))
+                rows = sorted(rows, key=lambda r: int(_value(r, "conc") or 0))
                 xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), load_label(r)) for r in rows]
                 xy = [(x, y, c) for x, y, c in xy if x is not None and y is not None]
                 if not xy:

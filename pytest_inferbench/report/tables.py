@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+# A table row: a point's JUnit properties (or its record) and verdict, or an eval's.
+Row = Mapping[str, object]
 
 EVAL_PREFIX = "eval_"
 SIMULATED_NOTE = "SIMULATED: numbers predicted by the performance model, not measured on hardware"
@@ -15,22 +15,24 @@ ESTIMATED_NOTE = ("TOKEN COUNTS ESTIMATED: no local tokenizer for the served mod
                   "English words (install the `tokenizer` extra and the model's tokenizer files)")
 
 
-def _num(scale: float = 1.0, digits: int = 1) -> Callable[[Any], str]:
-    def render(value: Any) -> str:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return "-"
-        return f"{value * scale:.{digits}f}"
-
-    return render
+def _number(value: object, scale: float = 1.0, digits: int = 1) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    return f"{value * scale:.{digits}f}"
 
 
-def _al(row: Mapping[str, Any]) -> str:
-    measured = _num(digits=2)(row.get("acceptance_length"))
+def _num(key: str, scale: float = 1.0, digits: int = 1) -> Callable[[Row], str]:
+    """The renderer of one numeric property of a row."""
+    return lambda row: _number(row.get(key), scale, digits)
+
+
+def _al(row: Row) -> str:
+    measured = _number(row.get("acceptance_length"), digits=2)
     golden = row.get("golden_acceptance_length")
     return f"{measured} ({golden:.2f})" if isinstance(golden, (int, float)) else measured
 
 
-def load_label(row: Mapping[str, Any]) -> str:
+def load_label(row: Row) -> str:
     """`64` for a closed loop at concurrency 64; `64 @5/s` when a request rate limited it."""
     rate = row.get("request_rate")
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
@@ -38,59 +40,56 @@ def load_label(row: Mapping[str, Any]) -> str:
     return f"{row.get('conc', '?')} @{rate:g}/s"
 
 
-def _achieved(row: Mapping[str, Any]) -> str:
-    return _num(digits=1)(row.get("achieved_concurrency"))
-
-
-# (header, property, renderer; an empty property means the renderer reads the whole row)
-COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("ISL/OSL", "", lambda row: f"{row.get('isl', '?')}/{row.get('osl', '?')}"),
-    ("conc @rate", "", load_label),
-    ("in flight", "", _achieved),
-    ("tput/GPU tok/s", "tput_per_gpu", _num()),
-    ("out tput/GPU tok/s", "output_tput_per_gpu", _num()),
-    ("intvty tok/s/user", "median_intvty", _num()),
-    ("TTFT p50 s", "median_ttft", _num(digits=3)),
-    ("TTFT p99 s", "p99_ttft", _num(digits=3)),
-    ("TPOT p50 ms", "median_tpot", _num(1000.0, 2)),
-    ("E2EL p50 s", "median_e2el", _num(digits=2)),
-    ("AL (golden)", "", lambda row: _al(row)),
-    ("verdict", "verdict", str),
+# (header, renderer of a row)
+COLUMNS: tuple[tuple[str, Callable[[Row], str]], ...] = (
+    ("ISL/OSL", lambda row: f"{row.get('isl', '?')}/{row.get('osl', '?')}"),
+    ("conc @rate", load_label),
+    ("in flight", _num("achieved_concurrency")),
+    ("tput/GPU tok/s", _num("tput_per_gpu")),
+    ("out tput/GPU tok/s", _num("output_tput_per_gpu")),
+    ("intvty tok/s/user", _num("median_intvty")),
+    ("TTFT p50 s", _num("median_ttft", digits=3)),
+    ("TTFT p99 s", _num("p99_ttft", digits=3)),
+    ("TPOT p50 ms", _num("median_tpot", 1000.0, 2)),
+    ("E2EL p50 s", _num("median_e2el", digits=2)),
+    ("AL (golden)", _al),
+    ("verdict", lambda row: str(row.get("verdict"))),
 )
 
 
-def node_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def node_rows(rows: Iterable[Row]) -> dict[str, dict[str, list[Row]]]:
     """{node: {"points": rows sorted by isl/osl/conc, "evals": eval rows}}, nodes in name order."""
-    nodes: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    nodes: dict[str, dict[str, list[Row]]] = {}
     for row in rows:
         node = str(row.get("server_node") or row.get("eval_node") or "?")
         kind = "points" if "server_node" in row else "evals"
         nodes.setdefault(node, {"points": [], "evals": []})[kind].append(dict(row))
     for entry in nodes.values():
-        entry["points"].sort(key=lambda r: (r.get("isl", 0), r.get("osl", 0), r.get("conc", 0)))
+        entry["points"].sort(key=lambda r: tuple(_order(r.get(k)) for k in ("isl", "osl", "conc")))
     return dict(sorted(nodes.items()))
 
 
-def _cells(row: Mapping[str, Any]) -> list[str]:
-    cells = []
-    for _, key, render in COLUMNS:
-        cells.append(render(row) if not key else render(row.get(key)))
-    return cells
+def _order(value: object) -> float:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def _simulated(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
+def _cells(row: Row) -> list[str]:
+    return [render(row) for _, render in COLUMNS]
+
+
+def _simulated(entry: Mapping[str, list[Row]]) -> bool:
     return any(r.get("simulated") is True for kind in ("points", "evals") for r in entry[kind])
 
 
-def _not_timed(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
+def _not_timed(entry: Mapping[str, list[Row]]) -> bool:
     return any(r.get("timings_meaningful") is False for r in entry["points"])
 
 
-def _estimated(entry: Mapping[str, list[dict[str, Any]]]) -> bool:
+def _estimated(entry: Mapping[str, list[Row]]) -> bool:
     return any(r.get("token_counts_estimated") is True for r in entry["points"])
 
 
-def _eval_line(row: Mapping[str, Any]) -> str:
+def _eval_line(row: Row) -> str:
     scores = []
     for name in ("strict-match", "flexible-extract"):
         score = row.get(f"exact_match,{name}")
@@ -105,7 +104,7 @@ def _eval_line(row: Mapping[str, Any]) -> str:
     return f"eval {row.get('eval_task', 'gsm8k')}: {detail}{count}: {row.get('verdict')}"
 
 
-def terminal_tables(nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]]) -> list[str]:
+def terminal_tables(nodes: Mapping[str, Mapping[str, list[Row]]]) -> list[str]:
     lines: list[str] = []
     for node, entry in nodes.items():
         title = f"{node}" + (f"  [{SIMULATED_NOTE}]" if _simulated(entry) else "") + (
@@ -113,7 +112,7 @@ def terminal_tables(nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]]) -> 
             f"  [{ESTIMATED_NOTE}]" if _estimated(entry) else "")
         lines += ["", title]
         if entry["points"]:
-            table = [[h for h, _, _ in COLUMNS]] + [_cells(r) for r in entry["points"]]
+            table = [[h for h, _ in COLUMNS]] + [_cells(r) for r in entry["points"]]
             widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
             for index, row in enumerate(table):
                 lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
@@ -124,7 +123,7 @@ def terminal_tables(nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]]) -> 
 
 
 def markdown_tables(
-    nodes: Mapping[str, Mapping[str, list[dict[str, Any]]]], meta: Mapping[str, Any]
+    nodes: Mapping[str, Mapping[str, list[Row]]], meta: Row
 ) -> str:
     out = [f"## inferbench results (backend {meta.get('backend')})", ""]
     if meta.get("simulated"):
@@ -137,7 +136,7 @@ def markdown_tables(
         if _estimated(entry):
             out += [f"> {ESTIMATED_NOTE}.", ""]
         if entry["points"]:
-            out.append("| " + " | ".join(h for h, _, _ in COLUMNS) + " |")
+            out.append("| " + " | ".join(h for h, _ in COLUMNS) + " |")
             out.append("|" + "---:|" * len(COLUMNS))
             out += ["| " + " | ".join(_cells(r)) + " |" for r in entry["points"]]
             out.append("")
