@@ -150,6 +150,9 @@ class Framework:
     compute_efficiency: float
     calibration_achievable_flops: float  # realizable flops fraction of the fitted-on chip
     defaults: dict[str, Any]
+    kv_transfer_overlap: bool  # each prefill chunk's KV is sent as the chunk completes
+    kv_transfer_latency_s: float
+    kv_transfer_efficiency: float
 
 
 @cache
@@ -271,6 +274,9 @@ def framework(name: str) -> Framework:
         compute_efficiency=float(d["compute_efficiency"]),
         calibration_achievable_flops=hardware(str(d["calibrated_on"])).achievable_flops,
         defaults=dict(d["defaults"]),
+        kv_transfer_overlap=bool(d["kv_transfer"]["overlap"]),
+        kv_transfer_latency_s=float(d["kv_transfer"]["latency_ms"]) / 1e3,
+        kv_transfer_efficiency=float(d["kv_transfer"]["efficiency"]),
     )
 
 

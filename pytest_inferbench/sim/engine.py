@@ -127,7 +127,10 @@ class Engine:
         self.traces: dict[int, Trace] = {}
 
     # ----------------------------------------------------------------- requests
-    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
+    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
+                    kv_ready: bool = False) -> None:
+        """Queue a request; `kv_ready`: its prompt's KV cache was computed elsewhere (a
+        disaggregated prefill instance) and arrives with it."""
         cfg = self.config
         if request_id in self.requests:
             raise ValueError(f"request id {request_id} is already in the engine")
@@ -143,7 +146,7 @@ class Engine:
                 f"request of {prompt_tokens + max_tokens} tokens exceeds the KV cache "
                 f"({self.num_blocks} blocks of {self.block_size} tokens)")
         self.requests[request_id] = Request(request_id, prompt_tokens, max_tokens,
-                                            arrival_step=self.steps_done)
+                                            arrival_step=self.steps_done, kv_ready=kv_ready)
         self.waiting.append(request_id)
 
     def abort_request(self, request_id: int) -> None:
@@ -298,7 +301,8 @@ class Engine:
         while self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
             req = self.requests[self.waiting[0]]
             target = req.prompt_tokens + req.generated
-            if self._blocks_for(min(target, budget)) > self.free_blocks:
+            if self._blocks_for(target if req.kv_ready else min(target, budget)
+                                ) > self.free_blocks:
                 break
             self.waiting.popleft()
             slot = st.admit(req.rid, target, req.generated)
@@ -307,7 +311,10 @@ class Engine:
                 req.first_scheduled = self.steps_done
             self.running.append(slot)
             self._run_cache = None
-            budget -= self._schedule_prefill(slot, budget, chunks)
+            if req.kv_ready:
+                budget -= self._admit_with_kv(slot, req, chunks)
+            else:
+                budget -= self._schedule_prefill(slot, budget, chunks)
         if not len(decode) and not chunks and self.running:
             # Every running request is a chunked prefill stuck without blocks: free the
             # newest so the older ones can finish (vLLM preempts the same way).
@@ -343,6 +350,19 @@ class Engine:
             else decode)
         self.note_usage()
         return StepResult(duration, emitted, finished)
+
+    def _admit_with_kv(self, slot: int, req: Request, chunks: list[tuple[int, int]]) -> int:
+        """Its KV arrived: hold the prompt's blocks, compute nothing, sample the first token
+        (a chunk of no tokens that completes the prefill). A later preemption recomputes."""
+        st = self.slots
+        tokens = int(st.target[slot])
+        blocks = self._blocks_for(tokens)
+        self.free_blocks -= blocks
+        st.blocks[slot] = blocks
+        st.ctx[slot] = st.prefilled[slot] = tokens
+        req.kv_ready = False
+        chunks.append((slot, 0))
+        return 1
 
     def _schedule_prefill(self, slot: int, budget: int, chunks: list[tuple[int, int]]) -> int:
         st = self.slots
@@ -389,7 +409,8 @@ class Engine:
         budget = self.config.max_num_batched_tokens - len(self.running) * (self.k + 1)
         if budget <= 0:
             return False
-        first = self._blocks_for(min(req.prompt_tokens + req.generated, budget))
+        target = req.prompt_tokens + req.generated
+        first = self._blocks_for(target if req.kv_ready else min(target, budget))
         # Each running sequence grows by at most ceil(q / block_size) blocks per step.
         if first + len(self.running) * self._blocks_for(self.k + 1) <= self.free_blocks:
             return True

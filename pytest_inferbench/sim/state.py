@@ -37,6 +37,9 @@ class Request:
     first_scheduled: int = -1
     slot: int = -1
     generated: int = 0
+    # Its prompt's KV cache arrives computed (from a prefill instance): its first admission
+    # takes the blocks and samples the first token, computing nothing.
+    kv_ready: bool = False
     segments: list[tuple[int, IntArray]] = field(default_factory=list)
 
     def add_segment(self, first_step: int, tokens: IntArray) -> None:

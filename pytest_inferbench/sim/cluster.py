@@ -1,0 +1,308 @@
+"""A multinode deployment running: engine instances per pool, the router, KV transfers.
+
+It composes the ordinary engine (`engine.Engine`, one per worker) and keeps no clock: the
+caller advances it from event to event (`advance`), and each step's virtual duration comes
+from the instance that runs it, so instances run side by side, each on its own timeline.
+A request arrives at the router, which picks its prefill and decode instances; the prefill
+instance computes the prompt and its first token (a request of one output token there); the
+KV cache then travels (`disagg.KvTransfer`) and the decode instance admits the request once it
+has arrived and its blocks fit (`Engine.add_request(kv_ready=True)`): that admission step
+streams the first token, then it decodes. Aggregated deployments route whole requests.
+
+A stretch of identical decode steps (`stretch.advance`) runs at once on an instance up to the
+next moment anything can reach it: another instance's step end or a transfer's arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
+from .engine import Engine, RequestRejectedError
+from .state import EngineCounters
+from .stretch import advance as advance_engine
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .disagg import Pool
+
+MAX_STRETCH = 1 << 20
+
+
+class _Timeline:
+    """Start and end of every step of one instance, by the engine's step index."""
+
+    def __init__(self) -> None:
+        self.starts = np.zeros(256)
+        self.ends = np.zeros(256)
+        self.n = 0
+
+    def add(self, start: float, durations: npt.NDArray[np.float64]) -> float:
+        k = len(durations)
+        if self.n + k > len(self.ends):
+            grow = max(len(self.ends), k)
+            self.starts = np.concatenate([self.starts, np.zeros(grow)])
+            self.ends = np.concatenate([self.ends, np.zeros(grow)])
+        ends = start + np.cumsum(durations)
+        self.ends[self.n:self.n + k] = ends
+        self.starts[self.n] = start
+        self.starts[self.n + 1:self.n + k] = ends[:-1]
+        self.n += k
+        return float(ends[-1])
+
+
+@dataclass
+class _Instance:
+    role: str
+    index: int
+    engine: Engine
+    timeline: _Timeline = field(default_factory=_Timeline)
+    busy_until: float | None = None  # end of the step (or stretch) it is running
+    emitted: list[tuple[int, int]] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    load: float = 0.0  # what the load-aware router compares
+    # Requests that reached it the instant its step ended: they join the step after next.
+    deferred: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    ended_busy: bool = False  # its last step ended now with work left: it starts the next
+
+    def add(self, rid: int, prompt: int, max_tokens: int, kv_ready: bool = False) -> None:
+        """A running engine composes its next step the instant the last one ends, while a
+        request sent then (its slot freed by that step's finish) is still on its way: it
+        joins the step after, as on the HTTP server and in the single-engine driver. An
+        idle engine takes it at once."""
+        if self.busy_until is None and self.ended_busy:
+            self.deferred.append((rid, prompt, max_tokens, kv_ready))
+        else:
+            self.engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """What happened at `now`: client-visible tokens (when stepping) and finished requests."""
+
+    now: float
+    emitted: list[tuple[int, int]]
+    finished: list[int]
+
+
+@dataclass(frozen=True)
+class ClientTrace:
+    """A finished request as its client saw it (times on the cluster's timeline)."""
+
+    times: npt.NDArray[np.float64]  # when each streamed chunk left
+    tokens: npt.NDArray[np.int64]
+    first_scheduled_s: float  # when its prompt's first chunk started computing
+    transfer_s: float  # its KV transfer (0 when aggregated)
+
+
+@dataclass
+class _Flight:
+    prompt: int
+    max_tokens: int
+    prefill: int
+    decode: int
+    first_scheduled_s: float = math.nan
+    transfer_s: float = 0.0
+
+
+class Cluster:
+    def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True) -> None:
+        self.deployment = deployment
+        self.stretch = stretch
+        self.transfer = kv_transfer(deployment)
+        self.pools: list[list[_Instance]] = [
+            [self._instance(pool, i, seed) for i in range(pool.workers)]
+            for pool in deployment.pools]
+        self.instances = [inst for pool in self.pools for inst in pool]
+        self.router = Router(deployment.router, deployment.prefill.workers,
+                             deployment.decode.workers if deployment.decode else 0, seed)
+        self.now = 0.0
+        self._flights: dict[int, _Flight] = {}
+        self._transfers: list[tuple[float, int]] = []  # (arrival time, request id) heap
+        self._done: dict[int, ClientTrace] = {}
+        self.transfer_seconds: list[float] = []
+
+    def _instance(self, pool: Pool, index: int, seed: int) -> _Instance:
+        engine = Engine(replace(pool.config, seed=seed + 7919 * index + 104729 * len(pool.role)),
+                        keep_traces=True)
+        engine.report_emitted = not self.stretch
+        link = worker_link_bytes_per_s(pool.config)
+        if link != engine.cost.link_bytes_per_s:  # a worker wider than its scale-up domain
+            engine.cost = replace(engine.cost, link_bytes_per_s=link)
+        return _Instance(pool.role, index, engine)
+
+    # ----------------------------------------------------------------- requests
+    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
+        """A request reaches the router now; RequestRejectedError if it can never run."""
+        if request_id in self._flights:
+            raise ValueError(f"request id {request_id} is already in the cluster")
+        prefill_pool = self.pools[0]
+        p = self.router.pick(0, [inst.load for inst in prefill_pool])
+        d = -1
+        if len(self.pools) > 1:
+            d = self.router.pick(1, [inst.load for inst in self.pools[1]])
+            self._check_fits(self.pools[1][d].engine, prompt_tokens, max_tokens)
+            self._check_fits(prefill_pool[p].engine, prompt_tokens, 1)
+            prefill_pool[p].add(request_id, prompt_tokens, 1)
+            self.pools[1][d].load += 1
+        else:
+            self._check_fits(prefill_pool[p].engine, prompt_tokens, max_tokens)
+            prefill_pool[p].add(request_id, prompt_tokens, max_tokens)
+        prefill_pool[p].load += prompt_tokens if len(self.pools) > 1 else 1
+        self._flights[request_id] = _Flight(prompt_tokens, max_tokens, p, d)
+
+    @staticmethod
+    def _check_fits(engine: Engine, prompt_tokens: int, max_tokens: int) -> None:
+        cfg = engine.config
+        if prompt_tokens + max_tokens > cfg.max_model_len:
+            raise RequestRejectedError(
+                f"This model's maximum context length is {cfg.max_model_len} tokens. However, "
+                f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+                f"messages, {max_tokens} in the completion).")
+        need = -(-(prompt_tokens + max_tokens + engine.k) // engine.block_size)
+        if need > engine.num_blocks:
+            raise RequestRejectedError(
+                f"request of {prompt_tokens + max_tokens} tokens exceeds the KV cache of a "
+                f"{engine.config.tp}-GPU worker ({engine.num_blocks} blocks of "
+                f"{engine.block_size} tokens)")
+
+    def abort_request(self, request_id: int) -> None:
+        flight = self._flights.pop(request_id, None)
+        if flight is None:
+            return
+        self._transfers = [t for t in self._transfers if t[1] != request_id]
+        heapq.heapify(self._transfers)
+        for inst in self.instances:
+            inst.deferred = [d for d in inst.deferred if d[0] != request_id]
+            if request_id in inst.engine.requests:
+                inst.engine.abort_request(request_id)
+        self._release(flight)
+
+    def _release(self, flight: _Flight) -> None:
+        if len(self.pools) > 1:
+            self.pools[1][flight.decode].load -= 1
+        else:
+            self.pools[0][flight.prefill].load -= 1
+
+    def has_work(self) -> bool:
+        return bool(self._flights)
+
+    def pop_trace(self, request_id: int) -> ClientTrace:
+        return self._done.pop(request_id)
+
+    # ----------------------------------------------------------------- running
+    def _horizon(self, inst: _Instance, until: float) -> float:
+        """The next moment something can reach `inst`: any other instance's step end (a
+        finish sends the next request, a prefill starts a transfer), a transfer, `until`."""
+        t = until
+        for other in self.instances:
+            if other is not inst and other.busy_until is not None and other.busy_until < t:
+                t = other.busy_until
+        if self._transfers and self._transfers[0][0] < t:
+            t = self._transfers[0][0]
+        return t
+
+    def _start(self, inst: _Instance, until: float) -> None:
+        engine = inst.engine
+        if self.stretch:
+            steps = 1 if inst.deferred else MAX_STRETCH
+            batch = advance_engine(engine, steps, self._horizon(inst, until) - self.now)
+            durations, finished = batch.durations, batch.finished
+        else:
+            result = engine.step()
+            durations, finished = np.array([result.duration_s]), result.finished
+            inst.emitted = result.emitted
+        inst.busy_until = inst.timeline.add(self.now, durations)
+        inst.finished = finished
+        inst.ended_busy = False
+        for rid, prompt, max_tokens, kv_ready in inst.deferred:
+            engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
+        inst.deferred.clear()
+
+    def advance(self, until: float = math.inf) -> ClusterEvent:
+        """Run to the next event (a step's end, a transfer's arrival) or `until`, whichever
+        comes first; requests added afterwards arrive at the returned `now`."""
+        for inst in self.instances:
+            if inst.busy_until is None and inst.engine.has_work():
+                self._start(inst, until)
+        t = until
+        for inst in self.instances:
+            if inst.busy_until is not None and inst.busy_until < t:
+                t = inst.busy_until
+        if self._transfers and self._transfers[0][0] < t:
+            t = self._transfers[0][0]
+        if not math.isfinite(t):
+            return ClusterEvent(self.now, [], [])
+        self.now = max(self.now, t)
+        emitted: list[tuple[int, int]] = []
+        finished: list[int] = []
+        for inst in self.instances:
+            if inst.busy_until is not None and inst.busy_until <= self.now:
+                inst.busy_until = None
+                self._complete(inst, emitted, finished)
+                inst.ended_busy = inst.engine.has_work()
+        while self._transfers and self._transfers[0][0] <= self.now:
+            _, rid = heapq.heappop(self._transfers)
+            flight = self._flights[rid]
+            self.pools[1][flight.decode].add(rid, flight.prompt, flight.max_tokens, True)
+        return ClusterEvent(self.now, emitted, finished)
+
+    def _complete(self, inst: _Instance, emitted: list[tuple[int, int]],
+                  finished: list[int]) -> None:
+        engine, timeline = inst.engine, inst.timeline
+        if inst.role == "prefill" and self.transfer is not None:
+            for rid in inst.finished:
+                trace = engine.pop_trace(rid)
+                flight = self._flights[rid]
+                start = float(timeline.starts[trace.first_scheduled_step])
+                flight.first_scheduled_s = start
+                flight.transfer_s = self.transfer.seconds(flight.prompt, self.now - start)
+                self.transfer_seconds.append(flight.transfer_s)
+                inst.load -= flight.prompt
+                heapq.heappush(self._transfers, (self.now + flight.transfer_s, rid))
+            inst.finished = []
+            inst.emitted = []
+            return
+        emitted.extend(inst.emitted)
+        inst.emitted = []
+        for rid in inst.finished:
+            trace = engine.pop_trace(rid)
+            flight = self._flights.pop(rid)
+            self._release(flight)
+            steps = trace.steps
+            if len(steps) and steps[-1] - steps[0] + 1 == len(steps):
+                times = timeline.ends[steps[0]:steps[-1] + 1].copy()
+            else:
+                times = timeline.ends[steps]
+            first = (flight.first_scheduled_s if self.transfer is not None
+                     else float(timeline.starts[trace.first_scheduled_step]))
+            self._done[rid] = ClientTrace(times, trace.tokens, first, flight.transfer_s)
+            finished.append(rid)
+        inst.finished = []
+
+    # ----------------------------------------------------------------- metrics
+    def counters(self, role: str) -> EngineCounters:
+        """The counters of every instance of a role, added up (peaks: the highest)."""
+        snaps = [inst.engine.counters() for inst in self.instances if inst.role == role]
+        if not snaps:
+            raise ValueError(f"no {role} instances in this deployment")
+        values: dict[str, object] = {}
+        for f in fields(EngineCounters):
+            items = [getattr(s, f.name) for s in snaps]
+            if isinstance(items[0], float):
+                values[f.name] = max(items)
+            elif isinstance(items[0], tuple):
+                values[f.name] = tuple(int(sum(col)) for col in zip(*items, strict=True))
+            else:
+                values[f.name] = sum(items)
+        return EngineCounters(**values)  # type: ignore[arg-type]
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(pool[0].role for pool in self.pools)

@@ -1,0 +1,149 @@
+"""Virtual-time driver of one benchmark point against a multinode deployment (`Cluster`).
+
+The same client as `driver.py`: the point's `workload.Workload`, warmup requests first under
+the same concurrency (excluded), then the measured ones, C in flight, each finish sending the
+next at that instant (or, in an open loop, each at its offset once a slot is free). Times are
+virtual seconds from the start of the measured phase. Server metrics are scraped per role.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..metrics import RequestRecord
+from .cluster import ClientTrace, Cluster
+from .driver import SimulatedPoint
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ..workload import Workload
+    from .disagg import Deployment
+    from .state import EngineCounters
+
+
+def _run_load(cluster: Cluster, isl: list[int], osl: list[int],
+              arrivals: npt.NDArray[np.float64], concurrency: int, first_id: int
+              ) -> list[tuple[int, float, ClientTrace]]:
+    start = cluster.now
+    pending = deque(range(len(isl)))
+    in_flight: dict[int, tuple[int, float]] = {}
+    slot_free_at = deque([start] * concurrency)
+    done: list[tuple[int, float, ClientTrace]] = []
+
+    def send_due() -> None:
+        while (pending and len(in_flight) < concurrency
+               and start + arrivals[pending[0]] <= cluster.now):
+            i = pending.popleft()
+            t_send = max(start + float(arrivals[i]), slot_free_at.popleft())
+            in_flight[first_id + i] = (i, t_send)
+            cluster.add_request(first_id + i, isl[i], osl[i])
+
+    send_due()
+    while pending or in_flight:
+        due = (start + float(arrivals[pending[0]]) if pending and len(in_flight) < concurrency
+               else np.inf)
+        before = cluster.now
+        event = cluster.advance(until=due)
+        if not event.finished and event.now == before and not cluster.has_work() and (
+                due == np.inf):
+            raise RuntimeError("deployment stalled with requests in flight")
+        for rid in event.finished:
+            i, t_send = in_flight.pop(rid)
+            done.append((i, t_send, cluster.pop_trace(rid)))
+            slot_free_at.append(cluster.now)
+        send_due()
+    return done
+
+
+def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
+                              seed: int = 0) -> SimulatedPoint:
+    cluster = Cluster(deployment, seed=seed)
+    if workload.warmup:
+        warm = workload.warmup
+        _run_load(cluster, [r.input_tokens for r in warm], [r.output_tokens for r in warm],
+                  np.zeros(len(warm)), workload.concurrency, first_id=1 << 40)
+    for inst in cluster.instances:  # peaks of the measured phase only
+        inst.engine.counters_state.peak_usage = 0.0
+        inst.engine.counters_state.peak_waiting = 0
+    before = {role: cluster.counters(role) for role in cluster.roles}
+    transfers_before = len(cluster.transfer_seconds)
+    t0 = cluster.now
+    requests = workload.requests
+    open_loop = workload.send_offsets is not None
+    arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
+                else np.zeros(len(requests)))
+    done = _run_load(cluster, [r.input_tokens for r in requests],
+                     [r.output_tokens for r in requests], arrivals, workload.concurrency,
+                     first_id=0)
+    records: list[RequestRecord | None] = [None] * len(requests)
+    queue_s = np.zeros(len(requests))
+    for i, t_send, trace in done:
+        records[i] = RequestRecord(
+            send_time=t_send - t0, end_time=float(trace.times[-1]) - t0,
+            input_tokens=requests[i].input_tokens, output_tokens=int(trace.tokens.sum()),
+            success=True, chunk_times=trace.times - t0, chunk_tokens=trace.tokens,
+            scheduled_time=float(arrivals[i]) if open_loop else None)
+        queue_s[i] = max(trace.first_scheduled_s - t_send, 0.0)
+    after = {role: cluster.counters(role) for role in cluster.roles}
+    metrics = deployment_metrics(cluster, before, after)
+    transfers = cluster.transfer_seconds[transfers_before:]
+    if transfers:
+        metrics["mean_kv_transfer_ms"] = float(np.mean(transfers) * 1e3)
+        metrics["max_kv_transfer_ms"] = float(np.max(transfers) * 1e3)
+    if len(requests):
+        metrics["mean_queue_time_ms"] = float(queue_s.mean() * 1e3)
+        metrics["max_queue_time_ms"] = float(queue_s.max() * 1e3)
+    return SimulatedPoint([r for r in records if r is not None], cluster.now - t0, metrics)
+
+
+def deployment_metrics(cluster: Cluster, before: dict[str, EngineCounters],
+                       after: dict[str, EngineCounters]) -> dict[str, Any]:
+    """What scrapes of every role's counters before and after the point would say: the
+    deployment's totals as one server's keys, and each role's under its name."""
+    dep = cluster.deployment
+    serving = "decode" if dep.disaggregated else "aggregated"
+    first = "prefill" if dep.disaggregated else "aggregated"
+    a, b = after[serving], before[serving]
+    out: dict[str, Any] = {
+        "source": "simulator",
+        "deployment": dep.topology,
+        "prompt_tokens": after[first].prompt_tokens - before[first].prompt_tokens,
+        "generation_tokens": a.generation_tokens - b.generation_tokens,
+        "preemptions": sum(after[r].preemptions - before[r].preemptions for r in after),
+        "engine_steps": sum(after[r].steps - before[r].steps for r in after),
+        "max_kv_cache_usage": max(after[r].peak_kv_cache_usage for r in after),
+        "max_num_requests_waiting": max(after[r].peak_num_requests_waiting for r in after),
+        "kv_cache_capacity_tokens": sum(inst.engine.kv_capacity_tokens
+                                        for inst in cluster.instances if inst.role == serving),
+    }
+    if cluster.transfer is not None:
+        out["kv_transfer_fabric"] = cluster.transfer.fabric
+    for role in after:
+        ra, rb = after[role], before[role]
+        out[role] = {
+            "workers": sum(1 for inst in cluster.instances if inst.role == role),
+            "prompt_tokens": ra.prompt_tokens - rb.prompt_tokens,
+            "generation_tokens": ra.generation_tokens - rb.generation_tokens,
+            "preemptions": ra.preemptions - rb.preemptions,
+            "engine_steps": ra.steps - rb.steps,
+            "max_kv_cache_usage": ra.peak_kv_cache_usage,
+            "max_num_requests_waiting": ra.peak_num_requests_waiting,
+        }
+    drafts = a.spec_num_drafts - b.spec_num_drafts
+    if drafts:
+        accepted = a.spec_num_accepted_tokens - b.spec_num_accepted_tokens
+        k = cluster.pools[-1][0].engine.k
+        out.update({
+            "spec_num_drafts": drafts,
+            "spec_num_draft_tokens": a.spec_num_draft_tokens - b.spec_num_draft_tokens,
+            "spec_num_accepted_tokens": accepted,
+            "spec_accepted_histogram": [x - y for x, y in zip(
+                a.spec_accepted_histogram, b.spec_accepted_histogram, strict=True)],
+            "acceptance_length": 1.0 + accepted / drafts,
+            "acceptance_rate": accepted / (drafts * k),
+        })
+    return out

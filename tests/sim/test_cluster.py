@@ -1,0 +1,113 @@
+"""Multinode deployments: the cluster composes the ordinary engine, and a disaggregated
+request's first token is exactly its prefill, its KV transfer and its decode admission."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_inferbench.sim.cluster import Cluster
+from pytest_inferbench.sim.cluster_driver import simulate_deployment_point
+from pytest_inferbench.sim.config import EngineConfig
+from pytest_inferbench.sim.disagg import Deployment, DeploymentError, Pool, Router, kv_transfer
+from pytest_inferbench.sim.driver import simulate_point
+from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.workload import LoadSettings, build_workload
+
+M3 = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="vllm", tp=4,
+                  kv_cache_dtype="fp8", block_size=128, max_num_batched_tokens=16384,
+                  max_model_len=10000, max_num_seqs=32)
+
+
+@pytest.mark.parametrize(("conc", "rate"), [(4, None), (48, None), (16, 3.0)])
+def test_one_aggregated_worker_is_the_single_engine(conc: int, rate: float | None) -> None:
+    load = LoadSettings(request_rate=rate) if rate else LoadSettings()
+    workload = build_workload(8192, 1024, conc, load)
+    cluster = simulate_deployment_point(Deployment(Pool("aggregated", M3, 1)), workload)
+    single = simulate_point(M3, workload)
+    assert cluster.duration_s == pytest.approx(single.duration_s, rel=1e-12)
+    assert len(cluster.records) == len(single.records) == len(workload.requests)
+    for a, b in zip(cluster.records, single.records, strict=True):
+        assert a.send_time == pytest.approx(b.send_time, abs=1e-9)
+        np.testing.assert_allclose(a.chunk_times, b.chunk_times, rtol=1e-12)
+        np.testing.assert_array_equal(a.chunk_tokens, b.chunk_tokens)
+    for key in ("prompt_tokens", "generation_tokens", "preemptions", "engine_steps"):
+        assert cluster.server_metrics[key] == single.server_metrics[key], key
+
+
+def test_a_request_whose_kv_arrived_computes_nothing_and_samples_its_first_token() -> None:
+    engine = Engine(M3)
+    prompt = 8000
+    engine.add_request(1, prompt, 5, kv_ready=True)
+    first = engine.step()
+    # One sampled row reading its context, no prompt token computed.
+    cost = engine.cost.step(decode_seqs=0.0, decode_ctx=0.0, decode_ctx_win=0.0,
+                            prefill_tokens=0.0, prefill_seqs=1.0, prefill_ctx=float(prompt),
+                            prefill_ctx_win=float(min(prompt, engine.window)))
+    assert first.duration_s == pytest.approx(float(cost))
+    assert first.emitted == [(1, 1)]
+    assert engine.num_blocks - engine.free_blocks == math.ceil(prompt / M3.block_size)
+    prefilled = Engine(M3)
+    prefilled.add_request(1, prompt, 5)
+    assert prefilled.step().duration_s > 20 * first.duration_s
+    tokens = 1
+    while engine.has_work():
+        tokens += sum(n for _, n in engine.step().emitted)
+    assert tokens == 5
+
+
+def test_first_token_is_prefill_then_transfer_then_decode_admission() -> None:
+    dep = Deployment(Pool("prefill", M3, 1), Pool("decode", M3, 1))
+    prompt = 8000
+    cluster = Cluster(dep)
+    cluster.add_request(7, prompt, 3)
+    while cluster.has_work():
+        cluster.advance()
+    trace = cluster.pop_trace(7)
+    alone = Engine(M3)
+    alone.add_request(7, prompt, 1)
+    prefill_s = alone.step().duration_s
+    transfer = kv_transfer(dep)
+    assert transfer is not None and transfer.fabric == "scale-up"  # 8 GPUs: one MI355X node
+    decode = Engine(M3)
+    decode.add_request(7, prompt, 3, kv_ready=True)
+    admit_s = decode.step().duration_s
+    assert trace.transfer_s == pytest.approx(transfer.seconds(prompt, prefill_s))
+    assert trace.times[0] == pytest.approx(prefill_s + trace.transfer_s + admit_s)
+    assert list(trace.tokens) == [1, 1, 1]
+    # The transferred bytes: each of the 4 GPUs holds one of MiniMax-M3's 4 KV heads (fp8)
+    # of 60 layers, and the indexer keys (every 4th of the 57 sparse layers, 128 fp8 each).
+    per_gpu = 60 * 2 * 128 + 57 / 4 * 128
+    assert transfer.bytes_per_token == pytest.approx(per_gpu)
+
+
+def test_routers() -> None:
+    assert [Router("round-robin", 3, 1).pick(0, [0, 0, 0]) for _ in range(1)] == [0]
+    rr = Router("round-robin", 3, 2)
+    assert [rr.pick(0, [9.0, 0.0, 0.0]) for _ in range(4)] == [0, 1, 2, 0]
+    least = Router("load-aware", 3, 2)
+    assert least.pick(0, [5.0, 1.0, 3.0]) == 1
+    assert least.pick(0, [0.0, 0.0, 0.0]) == 2  # ties go in turn, after the last pick
+    a, b = Router("random", 4, 1, seed=3), Router("random", 4, 1, seed=3)
+    picks = [a.pick(0, []) for _ in range(50)]
+    assert picks == [b.pick(0, []) for _ in range(50)] and set(picks) == {0, 1, 2, 3}
+    with pytest.raises(DeploymentError, match="router policy 'sticky' unknown"):
+        Deployment(Pool("aggregated", M3, 1), router="sticky")
+
+
+def test_load_aware_routing_spreads_what_round_robin_piles_up() -> None:
+    # Two prefill workers; prompts alternate long and short, so round-robin sends every long
+    # prompt to the same worker while load-aware balances the prompt tokens.
+    small = EngineConfig(**{**M3.__dict__, "max_num_batched_tokens": 2048})
+    waits = {}
+    for policy in ("round-robin", "load-aware"):
+        cluster = Cluster(Deployment(Pool("prefill", small, 2), Pool("decode", M3, 1),
+                                     router=policy))
+        for rid in range(16):
+            cluster.add_request(rid, 8000 if rid % 2 == 0 else 500, 2)
+        while cluster.has_work():
+            cluster.advance()
+        waits[policy] = max(float(cluster.pop_trace(rid).times[0]) for rid in range(16))
+    assert waits["load-aware"] < 0.8 * waits["round-robin"]
