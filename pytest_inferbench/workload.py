@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +32,8 @@ from .datasets import RANDOM, DatasetError, DatasetSpec, text_prompts
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from .record import JSONValue
 
 WARMUP_MODES = ("same", "distinct")
 DEFAULT_RANGE_RATIO = 0.8  # InferenceX's RANDOM_RANGE_RATIO
@@ -111,7 +113,7 @@ class Workload:
     def output_lens(self) -> list[int]:
         return [r.output_tokens for r in self.requests]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JSONValue]:
         """How this workload was drawn, for the result record."""
         load = self.load
         return {

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..workload import LoadSettings
 
 __all__ = ["LoadSettings"]  # how a point loads its server lives with the workload
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from ..launch import ServerSpec
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..metrics import RequestRecord
     from ..options import Settings
     from ..recipe import BenchPoint, ServerConfig
+    from ..record import JSONValue
 
 
 class ServerStartError(RuntimeError):
@@ -55,13 +56,15 @@ class PointMeasurement:
     num_prompts: int
     max_concurrency: int
     simulated: bool
-    server_metrics: dict[str, Any] = field(default_factory=dict)  # deltas, AL, KV, preemptions
-    client_check: dict[str, Any] = field(default_factory=dict)  # self-check verdict
+    # What the server said of the point: deltas, AL, KV, preemptions.
+    server_metrics: Mapping[str, JSONValue] = field(default_factory=dict)
+    client_check: Mapping[str, JSONValue] = field(default_factory=dict)  # self-check verdict
     notes: tuple[str, ...] = ()
     # Wall-clock start of the measured phase (a simulated point: when it was simulated; its
     # virtual timeline is anchored there).
     started_unix: float | None = None
-    workload: dict[str, Any] = field(default_factory=dict)  # `Workload.describe()` and more
+    # `Workload.describe()` and more
+    workload: Mapping[str, JSONValue] = field(default_factory=dict)
     # The simulated server's clock as it announced it (0: as fast as it can, timings are not
     # meaningful); None for real servers and the in-process simulator's virtual clock.
     time_scale: float | None = None

@@ -29,7 +29,7 @@ from ..loadgen.client import (
 from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
-from ..loadgen.selfcheck import LoopMonitor, verdict
+from ..loadgen.selfcheck import FloatArray, LoopMonitor, verdict
 from ..tokenizer import count_tokens
 from ..workload import DEFAULT_STALL_TIMEOUT_S
 from .base import LoadSettings, PointMeasurement, ServerHandle
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..loadgen.prompts import RenderedWorkload, TextTokenizer
     from ..metrics import RequestRecord
     from ..recipe import BenchPoint
+    from ..record import JSONValue
 
 _UNSET: Any = object()
 
@@ -66,13 +67,13 @@ def _refused_continuous_usage(records: Sequence[RequestRecord]) -> bool:
         for r in records)
 
 
-def _dispatch_delays(records: Sequence[RequestRecord]) -> np.ndarray[Any, Any]:
+def _dispatch_delays(records: Sequence[RequestRecord]) -> FloatArray:
     return np.asarray([r.send_time - r.dispatch_time for r in records
                        if r.dispatch_time is not None], dtype=np.float64)
 
 
 def _prompt_token_check(workload: RenderedWorkload,
-                        records: Sequence[RequestRecord]) -> dict[str, Any]:
+                        records: Sequence[RequestRecord]) -> dict[str, JSONValue]:
     """Does the server's usage.prompt_tokens confirm the workload's intended lengths?"""
     pairs = [(p.input_tokens, r.input_tokens)
              for p, r in zip(workload.prompts, records, strict=True) if r.success]

@@ -9,13 +9,16 @@ ATOM `mtp_accepted_tokens` / sum of `mtp_decode_steps`, or the same from `/debug
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
+from ..record import number
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from ..record import JSONValue, Record
 
 SCRAPE_TIMEOUT_S = 10.0
 
@@ -39,7 +42,7 @@ class MissingPrometheusParser(RuntimeError):
 class Snapshot:
     counters: dict[str, float] = field(default_factory=dict)  # summed over label sets
     gauges: dict[str, float] = field(default_factory=dict)
-    mtp_stats: dict[str, Any] | None = None
+    mtp_stats: Record | None = None
     error: str = ""
     # The simulated server's own self-check (`/debug/inferbench/info`): how far its step
     # deliveries fell behind its model's clock, cumulative since it started.
@@ -80,7 +83,7 @@ async def scrape(client: httpx.AsyncClient, simulated: bool = False) -> Snapshot
     if response.status_code != 200:
         return Snapshot(error=f"/metrics: HTTP {response.status_code}")
     counters, gauges = parse_metrics(response.text)
-    mtp: dict[str, Any] | None = None
+    mtp: Record | None = None
     if any(name.startswith("atom:") for name in (*counters, *gauges)):
         try:
             stats = await client.get("/debug/mtp_stats", timeout=SCRAPE_TIMEOUT_S)
@@ -120,24 +123,24 @@ def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -
     return after[name] - before.get(name, 0.0)
 
 
-def _mtp_al(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> float | None:
+def _mtp_al(before: Record | None, after: Record | None) -> float | None:
     if not after or not after.get("enabled", True):
         return None
     before = before or {}
 
-    def steps(stats: Mapping[str, Any]) -> float:
+    def steps(stats: Record) -> float:
         dist = stats.get("distribution") or {}
-        return float(sum(float(v) for v in dist.values())) if isinstance(dist, dict) else 0.0
+        return sum(number(v) or 0.0 for v in dist.values()) if isinstance(dist, Mapping) else 0.0
 
     d_steps = steps(after) - steps(before)
-    d_acc = float(after.get("total_accepted_tokens", 0)) - float(
-        before.get("total_accepted_tokens", 0))
+    d_acc = (number(after.get("total_accepted_tokens")) or 0.0) - (
+        number(before.get("total_accepted_tokens")) or 0.0)
     return 1.0 + d_acc / d_steps if d_steps > 0 else None
 
 
-def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, Any]:
+def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
     """Counter deltas, gauges after, acceptance length, KV usage and preemptions."""
-    out: dict[str, Any] = {}
+    out: dict[str, JSONValue] = {}
     if before.error or after.error:
         out["scrape_error"] = before.error or after.error
     deltas = {name: after.counters[name] - before.counters.get(name, 0.0)

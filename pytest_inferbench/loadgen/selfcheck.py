@@ -12,9 +12,13 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from ..record import JSONValue
 
 DEFAULT_INTERVAL_S = 0.002  # short enough to land inside the stalls it is looking for
 # Typical lag (p90) may be at most this fraction of the median interval being measured ...
@@ -29,7 +33,7 @@ MAX_DISPATCH_SHARE = 0.05
 HIGH_CPU_FRACTION = 0.9
 
 
-FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,8 @@ class LoopMonitor:
 
 
 def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
-            dispatch_delay_s: FloatArray | None = None, busy_s: float = 0.0) -> dict[str, Any]:
+            dispatch_delay_s: FloatArray | None = None,
+            busy_s: float = 0.0) -> dict[str, JSONValue]:
     """The `client_check` dict: ok, reason, lag statistics (ms), dispatch delay, CPU.
 
     `dispatch_delay_s` holds, per request, how long the client took from deciding to send it
@@ -94,7 +99,7 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
     delays = dispatch_delay_s if dispatch_delay_s is not None else np.zeros(0)
     waited = float(delays.sum())
     share = waited / (waited + busy_s) if waited + busy_s > 0 else 0.0
-    check: dict[str, Any] = {
+    check: dict[str, JSONValue] = {
         "ok": True,
         "reason": "",
         "lag_samples": int(lag.size),
