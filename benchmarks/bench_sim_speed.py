@@ -15,7 +15,12 @@ master files (`DIR/.github/configs/{amd,nvidia}-master.yaml`, 2973 points) with 
 launch specs, over `--jobs` processes, and prints the whole-matrix wall time and every failure
 by cause:
 
-    python benchmarks/bench_sim_speed.py --matrix ../shared/inferencex --jobs 2
+    python benchmarks/bench_sim_speed.py --matrix ../shared/inferencex --jobs 2 [--pytest]
+
+With `--pytest` it also times the real `pytest .github/configs -m "not eval"` in a temporary
+copy of the checkout (`-n JOBS` when JOBS > 1): wall and CPU seconds (pytest and its workers),
+and pytest's own summary line. The matrix's multinode, disaggregated and agentic entries are
+collected there too (they skip).
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ import argparse
 import collections
 import multiprocessing
 import os
+import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,7 +55,10 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="processes for --matrix")
     args = parser.parse_args()
     if args.matrix is not None:
-        return run_matrix(args.matrix, args.jobs, args.filter)
+        status = run_matrix(args.matrix, args.jobs, args.filter)
+        if args.pytest:
+            status = time_matrix_pytest(args.matrix, args.jobs) or status
+        return status
     recipe = load_recipe(HERE / "amd-master.yaml")
     servers = [s for s in recipe.servers if s.model_prefix == "minimaxm3"
                and s.hardware == "MI355X" and s.framework == "atom"
@@ -151,6 +162,33 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str) -> int:
     for cause, n in causes.most_common():
         print(f"  {n} failures: {cause}")
     return 0 if done == total else 1
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_matrix_pytest(checkout: Path, jobs: int) -> int:
+    """The real run a user types in an InferenceX checkout, in a throwaway copy of it."""
+    with tempfile.TemporaryDirectory(prefix="inferbench-matrix-") as tmp:
+        copy = Path(tmp) / "inferencex"
+        shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git"))
+        argv = [sys.executable, "-m", "pytest", ".github/configs", "-m", "not eval", "-q",
+                "-p", "no:cacheprovider"]
+        if jobs > 1:
+            argv += ["-n", str(jobs), "--dist", "loadgroup"]
+        c0, t0 = _children_cpu(), time.perf_counter()
+        proc = subprocess.run(argv, cwd=copy, capture_output=True, text=True, check=False)
+        wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
+    lines = [line for line in proc.stdout.splitlines() if " in " in line and "passed" in line]
+    tail = (lines or proc.stdout.strip().splitlines()[-1:] or ["(no output)"])[-1]
+    print(f"pytest .github/configs -m 'not eval'{f' -n {jobs}' if jobs > 1 else ''}: "
+          f"{wall:.1f} s wall, {cpu:.1f} s CPU (target: <= 60 s wall), exit "
+          f"{proc.returncode}: {tail.strip('= ')}")
+    if proc.returncode not in (0, 1):
+        print(proc.stdout[-3000:] + proc.stderr[-3000:])
+    return proc.returncode
 
 
 if __name__ == "__main__":

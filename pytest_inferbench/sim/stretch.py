@@ -37,13 +37,13 @@ def advance(engine: Engine, max_steps: int, max_duration_s: float = math.inf) ->
 
 def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
                 ) -> StepBatch | None:
-    """Run the stretch if the engine is in one (at least 2 steps); else None.
+    """Run the stretch if the engine is in one (one step or more); else None.
 
     It stops after the step that reaches `max_duration_s` (an arrival the caller must hand to
     the engine before the next step is scheduled).
     """
     st = engine.slots
-    if not engine.running or max_steps < 2:
+    if not engine.running or max_steps < 1:
         return None
     idx = engine.run_array()
     q = engine.k + 1
@@ -53,7 +53,7 @@ def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
         return None
     p0 = st.p[idx]
     n = min(int((st.plan_steps[idx] - p0).min()), max_steps)
-    if n < 2:
+    if n < 1:
         return None
     steps = np.arange(n, dtype=np.int64)
     if engine.k:
@@ -71,7 +71,7 @@ def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
         over = np.nonzero(extra > engine.free_blocks)[0]
         if len(over):
             n = int(over[0])
-            if n < 2:
+            if n < 1:
                 return None
             ctx = ctx[:, :n]
     win = engine.window
