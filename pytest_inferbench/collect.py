@@ -23,7 +23,7 @@ from .servers import group_with_server, pool_for, server_key
 from .state import get_session_state
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from .backends.base import ServerHandle
     from .launch import ServerSpec
@@ -164,7 +164,7 @@ class BenchItem(pytest.Function):
         return self.parent
 
 
-def _bench_callobj() -> Any:
+def _bench_callobj() -> Callable[[pytest.FixtureRequest], None]:
     """A fresh function per item: pytest keys fixture closures and marks on the function."""
     from .runner import run_bench_item
 

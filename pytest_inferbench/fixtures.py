@@ -149,7 +149,7 @@ def inferbench_servers(request: pytest.FixtureRequest) -> Callable[..., Server]:
     config key, shared through the pool; the test holds it until it ends."""
     _use(request.config)
 
-    def start(config_key: str, *, recipe: str | None = None, **selectors: Any) -> Server:
+    def start(config_key: str, *, recipe: str | None = None, **selectors: object) -> Server:
         try:
             server = find_server(request.config, config_key, recipe=recipe, **selectors)
         except ServerSelectError as exc:

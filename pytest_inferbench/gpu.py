@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from docker.types import Ulimit
 
 ROCM_DEVICE = Path("/dev/kfd")
 NVIDIA_DEVICE = Path("/dev/nvidiactl")
@@ -84,8 +87,8 @@ class GpuPreset:
     gpu_ids: tuple[int, ...]
     shm_size: str = "64g"
 
-    def docker_kwargs(self) -> dict[str, Any]:
-        common: dict[str, Any] = {
+    def docker_kwargs(self) -> dict[str, object]:
+        common: dict[str, object] = {
             "ipc_mode": "host",
             "shm_size": self.shm_size,
             "ulimits": _ulimits(),
@@ -110,7 +113,7 @@ class GpuPreset:
         }
 
 
-def _ulimits() -> list[Any]:
+def _ulimits() -> list[Ulimit]:
     import docker.types
 
     return [docker.types.Ulimit(name="memlock", soft=-1, hard=-1),

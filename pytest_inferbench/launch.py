@@ -133,11 +133,11 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             f"(looked for {path} and the packaged {packaged_launch_dir() / path.name}; "
             "expected <model-prefix>_<precision>_<gpu>_<framework>.yaml)")
     try:
-        data = yamllines.to_python(yamllines.compose(yamllines.read_text(path))) or {}
+        read = yamllines.to_python(yamllines.compose(yamllines.read_text(path))) or {}
     except yamllines.YamlSyntaxError as exc:
         raise LaunchSpecError(f"{path}: YAML syntax error at line {exc.line}: {exc.problem}"
                               ) from None
-    _check_keys(path, "", data, LAUNCH_KEYS)
+    data = _check_keys(path, "", read, LAUNCH_KEYS)
     command = _str_list(path, "command", data.get("command", []))
     args = _str_list(path, "args", data.get("args", []))
     env = _str_dict(path, "env", data.get("env", {}))
@@ -185,9 +185,10 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             "/").endswith(("/completions", "/chat/completions")):
         raise LaunchSpecError(f"{path}: client.endpoint: {endpoint!r} (expected "
                               "/v1/completions or /v1/chat/completions)")
-    if not isinstance(client.get("use-chat-template", False), bool):
+    use_chat_template = client.get("use-chat-template", False)
+    if not isinstance(use_chat_template, bool):
         raise LaunchSpecError(f"{path}: client.use-chat-template: "
-                              f"{client['use-chat-template']!r} (expected true or false)")
+                              f"{use_chat_template!r} (expected true or false)")
     return ServerSpec(
         image=str(data.get("image") or server.image),
         argv=argv,
@@ -200,7 +201,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         hardware=server.hardware,
         framework=server.framework,
         client=ClientOptions(
-            use_chat_template=client.get("use-chat-template", False),
+            use_chat_template=use_chat_template,
             endpoint=endpoint,
         ),
         launch_file=path,
@@ -223,7 +224,7 @@ def _place_overlay_args(path: Path, args: list[str], overlay_args: list[str]) ->
     return args[:marks[0]] + overlay_args + args[marks[0] + 1:]
 
 
-def _roles(path: Path, data: dict[str, Any], command: list[str], env: dict[str, str],
+def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[str, str],
            values: dict[str, str]) -> tuple[RoleSpec, ...]:
     """The `roles:` form: each role's argv is its `command` (else the top-level one) and its
     `args`; its env is the top-level env with the role's on top."""
@@ -299,7 +300,7 @@ def _fill(word: str, values: dict[str, str]) -> str:
 
 
 def _check_keys(path: Path, where: str, value: object, allowed: tuple[str, ...]
-                ) -> dict[str, Any]:
+                ) -> dict[str, object]:
     if not isinstance(value, dict):
         raise LaunchSpecError(f"{path}: {where or '<top level>'}: expected a mapping")
     unknown = sorted(set(value) - set(allowed))

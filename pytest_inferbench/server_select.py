@@ -14,7 +14,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -123,7 +123,7 @@ def names_server(item: pytest.Item) -> bool:
 
 
 def find_server(config: pytest.Config, config_key: str, *, recipe: str | os.PathLike[str] | None
-                = None, **selectors: Any) -> ServerConfig:
+                = None, **selectors: object) -> ServerConfig:
     unknown = sorted(set(selectors) - set(SELECTORS))
     if unknown:
         raise ServerSelectError(f"{MARKER}({config_key!r}): unknown selector "

@@ -8,7 +8,7 @@ PyYAML was built with it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -102,12 +102,12 @@ def line_of(node: Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def scalar(node: ScalarNode) -> Any:
+def scalar(node: ScalarNode) -> object:
     """The Python value of a scalar, typed as YAML's safe schema reads it."""
     return to_python(node)
 
 
-def to_python(node: Node | None) -> Any:
+def to_python(node: Node | None) -> object:
     """The Python value of a node and everything below it (safe schema)."""
     if node is None:
         return None

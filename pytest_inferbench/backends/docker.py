@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .. import gpu
@@ -29,6 +29,9 @@ from .reaper import make_client
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from docker import DockerClient
+    from docker.models.containers import Container as DockerContainer
 
     from ..launch import ServerSpec
     from ..recipe import ServerConfig
@@ -91,7 +94,7 @@ def container_name(ctx: StartContext, node: str, port: int) -> str:
     return f"inferbench-{ctx.run_id[:8]}-{ctx.worker_id}-{slug}"[:100] + f"-{port}"
 
 
-def ensure_image(client: Any, image: str, skip_pull: bool, redactor: Redactor) -> None:
+def ensure_image(client: DockerClient, image: str, skip_pull: bool, redactor: Redactor) -> None:
     import docker.errors
 
     try:
@@ -115,7 +118,8 @@ def ensure_image(client: Any, image: str, skip_pull: bool, redactor: Redactor) -
 class Container:
     """A started container: state, streamed log, idempotent stop-and-remove."""
 
-    def __init__(self, name: str, client: Any, container: Any, log_path: Path,
+    def __init__(self, name: str, client: DockerClient, container: DockerContainer,
+                 log_path: Path,
                  redactor: Redactor) -> None:
         self.name = name
         self.client = client
@@ -176,8 +180,8 @@ class DockerBackend(Backend):
                                 spec=spec, ctx=ctx)
 
 
-def create_and_start(client: Any, image: str, kwargs: dict[str, Any], node: str,
-                     redactor: Redactor) -> Any:
+def create_and_start(client: DockerClient, image: str, kwargs: Mapping[str, object], node: str,
+                     redactor: Redactor) -> DockerContainer:
     """Create, then start: a container whose start fails is removed, not left `Created`."""
     import docker.errors
 
@@ -198,7 +202,7 @@ def create_and_start(client: Any, image: str, kwargs: dict[str, Any], node: str,
 
 
 def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,
-               port: int) -> dict[str, Any]:
+               port: int) -> dict[str, object]:
     """Everything for containers.run besides the image; argv stays a list end to end."""
     settings = ctx.options
     argv = spec.argv_for_port(port)
@@ -208,7 +212,7 @@ def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,
     volumes.update(parse_mounts(environ.get(MOUNTS_ENV, "")))
     passed = {name: environ[name] for name in settings.pass_env if name in environ}
     env = {**cache_env, **spec.env_dict, **passed}
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     try:
         preset = gpu.preset_for_node(spec.hardware, spec.gpu_count, settings.gpus,
                                      server.node_name)
@@ -216,7 +220,8 @@ def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,
         raise ServerStartError(str(exc)) from None
     if preset is not None:
         kwargs = preset.docker_kwargs()
-        env.update(kwargs.pop("environment", {}))
+        gpu_env = kwargs.pop("environment", {})
+        env.update(gpu_env if isinstance(gpu_env, dict) else {})
     return {
         **kwargs,
         "entrypoint": list(argv[:1]),

@@ -29,7 +29,7 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Union
 
 from ..pids import pid_alive
 
@@ -37,10 +37,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import FrameType
 
+    from docker import DockerClient
+    from docker.models.containers import Container
+
     from ..options import Settings
 
 # What signal.getsignal() returns: a handler, SIG_DFL / SIG_IGN, or None (set outside Python).
-SignalHandler = Union["Callable[[int, FrameType | None], Any]", int, signal.Handlers, None]
+SignalHandler = Union["Callable[[int, FrameType | None], object]", int, signal.Handlers, None]
 
 LABEL_RUN = "inferbench.run"
 LABEL_WORKER = "inferbench.worker"
@@ -68,7 +71,7 @@ def _docker_errors() -> tuple[type[BaseException], ...]:
     return (docker.errors.NotFound, docker.errors.APIError, requests.exceptions.ConnectionError)
 
 
-def stop_container(container: Any, grace_s: float = GRACE_S) -> None:
+def stop_container(container: Container, grace_s: float = GRACE_S) -> None:
     """Stop (SIGTERM, then SIGKILL after grace_s) and remove; no error if already gone."""
     grace_s = INTERRUPTED_GRACE_S if _interrupted.is_set() else grace_s
     errors = _docker_errors()
@@ -179,7 +182,7 @@ def is_stale(labels: dict[str, str], hostname: str | None = None) -> bool:
     return not pid_alive(int(pid))
 
 
-def sweep_client(client: Any) -> list[str]:
+def sweep_client(client: DockerClient) -> list[str]:
     """Remove this host's inferbench containers whose owning process is gone; their names."""
     removed = []
     for container in client.containers.list(all=True, filters={"label": LABEL_OWNER}):
@@ -189,7 +192,7 @@ def sweep_client(client: Any) -> list[str]:
     return removed
 
 
-def make_client(host: str | None) -> Any:
+def make_client(host: str | None) -> DockerClient:
     """A client for `host` (tcp://, unix://, ssh://) or, when None, DOCKER_HOST / the socket."""
     import docker
 

@@ -139,7 +139,7 @@ class ChangelogItem(pytest.Item):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
 
-    def reportinfo(self) -> tuple[Any, int, str]:
+    def reportinfo(self) -> tuple[Path, int, str]:
         line = self.entry.line if self.entry else 1
         return self.path, line - 1, f"{self.name} (line {line})"
 
@@ -167,7 +167,7 @@ class HistoryItem(pytest.Item):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
 
-    def reportinfo(self) -> tuple[Any, int, str]:
+    def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, "history"
 
 

@@ -17,6 +17,7 @@ from ..state import get_session_state
 from .thresholds import thresholds_path
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from ..backends.base import ServerHandle
@@ -53,7 +54,7 @@ class EvalItem(pytest.Function):
         assert self.parent is not None and hasattr(self.parent, "server")
         return cast("EvalNode", self.parent)
 
-    def reportinfo(self) -> tuple[Any, int, str]:
+    def reportinfo(self) -> tuple[Path, int, str]:
         node = self.server_node
         return node.path, node.server.line - 1, f"{node.name}::{self.name}"
 
@@ -73,7 +74,7 @@ def make_eval_item(node: pytest.Collector, server: ServerConfig) -> EvalItem | N
     return EvalItem.from_parent(node, name=EVAL_ITEM_NAME, callobj=_eval_callobj())
 
 
-def _eval_callobj() -> Any:
+def _eval_callobj() -> Callable[[pytest.FixtureRequest], None]:
     def eval_gsm8k(request: pytest.FixtureRequest) -> None:
         """GSM8K 5-shot against this server node; both lm-eval filters must pass."""
         from .item import run_eval_item  # the eval's HTTP client stack, only when one runs

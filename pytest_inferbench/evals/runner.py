@@ -118,7 +118,7 @@ def plan_eval(target: ServerConfig | BenchPoint, spec: ServerSpec | None) -> Eva
             launched = argv_value(spec.argv, "max_model_len")
         except ArgvError:
             launched = None
-        context = launched or context
+        context = launched if isinstance(launched, int) and launched else context
     native = native_context_length(server.model)
     if native is not None and context > native:
         context = native

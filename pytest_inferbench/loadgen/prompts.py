@@ -19,7 +19,7 @@ Requests with the same `text_key` (InferenceX's repeated warmup prompt) get the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -59,7 +59,8 @@ class TextTokenizer(Protocol):
 
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
     def decode(self, ids: Sequence[int]) -> str: ...
-    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+    def apply_chat_template(self, conversation: list[dict[str, str]], *,
+                            add_generation_prompt: bool, tokenize: bool) -> object: ...
 
 
 def load_local_tokenizer(model: str) -> TextTokenizer | None:

@@ -138,7 +138,7 @@ def _parse(args: list[str]) -> _Parsed:
     return out
 
 
-def argv_value(argv: Sequence[str], field: str) -> Any | None:
+def argv_value(argv: Sequence[str], field: str) -> int | float | str | None:
     """What a launch argv sets one field to (e.g. "max_model_len" from `--max-model-len` or
     `--context-length`), typed; None when the argv does not set it."""
     values = _parse(_strip_program(argv)).values

@@ -27,9 +27,12 @@ import sys
 import sysconfig
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest_inferbench
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 IMAGE = "inferbench-sim:local"
 DIGEST_LABEL = "inferbench.simimage"
@@ -99,7 +102,7 @@ def image_changes() -> list[str]:
     ]
 
 
-def ensure_image(client: Any, tag: str = IMAGE, rebuild: bool = False) -> str:
+def ensure_image(client: DockerClient, tag: str = IMAGE, rebuild: bool = False) -> str:
     """Import the image unless an identical one exists; returns its tag.
 
     The image records a digest of its contents (root tarball and settings such as PATH) in
