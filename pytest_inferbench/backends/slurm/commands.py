@@ -48,12 +48,9 @@ def salloc_argv(settings: SlurmSettings, *, name: str, comment: str, nodes: int,
     """`salloc --no-shell` for one server node: it returns once the nodes are granted."""
     argv = ["salloc", "--no-shell", f"--job-name={name}", f"--comment={comment}",
             f"--nodes={nodes}"]
-    if settings.partition:
-        argv.append(f"--partition={settings.partition}")
-    if settings.account:
-        argv.append(f"--account={settings.account}")
-    if settings.time:
-        argv.append(f"--time={settings.time}")
+    given = (("partition", settings.partition), ("account", settings.account),
+             ("time", settings.time))
+    argv += [f"--{flag}={value}" for flag, value in given if value]
     if settings.exclusive:
         argv.append("--exclusive")
     if settings.gres and gpus_per_node > 0:

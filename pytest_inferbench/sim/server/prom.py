@@ -9,13 +9,13 @@ Counters only ever grow; every value comes from the engine, none is estimated he
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping
 
     from prometheus_client.core import Metric
 
@@ -72,7 +72,7 @@ def snapshot_from_engine(engine: EngineLike) -> MetricsSnapshot:
     )
 
 
-def mtp_stats(snapshot: MetricsSnapshot) -> dict[str, Any]:
+def mtp_stats(snapshot: MetricsSnapshot) -> dict[str, object]:
     """ATOM's `/debug/mtp_stats` body."""
     steps = sum(snapshot.accepted_histogram)
     return {
@@ -89,89 +89,94 @@ def mtp_stats(snapshot: MetricsSnapshot) -> dict[str, Any]:
     }
 
 
-def _family(kind: str, name: str, doc: str, labels: list[str]) -> Any:
+def _family(kind: str, name: str, doc: str,
+            labels: list[str]) -> CounterMetricFamily | GaugeMetricFamily:
     if kind == "counter":
         return CounterMetricFamily(name, doc, labels=labels)
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-class _Builder:
-    def __init__(self, model: str) -> None:
-        self.model = model
-        self.families: list[Metric] = []
+@dataclass(frozen=True)
+class _Fact:
+    """One engine quantity: its kind and help text, how a snapshot gives it, and its name in
+    each persona that exports it (vLLM, ATOM, SGLang). A series (`label`) is one sample per
+    index of a tuple; a speculative fact is exported only while the engine drafts."""
 
-    def add(self, kind: str, name: str, doc: str, value: float,
-            extra: dict[str, str] | None = None) -> None:
-        extra = extra or {}
-        family = _family(kind, name, doc, ["model_name", *extra])
-        family.add_metric([self.model, *extra.values()], value)
-        self.families.append(family)
-
-    def add_series(self, kind: str, name: str, doc: str, label: str,
-                   values: tuple[int, ...]) -> None:
-        family = _family(kind, name, doc, ["model_name", label])
-        for index, value in enumerate(values):
-            family.add_metric([self.model, str(index)], value)
-        self.families.append(family)
+    kind: str
+    doc: str
+    read: Callable[[MetricsSnapshot], float | tuple[int, ...]]
+    names: Mapping[str, str]  # persona -> its name for the fact
+    speculative: bool = False
+    label: str = ""
 
 
-def _vllm(s: MetricsSnapshot, b: _Builder) -> None:
-    b.add("gauge", "vllm:num_requests_running", "Requests in the running batch.", s.running)
-    b.add("gauge", "vllm:num_requests_waiting", "Requests waiting to be scheduled.", s.waiting)
-    b.add("gauge", "vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", s.kv_usage)
-    b.add("counter", "vllm:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens)
-    b.add("counter", "vllm:generation_tokens", "Generated tokens.", s.generation_tokens)
-    b.add("counter", "vllm:request_success", "Finished requests.", s.requests_finished)
-    b.add("counter", "vllm:num_preemptions", "Preempted requests.", s.preemptions)
-    if s.spec_tokens:
-        b.add("counter", "vllm:spec_decode_num_drafts", "Verify steps.", s.verify_steps)
-        b.add("counter", "vllm:spec_decode_num_draft_tokens", "Draft tokens.", s.draft_tokens)
-        b.add("counter", "vllm:spec_decode_num_accepted_tokens", "Accepted draft tokens.",
-              s.accepted_tokens)
-        b.add_series("counter", "vllm:spec_decode_num_accepted_tokens_per_pos",
-                     "Accepted draft tokens by draft position.", "position",
-                     s.accepted_per_position)
+# In exposition order; a persona exports the facts it has a name for.
+_FACTS: tuple[_Fact, ...] = (
+    _Fact("gauge", "Requests in the running batch.", lambda s: s.running,
+          {"vllm": "vllm:num_requests_running", "atom": "atom:requests_running",
+           "sglang": "sglang:num_running_reqs"}),
+    _Fact("gauge", "Requests waiting to be scheduled.", lambda s: s.waiting,
+          {"vllm": "vllm:num_requests_waiting", "atom": "atom:requests_waiting",
+           "sglang": "sglang:num_queue_reqs"}),
+    _Fact("gauge", "KV blocks in use.", lambda s: s.kv_blocks_used,
+          {"atom": "atom:kv_cache_blocks_used"}),
+    _Fact("gauge", "KV blocks free.", lambda s: s.kv_blocks_total - s.kv_blocks_used,
+          {"atom": "atom:kv_cache_blocks_free"}),
+    _Fact("gauge", "KV blocks.", lambda s: s.kv_blocks_total,
+          {"atom": "atom:kv_cache_blocks_total"}),
+    _Fact("gauge", "KV-cache usage, 1 = full.", lambda s: s.kv_usage,
+          {"vllm": "vllm:kv_cache_usage_perc", "atom": "atom:kv_cache_usage_ratio",
+           "sglang": "sglang:token_usage"}),
+    _Fact("counter", "Prefill tokens processed.", lambda s: s.prompt_tokens,
+          {"vllm": "vllm:prompt_tokens", "atom": "atom:prompt_tokens",
+           "sglang": "sglang:prompt_tokens"}),
+    _Fact("counter", "Generated tokens.", lambda s: s.generation_tokens,
+          {"vllm": "vllm:generation_tokens", "atom": "atom:generation_tokens",
+           "sglang": "sglang:generation_tokens"}),
+    _Fact("counter", "Finished requests.", lambda s: s.requests_finished,
+          {"vllm": "vllm:request_success", "atom": "atom:requests_finished",
+           "sglang": "sglang:num_requests"}),
+    _Fact("counter", "Preempted (retracted) requests.", lambda s: s.preemptions,
+          {"vllm": "vllm:num_preemptions", "atom": "atom:preemptions",
+           "sglang": "sglang:num_preemptions"}),
+    _Fact("gauge", "Engine counters are available.", lambda s: 1,
+          {"atom": "atom:metrics_snapshot_available"}),
+    _Fact("counter", "Verify steps.", lambda s: s.verify_steps,
+          {"vllm": "vllm:spec_decode_num_drafts"}, speculative=True),
+    _Fact("counter", "Draft tokens proposed.", lambda s: s.draft_tokens,
+          {"vllm": "vllm:spec_decode_num_draft_tokens", "atom": "atom:mtp_draft_tokens"},
+          speculative=True),
+    _Fact("counter", "Accepted draft tokens.", lambda s: s.accepted_tokens,
+          {"vllm": "vllm:spec_decode_num_accepted_tokens", "atom": "atom:mtp_accepted_tokens"},
+          speculative=True),
+    _Fact("counter", "Accepted draft tokens by draft position.",
+          lambda s: s.accepted_per_position,
+          {"vllm": "vllm:spec_decode_num_accepted_tokens_per_pos"}, speculative=True,
+          label="position"),
+    _Fact("counter", "Verify steps by accepted draft tokens.", lambda s: s.accepted_histogram,
+          {"atom": "atom:mtp_decode_steps"}, speculative=True, label="accepted_tokens"),
+    _Fact("gauge", "Accepted / drafted.", lambda s: s.acceptance_rate,
+          {"atom": "atom:mtp_acceptance_rate"}, speculative=True),
+    _Fact("gauge", "Acceptance length: tokens per verify step.", lambda s: s.tokens_per_forward,
+          {"atom": "atom:mtp_average_tokens_per_forward", "sglang": "sglang:spec_accept_length"},
+          speculative=True),
+)
 
 
-def _atom(s: MetricsSnapshot, b: _Builder) -> None:
-    b.add("gauge", "atom:requests_running", "Requests in the running batch.", s.running)
-    b.add("gauge", "atom:requests_waiting", "Requests waiting to be scheduled.", s.waiting)
-    b.add("gauge", "atom:kv_cache_blocks_used", "KV blocks in use.", s.kv_blocks_used)
-    b.add("gauge", "atom:kv_cache_blocks_free", "KV blocks free.",
-          s.kv_blocks_total - s.kv_blocks_used)
-    b.add("gauge", "atom:kv_cache_blocks_total", "KV blocks.", s.kv_blocks_total)
-    b.add("gauge", "atom:kv_cache_usage_ratio", "KV-cache usage, 1 = full.", s.kv_usage)
-    b.add("counter", "atom:requests_finished", "Finished requests.", s.requests_finished)
-    b.add("counter", "atom:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens)
-    b.add("counter", "atom:generation_tokens", "Generated tokens.", s.generation_tokens)
-    b.add("counter", "atom:preemptions", "Preempted requests.", s.preemptions)
-    b.add("gauge", "atom:metrics_snapshot_available", "Engine counters are available.", 1)
-    if s.spec_tokens:
-        b.add("counter", "atom:mtp_draft_tokens", "Draft tokens proposed.", s.draft_tokens)
-        b.add("counter", "atom:mtp_accepted_tokens", "Draft tokens accepted.", s.accepted_tokens)
-        b.add_series("counter", "atom:mtp_decode_steps",
-                     "Verify steps by accepted draft tokens.", "accepted_tokens",
-                     s.accepted_histogram)
-        b.add("gauge", "atom:mtp_acceptance_rate", "Accepted / drafted.", s.acceptance_rate)
-        b.add("gauge", "atom:mtp_average_tokens_per_forward", "Tokens per verify step.",
-              s.tokens_per_forward)
-
-
-def _sglang(s: MetricsSnapshot, b: _Builder) -> None:
-    b.add("gauge", "sglang:num_running_reqs", "Requests in the running batch.", s.running)
-    b.add("gauge", "sglang:num_queue_reqs", "Requests waiting to be scheduled.", s.waiting)
-    b.add("gauge", "sglang:token_usage", "KV-cache usage, 1 = full.", s.kv_usage)
-    b.add("counter", "sglang:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens)
-    b.add("counter", "sglang:generation_tokens", "Generated tokens.", s.generation_tokens)
-    b.add("counter", "sglang:num_requests", "Finished requests.", s.requests_finished)
-    b.add("counter", "sglang:num_preemptions", "Preempted (retracted) requests.", s.preemptions)
-    if s.spec_tokens:
-        b.add("gauge", "sglang:spec_accept_length", "Mean acceptance length.",
-              s.tokens_per_forward)
-
-
-_WRITERS: dict[str, Callable[[MetricsSnapshot, _Builder], None]] = {
-    "vllm": _vllm, "atom": _atom, "sglang": _sglang}
+def _families(persona: str, model: str, s: MetricsSnapshot) -> Iterator[Metric]:
+    for fact in _FACTS:
+        name = fact.names.get(persona)
+        if name is None or (fact.speculative and not s.spec_tokens):
+            continue
+        value = fact.read(s)
+        family = _family(fact.kind, name, fact.doc,
+                         ["model_name", fact.label] if fact.label else ["model_name"])
+        if isinstance(value, tuple):
+            for index, count in enumerate(value):
+                family.add_metric([model, str(index)], count)
+        else:
+            family.add_metric([model], value)
+        yield family
 
 
 class EngineCollector:
@@ -179,18 +184,16 @@ class EngineCollector:
 
     def __init__(self, persona: str, model: str, snapshot: Callable[[], MetricsSnapshot],
                  latency: LatencyHistograms | None = None) -> None:
-        if persona not in _WRITERS:
+        if persona not in PERSONAS:
             raise ValueError(f"unknown persona {persona!r}: expected one of {', '.join(PERSONAS)}")
-        self._write = _WRITERS[persona]
+        self._persona = persona
         self._model = model
         self._snapshot = snapshot
         # Only vLLM's latency histogram names are known; other personas do not export them.
         self._latency = latency if persona == "vllm" else None
 
     def collect(self) -> Iterator[Metric]:
-        builder = _Builder(self._model)
-        self._write(self._snapshot(), builder)
-        yield from builder.families
+        yield from _families(self._persona, self._model, self._snapshot())
         if self._latency is not None:
             yield from self._latency.families(self._model)
 
