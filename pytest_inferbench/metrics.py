@@ -26,13 +26,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from .record import to_float
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+
+    from .record import JSONValue
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -249,11 +253,12 @@ def _goodput(lat: Mapping[str, FloatArray], slos_ms: Mapping[str, float]) -> int
     return int(good.sum())
 
 
-def inferencex_keys(summary: Mapping[str, Any], num_gpus: int) -> dict[str, float | None]:
+def inferencex_keys(summary: Mapping[str, JSONValue], num_gpus: int
+                    ) -> dict[str, float | None]:
     """The keys InferenceX `process_result.py` derives (single node: GPUs = TP)."""
     out: dict[str, float | None] = {}
-    total = float(summary["total_token_throughput"])
-    output = float(summary["output_throughput"])
+    total = to_float(summary["total_token_throughput"])
+    output = to_float(summary["output_throughput"])
     gpus = max(num_gpus, 1)
     out["tput_per_gpu"] = total / gpus
     out["output_tput_per_gpu"] = output / gpus
@@ -283,7 +288,7 @@ def summarize(
     num_gpus: int,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     goodput_slos: Mapping[str, float] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, JSONValue]:
     """The vLLM `benchmark_serving` result keys and the InferenceX aggregates for one point.
 
     `goodput_slos` maps ttft/tpot/e2el to a limit in ms; a request is good when it meets all.
@@ -306,7 +311,7 @@ def summarize(
     mismatched = int(np.count_nonzero(chunk_token_sums != flat.output_tokens))
     total_chunks = int(flat.chunk_count.sum())
 
-    summary: dict[str, Any] = {
+    summary: dict[str, JSONValue] = {
         "completed": len(ok),
         "failed": len(failed_records),
         "num_prompts": num_prompts,

@@ -36,7 +36,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "tokenizer": set(),
     "workload": {"datasets", "record"},
     "datasets": set(),
-    "metrics": set(),
+    "metrics": {"record"},
     "gpu": set(),
     "redact": {"record"},
     "record": set(),

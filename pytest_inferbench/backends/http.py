@@ -29,7 +29,8 @@ from ..loadgen.client import (
 from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
-from ..loadgen.selfcheck import FloatArray, LoopMonitor, verdict
+from ..loadgen.selfcheck import LoopMonitor, verdict
+from ..metrics import FloatArray
 from ..tokenizer import count_tokens
 from ..workload import DEFAULT_STALL_TIMEOUT_S
 from .base import LoadSettings, PointMeasurement, ServerHandle

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
+
+from ..metrics import FloatArray
 
 if TYPE_CHECKING:
     from ..record import JSONValue
@@ -31,9 +32,6 @@ LAG_FLOOR_S = 0.002
 # did not keep the concurrency in flight.
 MAX_DISPATCH_SHARE = 0.05
 HIGH_CPU_FRACTION = 0.9
-
-
-FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
