@@ -13,6 +13,7 @@ gives every other entry's servers, and the bad entry's problems are listed, all 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -112,16 +113,16 @@ def _entry(w: Walker, key: str, key_node: Node, node: Node) -> list[ServerConfig
     context = EntryContext(key=key, multinode=bool(multinode), router=router,
                            kv_p2p_transfer=transfer)
     rows = scenarios(w, fields["scenarios"], context) if "scenarios" in fields else []
-    if (None in text.values() or len(text) < 6 or multinode is None or disagg is None
-            or hardware is None or not rows):
+    given = {name: value for name, value in text.items() if value is not None}
+    if (len(given) < len(names) or multinode is None or disagg is None or hardware is None
+            or not rows):
         return []
-    base = {
-        "config_key": key, "image": text["image"], "model": text["model"],
-        "model_prefix": text["model-prefix"], "runner": text["runner"], "hardware": hardware,
-        "precision": text["precision"], "framework": text["framework"], "multinode": multinode,
-        "disagg": disagg, "source": w.errors.path, "line": key_node.start_mark.line + 1,
-    }
-    return group_into_servers(base, rows)
+    entry = functools.partial(
+        ServerConfig, config_key=key, image=given["image"], model=given["model"],
+        model_prefix=given["model-prefix"], runner=given["runner"], hardware=hardware,
+        precision=given["precision"], framework=given["framework"], multinode=multinode,
+        disagg=disagg, source=w.errors.path, line=key_node.start_mark.line + 1)
+    return group_into_servers(entry, rows)
 
 
 def _fingerprint(w: Walker, node: Node, where: str) -> None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yaml.nodes import Node
 
 from .recipe import SPEC_DECODING_VALUES, SeqLenSweep, ServerConfig, Worker
 from .yaml_walk import Walker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CONC_KEYS = ("conc-start", "conc-end", "conc-list")
 PARALLEL_KEYS = ("pp", "dcp-size", "pcp-size")
@@ -264,8 +267,10 @@ def _worker(w: Walker, node: Node | None, parent: Node, where: str) -> Worker | 
                   additional_settings=tuple(s for s in settings if s is not None))
 
 
-def group_into_servers(base: dict[str, Any], rows: list[Row]) -> list[ServerConfig]:
-    """One server node per distinct shape; it serves every ISL/OSL its rows give."""
+def group_into_servers(entry: Callable[..., ServerConfig], rows: list[Row]
+                       ) -> list[ServerConfig]:
+    """One server node per distinct shape; it serves every ISL/OSL its rows give. `entry`
+    makes a server of the entry from a shape's fields and the sweeps."""
     groups: dict[Shape, list[Row]] = {}
     for row in rows:
         groups.setdefault(row.shape, []).append(row)
@@ -274,7 +279,7 @@ def group_into_servers(base: dict[str, Any], rows: list[Row]) -> list[ServerConf
         sweeps = tuple(SeqLenSweep(isl=r.isl, osl=r.osl, concurrencies=r.concurrencies,
                                    line=r.line) for r in group)
         values = {f.name: getattr(shape, f.name) for f in fields(shape)}
-        servers.append((shape, ServerConfig(**base, **values, sweeps=sweeps)))
+        servers.append((shape, entry(**values, sweeps=sweeps)))
     # Shapes that differ only in what a name leaves out (a router version, a DRAM share) get a
     # short digest of the whole shape, so node ids never collide.
     names = Counter(server.node_name for _, server in servers)
