@@ -10,6 +10,11 @@ predicted key numbers so a regression in speed or physics is visible.
 `--pytest` also times the real `pytest -k "minimaxm3 and mi355x and atom"` run under the
 default backend (collection, result files and reporting included).
 
+`--multinode DIR` does the same for every multinode fixed-seq-len point (disaggregated and
+aggregated deployments, 1354 points) and prints their count, wall and CPU time:
+
+    python benchmarks/bench_sim_speed.py --multinode ../shared/inferencex --jobs 2
+
 `--matrix DIR` instead runs every single-node fixed-seq-len point of an InferenceX checkout's
 master files (`DIR/.github/configs/{amd,nvidia}-master.yaml`, 2973 points) with the packaged
 launch specs, over `--jobs` processes, and prints the whole-matrix wall time and every failure
@@ -52,13 +57,18 @@ def main() -> int:
     parser.add_argument("--pytest", action="store_true", help="also time the pytest run")
     parser.add_argument("--matrix", type=Path, default=None, metavar="DIR",
                         help="run the whole single-node matrix of an InferenceX checkout")
-    parser.add_argument("--jobs", type=int, default=2, help="processes for --matrix")
+    parser.add_argument("--multinode", type=Path, default=None, metavar="DIR",
+                        help="run every multinode point of an InferenceX checkout")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="processes for --matrix / --multinode")
     args = parser.parse_args()
     if args.matrix is not None:
         status = run_matrix(args.matrix, args.jobs, args.filter)
         if args.pytest:
             status = time_matrix_pytest(args.matrix, args.jobs) or status
         return status
+    if args.multinode is not None:
+        return run_matrix(args.multinode, args.jobs, args.filter, multinode=True)
     recipe = load_recipe(HERE / "amd-master.yaml")
     servers = [s for s in recipe.servers if s.model_prefix == "minimaxm3"
                and s.hardware == "MI355X" and s.framework == "atom"
@@ -124,18 +134,19 @@ def _run_node(server: object) -> tuple[str, int, float, list[str]]:
         try:
             m = handle.run_point(point, LoadSettings())
             summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
-                      max_concurrency=m.max_concurrency, num_gpus=server.tp)
+                      max_concurrency=m.max_concurrency, num_gpus=server.gpus)
             done += 1
         except Exception as exc:  # every failure is reported by cause below
             failures.append(f"{point.name}: {type(exc).__name__}: {exc}")
     return server.node_name, done, time.process_time() - c0, failures
 
 
-def run_matrix(checkout: Path, jobs: int, name_filter: str) -> int:
-    from pytest_inferbench.testing.inferencex import single_node_servers
+def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = False) -> int:
+    from pytest_inferbench.testing.inferencex import multinode_servers, single_node_servers
 
+    select = multinode_servers if multinode else single_node_servers
     servers = [s for f in ("amd-master.yaml", "nvidia-master.yaml")
-               for s in single_node_servers(checkout / ".github" / "configs" / f)
+               for s in select(checkout / ".github" / "configs" / f)
                if name_filter in s.node_name]
     # Longest nodes first, so the last process to finish is not left with a big one.
     servers.sort(key=lambda s: -sum(p.conc for p in s.points()))
@@ -154,7 +165,8 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str) -> int:
                    failure.split(": ")[1]] += 1
     for node, _, node_cpu, _ in sorted(results, key=lambda r: -r[2])[:5]:
         print(f"slowest node {node}: {node_cpu:.2f} s CPU")
-    print(f"whole matrix: {done} of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU "
+    kind = "multinode" if multinode else "whole"
+    print(f"{kind} matrix: {done} of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU "
           f"over {jobs} processes, {len(servers)} server nodes (target: <= 60 s wall)")
     # Other jobs on the machine stretch the wall time, not the CPU time: say how busy it was.
     print(f"load average at the end (1/5/15 min): "

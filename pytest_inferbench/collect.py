@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .backends.base import ServerDiedError, ServerStartError
+from .backends.registry import unsupported_reason
 from .launch import LaunchSpecError
 from .schema import RecipeError, load_recipe
 from .server_select import note_collected
@@ -145,8 +146,10 @@ class BenchItem(pytest.Function):
             # The recipe gives this point more than once; it runs once. -k duplicate finds it.
             self.keywords["duplicate"] = "also at line " + ", ".join(map(str, point.repeated_at))
             self.extra_keyword_matches.add("duplicate")
-        if point.server.skip_reason:
-            self.add_marker(pytest.mark.skip(reason=point.server.skip_reason))
+        reason = point.server.skip_reason or unsupported_reason(
+            get_session_state(self.config).settings.backend, multinode=point.server.multinode)
+        if reason:
+            self.add_marker(pytest.mark.skip(reason=reason))
 
     def setup(self) -> None:
         super().setup()

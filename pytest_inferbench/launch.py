@@ -13,6 +13,7 @@ timeout and the client options. No shell strings anywhere.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -97,7 +98,13 @@ class ServerSpec:
 LAUNCH_KEYS = ("image", "command", "args", "env", "files", "mounts", "port", "health-path",
                "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
                "nodes")
-ROLE_KEYS = ("count", "command", "args", "env", "srun-args")
+ROLE_KEYS = ("count", "command", "args", "env", "srun-args", "overlays")
+# A multinode server's worker pools: a role of one of these names runs the recipe's workers of
+# that pool (its count is their num-worker; `{tp}`, `{ep}`, `{gpus}` and its overlays are
+# theirs). `decode.num-worker: 0` (aggregated) leaves the decode role out.
+WORKER_ROLES = ("prefill", "decode")
+# Packaged specs for multinode entries of a framework, whatever the model: the roles only.
+MULTINODE_DIR = "multinode"
 # Applied in this order: the parallel overlays, then speculative decoding, as the scripts put
 # their PARALLEL_ARGS before their SPEC_ARGS. `dp-attn-ep` applies when DP attention and EP > 1
 # go together (ATOM's scripts enable expert parallelism only then), before `dp-attn`'s words.
@@ -115,12 +122,30 @@ def packaged_launch_dir() -> Path:
 
 
 def launch_spec_path(server: ServerConfig, launch_dir: Path) -> Path:
-    """The local spec when there is one, else the packaged one (which may not exist either)."""
+    """The local spec when there is one, else the packaged one (which may not exist either);
+    a multinode server without either gets its framework's packaged multinode spec."""
     local = launch_dir / f"{server.launch_spec_name}.yaml"
     if local.is_file():
         return local
     packaged = packaged_launch_dir() / local.name
-    return packaged if packaged.is_file() else local
+    if packaged.is_file():
+        return packaged
+    generic = packaged_launch_dir() / MULTINODE_DIR / f"{server.framework}.yaml"
+    return generic if server.prefill is not None and generic.is_file() else local
+
+
+def speculative_tokens(server: ServerConfig) -> int:
+    """Drafted tokens of an MTP server as its recipe names them (`..._mtp3.yaml` in a worker's
+    additional-settings, `-mtp2` in the config key), else 3 (assumption: the most common
+    value in InferenceX's MTP recipes)."""
+    words = [server.config_key]
+    for worker in (server.prefill, server.decode):
+        words += list(worker.additional_settings) if worker else []
+    for word in words:
+        found = re.search(r"mtp(\d+)", word.lower())
+        if found and int(found.group(1)) > 0:
+            return int(found.group(1))
+    return 3
 
 
 def resolve(server: ServerConfig, launch_dir: Path, *,
@@ -148,25 +173,17 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             raise LaunchSpecError(f"{path}: mounts: {mount!r} (expected host:container[:ro|rw])")
     files = _files(path, "files", data.get("files", {}))
     client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
-    overlays = _check_keys(path, "overlays", data.get("overlays", {}), OVERLAY_NAMES)
-    on = {"ep": server.ep > 1, "dp-attn-ep": server.dp_attn and server.ep > 1,
-          "dp-attn": server.dp_attn, "mtp": server.spec_decoding == "mtp"}
-    overlay_args: list[str] = []
-    for name in (name for name in OVERLAY_NAMES if on[name]):
-        overlay = _check_keys(path, f"overlays.{name}", overlays.get(name, {}), OVERLAY_KEYS)
-        overlay_args += _str_list(path, f"overlays.{name}.args", overlay.get("args", []))
-        env.update(_str_dict(path, f"overlays.{name}.env", overlay.get("env", {})))
-        for fname, content in _files(path, f"overlays.{name}.files",
-                                     overlay.get("files", {})).items():
-            files[fname] = _deep_merge(files.get(fname, {}), content)
-        client = {**client, **_check_keys(path, f"overlays.{name}.client",
-                                          overlay.get("client", {}), CLIENT_KEYS)}
+    on = _overlays_on(server.ep, server.dp_attn, server)
+    overlay_args, client = _apply_overlays(path, "overlays", data.get("overlays", {}), on, env,
+                                           files, client)
     args = _place_overlay_args(path, args, overlay_args)
     # A server node serves every ISL/OSL of its entry: its context is sized for the longest.
     max_model_len = max((s.isl + s.osl + 256 for s in server.sweeps), default=32768)
     values = {"{model}": server.model, "{tp}": str(server.tp), "{ep}": str(server.ep),
-              "{max_model_len}": str(max_model_len)}
-    roles = _roles(path, data, command, env, values)
+              "{gpus}": str(server.tp), "{max_model_len}": str(max_model_len),
+              "{mtp_tokens}": str(speculative_tokens(server))}
+    roles = _roles(path, data, command, env, values, server, files)
+    files = {name: _fill_tree(content, values) for name, content in files.items()}
     serve_role = str(data.get("serve-role", "router")) if roles else ""
     if roles and serve_role not in {r.name for r in roles}:
         raise LaunchSpecError(f"{path}: serve-role: {serve_role!r} is not one of the roles "
@@ -196,7 +213,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         port=_port(path, data.get("port", 8888)),
         health_path=health_path,
         startup_timeout_s=timeout,
-        gpu_count=server.tp,
+        gpu_count=server.gpus,
         served_model=_fill(str(data.get("served-model", "{model}")), values),
         hardware=server.hardware,
         framework=server.framework,
@@ -224,10 +241,36 @@ def _place_overlay_args(path: Path, args: list[str], overlay_args: list[str]) ->
     return args[:marks[0]] + overlay_args + args[marks[0] + 1:]
 
 
+def _overlays_on(ep: int, dp_attn: bool, server: ServerConfig) -> dict[str, bool]:
+    return {"ep": ep > 1, "dp-attn-ep": dp_attn and ep > 1, "dp-attn": dp_attn,
+            "mtp": server.spec_decoding == "mtp"}
+
+
+def _apply_overlays(path: Path, where: str, value: object, on: dict[str, bool],
+                    env: dict[str, str], files: dict[str, dict[str, Any]],
+                    client: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The active overlays' argv words; their env and files go into `env` and `files`."""
+    overlays = _check_keys(path, where, value, OVERLAY_NAMES)
+    words: list[str] = []
+    for name in (name for name in OVERLAY_NAMES if on[name]):
+        overlay = _check_keys(path, f"{where}.{name}", overlays.get(name, {}), OVERLAY_KEYS)
+        words += _str_list(path, f"{where}.{name}.args", overlay.get("args", []))
+        env.update(_str_dict(path, f"{where}.{name}.env", overlay.get("env", {})))
+        for fname, content in _files(path, f"{where}.{name}.files",
+                                     overlay.get("files", {})).items():
+            files[fname] = _deep_merge(files.get(fname, {}), content)
+        client = {**client, **_check_keys(path, f"{where}.{name}.client",
+                                          overlay.get("client", {}), CLIENT_KEYS)}
+    return words, client
+
+
 def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[str, str],
-           values: dict[str, str]) -> tuple[RoleSpec, ...]:
-    """The `roles:` form: each role's argv is its `command` (else the top-level one) and its
-    `args`; its env is the top-level env with the role's on top."""
+           values: dict[str, str], server: ServerConfig, files: dict[str, dict[str, Any]]
+           ) -> tuple[RoleSpec, ...]:
+    """The `roles:` form: each role's argv is its `command` (else the top-level one), its
+    `args` and its active overlays' words; its env is the top-level env with the role's on
+    top. The roles of a multinode server's pools (`WORKER_ROLES`) take their count, `{tp}`,
+    `{ep}`, `{gpus}` and which overlays apply from that pool's workers."""
     if "roles" not in data:
         return ()
     roles = data["roles"]
@@ -240,18 +283,48 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
     for name, body in roles.items():
         where = f"roles.{name}"
         role = _check_keys(path, where, body, ROLE_KEYS)
+        worker = getattr(server, str(name)) if name in WORKER_ROLES else None
+        role_values, on = values, _overlays_on(server.ep, server.dp_attn, server)
+        count = _count(path, f"{where}.count", role.get("count", 1))
+        if worker is not None:
+            if "count" in role:
+                raise LaunchSpecError(f"{path}: {where}.count: the recipe's num-worker of the "
+                                      f"{name} pool gives it (expected no count here)")
+            if worker.num_worker == 0:
+                continue
+            count = worker.num_worker
+            role_values = {**values, "{tp}": str(worker.tp), "{ep}": str(worker.ep),
+                           "{gpus}": str(worker.gpus)}
+            on = _overlays_on(worker.ep, worker.dp_attn, server)
+        role_env = {**env, **_str_dict(path, f"{where}.env", role.get("env", {}))}
+        extra, _ = _apply_overlays(path, f"{where}.overlays", role.get("overlays", {}), on,
+                                   role_env, files, {})
         words = (_str_list(path, f"{where}.command", role["command"]) if "command" in role
                  else command)
-        words = words + _str_list(path, f"{where}.args", role.get("args", []))
+        words = words + _str_list(path, f"{where}.args", role.get("args", [])) + extra
         if not words:
             raise LaunchSpecError(f"{path}: {where}: no command (give one here or at the top)")
         specs.append(RoleSpec(
-            name=str(name), count=_count(path, f"{where}.count", role.get("count", 1)),
-            argv=tuple(_fill(w, values) for w in words),
-            env=tuple(sorted({**env, **_str_dict(path, f"{where}.env",
-                                                 role.get("env", {}))}.items())),
+            name=str(name), count=count,
+            argv=tuple(_fill(w, role_values) for w in words),
+            env=tuple(sorted(role_env.items())),
             srun_args=tuple(_str_list(path, f"{where}.srun-args", role.get("srun-args", [])))))
     return tuple(specs)
+
+
+def _fill_tree(value: Any, values: dict[str, str]) -> Any:
+    """Placeholders in a config file's string values (`num_nextn_predict_layers:
+    '{mtp_tokens}'`); a value that is a placeholder alone becomes a number when it is one."""
+    if isinstance(value, dict):
+        return {k: _fill_tree(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill_tree(v, values) for v in value]
+    if isinstance(value, str):
+        filled = _fill(value, values)
+        if filled != value and filled.isdigit():
+            return int(filled)
+        return filled
+    return value
 
 
 def _port(path: Path, value: object) -> int:

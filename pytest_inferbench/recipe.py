@@ -87,6 +87,12 @@ class Worker:
     additional_settings: tuple[str, ...] = ()
 
     @property
+    def gpus(self) -> int:
+        """GPUs of one worker: its TP group, or its EP group when experts span more GPUs than
+        attention's TP (vLLM's `tp 1, ep 4` with DP attention is four data-parallel ranks)."""
+        return max(self.tp, self.ep) * self.pp
+
+    @property
     def shape(self) -> str:
         """`1x8ep8dpa`: workers x TP, then every other parallelism that is not the default."""
         text = f"{self.num_worker}x{self.tp}"
@@ -169,6 +175,15 @@ class ServerConfig:
     def launch_spec_name(self) -> str:
         """InferenceX script naming: `<model-prefix>_<precision>_<gpu>_<framework>`."""
         return f"{self.model_prefix}_{self.precision}_{self.hardware.lower()}_{self.framework}"
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the server runs on: TP of a single-node server, every worker of both pools of
+        a multinode one."""
+        if self.prefill is not None and self.decode is not None:
+            return (self.prefill.num_worker * self.prefill.gpus
+                    + self.decode.num_worker * self.decode.gpus)
+        return self.tp
 
     @property
     def speculative(self) -> bool:

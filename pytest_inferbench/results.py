@@ -80,7 +80,7 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     summary = metrics.summarize(
         measurement.records, duration_s=measurement.duration_s,
         num_prompts=measurement.num_prompts, max_concurrency=measurement.max_concurrency,
-        num_gpus=point.server.tp, goodput_slos=goodput_slos)
+        num_gpus=point.server.gpus, goodput_slos=goodput_slos)
     # benchmark_serving's setup keys: the client it would have been (completions: `vllm`).
     result["date"] = time.strftime("%Y%m%d-%H%M%S")
     chat = spec is not None and spec.client.chat

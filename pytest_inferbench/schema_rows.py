@@ -35,7 +35,6 @@ WORKER_KEYS = ("num-worker", "tp", "ep", "dp-attn", "additional-settings", "hard
 # `offloading` is the older agentic key; `kv-offloading` (with a backend) replaced it.
 OFFLOADING_VALUES = ("none", "cpu", "ssd", "lmcache", "lmcache-mp", "hicache")
 KV_OFFLOADING_VALUES = ("none", "dram")
-MULTINODE_SKIP = "multinode: not supported yet"
 AGENTIC_SKIP = "agentic-coding: not supported yet"
 
 
@@ -187,7 +186,7 @@ def _search_row(w: Walker, where: str, scenario: str, node: Node, entry: EntryCo
             return None
         return Shape(**common, tp=decode.tp, ep=decode.ep, dp_attn=decode.dp_attn,
                      prefill=prefill, decode=decode,
-                     skip_reason=AGENTIC_SKIP if agentic else MULTINODE_SKIP), concs
+                     skip_reason=AGENTIC_SKIP if agentic else None), concs
     if "tp" not in f:
         if agentic:
             w.errors.add(node, where, "no topology (expected either tp or both prefill and "

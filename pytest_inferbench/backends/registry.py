@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["BACKENDS", "BackendInfo", "backend_info"]
+__all__ = ["BACKENDS", "BackendInfo", "backend_info", "unsupported_reason"]
 
 
 @dataclass(frozen=True)
@@ -23,10 +23,11 @@ class BackendInfo:
     module: str  # under pytest_inferbench.backends
     class_name: str
     simulated: bool  # its results are predictions of a performance model, not measurements
+    multinode: bool = False  # it runs multinode entries (disaggregated or aggregated)
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
-    BackendInfo("sim", "sim", "SimBackend", simulated=True),
+    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True),
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True),
     BackendInfo("docker", "docker", "DockerBackend", simulated=False),
     BackendInfo("process", "process", "ProcessBackend", simulated=False),
@@ -40,3 +41,11 @@ def backend_info(name: str) -> BackendInfo:
     if info is None:
         raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
     return info
+
+
+def unsupported_reason(backend: str, *, multinode: bool) -> str | None:
+    """Why a backend cannot run a server node (a skip reason), or None when it can."""
+    if multinode and not backend_info(backend).multinode:
+        runs = ", ".join(name for name, info in BACKENDS.items() if info.multinode)
+        return f"multinode: not supported by the {backend} backend yet (runs on: {runs})"
+    return None

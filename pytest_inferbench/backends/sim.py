@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING
 from ..loadgen.prompts import point_workload
 from ..sim import catalog
 from ..sim.args import ArgvError, engine_config_from_argv
+from ..sim.cluster import Cluster
+from ..sim.cluster_driver import simulate_deployment_point
 from ..sim.config import EngineConfig
+from ..sim.disagg import (
+    Deployment,
+    DeploymentError,
+    Pool,
+    default_router,
+    engine_framework,
+    router_policy_of_argv,
+)
 from ..sim.driver import simulate_point
 from ..sim.engine import Engine
 from ..sim.physics import EngineConfigError
@@ -31,20 +41,25 @@ if TYPE_CHECKING:
 
 SIMULATED_NOTE = ("simulated prediction: virtual-time roofline model of the serving engine "
                   "(pytest_inferbench.sim), not a measurement")
-CONFIG_ERRORS = (ArgvError, catalog.CatalogError, EngineConfigError, SpecConfigError, ValueError)
+CONFIG_ERRORS = (ArgvError, catalog.CatalogError, DeploymentError, EngineConfigError,
+                 SpecConfigError, ValueError)
 
 
 class SimHandle(ServerHandle):
     base_url = None
 
     def __init__(self, name: str, config: EngineConfig, ignored: list[str],
-                 client: ClientOptions) -> None:
+                 client: ClientOptions, deployment: Deployment | None = None) -> None:
         self.name = name
         self.config = config
+        self.deployment = deployment  # a multinode server: its pools, router and transfer
         self.client = client  # the launch spec's client options shape the workload
         self.ignored = ignored
         self._notes_given = False
         self._log: list[str] = [f"{name}: {SIMULATED_NOTE}", f"engine config: {config}"]
+        if deployment is not None:
+            self._log.append(f"deployment {deployment.topology}, router {deployment.router}: "
+                             + "; ".join(f"{p.role} {p.config}" for p in deployment.pools))
         if ignored:
             self._log.append("ignored by the simulator: " + " ".join(ignored))
 
@@ -59,7 +74,10 @@ class SimHandle(ServerHandle):
                                   prompts=point.prompts)
         num = len(workload.requests)
         started = time.time()
-        outcome = simulate_point(config, workload, engine=Engine(config, keep_traces=True))
+        if self.deployment is not None:
+            outcome = simulate_deployment_point(self.deployment, workload, seed=load.seed)
+        else:
+            outcome = simulate_point(config, workload, engine=Engine(config, keep_traces=True))
         notes = [SIMULATED_NOTE]
         if self.ignored and not self._notes_given:
             notes.append("ignored by the simulator: " + " ".join(self.ignored))
@@ -82,9 +100,12 @@ class SimHandle(ServerHandle):
 class SimBackend(Backend):
     name = "sim"
     supports_files = True  # the engine reads TensorRT-LLM's options YAML from the spec
+    supports_roles = True  # the prefill and decode roles of a multinode server
 
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SimHandle:
+        if spec.roles:
+            return self._start_deployment(server, spec)
         try:
             config, ignored = engine_config_from_argv(
                 spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
@@ -94,3 +115,41 @@ class SimBackend(Backend):
             raise ServerStartError(f"{server.node_name}: simulator cannot start "
                                    f"({spec.launch_file}): {exc}") from None
         return SimHandle(server.node_name, config, ignored, spec.client)
+
+    def _start_deployment(self, server: ServerConfig, spec: ServerSpec) -> SimHandle:
+        """A multinode server: one engine config per worker pool from its role's argv, the
+        router's policy from the serving role's argv (else the framework's default)."""
+        fail = f"{server.node_name}: simulator cannot start ({spec.launch_file})"
+        roles = {role.name: role for role in spec.roles}
+        if server.prefill is None or server.decode is None or "prefill" not in roles:
+            raise ServerStartError(f"{fail}: the sim backend runs the prefill and decode roles "
+                                   "of multinode entries; this server's roles are "
+                                   f"{', '.join(roles)}")
+        pools: list[Pool] = []
+        ignored: list[str] = []
+        try:
+            for name, worker in (("prefill", server.prefill), ("decode", server.decode)):
+                if worker.num_worker == 0:
+                    continue
+                role = roles[name]
+                config, skipped = engine_config_from_argv(
+                    role.argv, hardware=server.hardware, env=dict(role.env),
+                    framework=engine_framework(server.framework), files=dict(spec.files))
+                if config.tp != worker.gpus:
+                    raise DeploymentError(
+                        f"the {name} role's argv runs {config.tp} GPUs per worker, the recipe's "
+                        f"{name} workers have {worker.gpus} (tp {worker.tp}, ep {worker.ep})")
+                ignored += [f"{name}: {word}" for word in skipped]
+                aggregated = server.decode.num_worker == 0
+                pools.append(Pool("aggregated" if aggregated else name, config,
+                                  worker.num_worker))
+            serving = roles.get(spec.serve_role)
+            policy = (router_policy_of_argv(serving.argv) if serving is not None else None)
+            deployment = Deployment(pools[0], pools[1] if len(pools) > 1 else None,
+                                    router=policy or default_router(server.framework))
+            Cluster(deployment)  # weights that do not fit a worker: fail at setup
+        except CONFIG_ERRORS as exc:
+            raise ServerStartError(f"{fail}: {exc}") from None
+        except KeyError as exc:
+            raise ServerStartError(f"{fail}: no {exc} role in the launch spec") from None
+        return SimHandle(server.node_name, pools[-1].config, ignored, spec.client, deployment)

@@ -48,6 +48,9 @@ class EvalItem(pytest.Function):
         server = self.server_node.server
         if server.skip_reason:
             self.add_marker(pytest.mark.skip(reason=server.skip_reason))
+        elif server.multinode:
+            self.add_marker(pytest.mark.skip(reason="eval of a multinode server: not "
+                                             "supported yet"))
 
     @property
     def server_node(self) -> EvalNode:

@@ -47,6 +47,7 @@ ALIASES: dict[str, str] = {
     "max-num-tokens": "max_num_batched_tokens",
     "kv-cache-free-gpu-memory-fraction": "kv_cache_free_fraction",
     "extra-llm-api-options": "trt_options", "config": "trt_options",
+    "extra-engine-args": "trt_options",  # Dynamo's TensorRT-LLM worker
     "max-num-batched-tokens": "max_num_batched_tokens", "chunked-prefill-size":
     "max_num_batched_tokens",
     "block-size": "block_size", "page-size": "block_size",

@@ -198,6 +198,30 @@ class Router:
         return choice
 
 
+# Router flags and their values (Dynamo `--router-mode`, SGLang / vLLM routers `--policy`).
+ROUTER_FLAGS = ("--router-mode", "--policy")
+ROUTER_WORDS = {"round-robin": "round-robin", "round_robin": "round-robin",
+                "roundrobin": "round-robin", "random": "random", "kv": "load-aware",
+                "cache_aware": "load-aware", "cache-aware": "load-aware",
+                "least-loaded": "load-aware", "least_load": "load-aware",
+                "power_of_two": "load-aware", "load-aware": "load-aware"}
+
+
+def router_policy_of_argv(argv: tuple[str, ...] | list[str]) -> str | None:
+    """The router policy a router's argv sets (`--router-mode kv`: load-aware), or None."""
+    words = list(argv)
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag in ROUTER_FLAGS:
+            value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+            policy = ROUTER_WORDS.get(value.lower())
+            if policy is None:
+                raise DeploymentError(f"{flag} {value!r}: unknown router policy (known: "
+                                      f"{', '.join(sorted(ROUTER_WORDS))})")
+            return policy
+    return None
+
+
 def default_router(framework: str) -> str:
     """The router policy InferenceX's deployment of a recipe framework runs by default."""
     if framework.startswith("dynamo-"):

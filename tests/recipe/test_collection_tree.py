@@ -128,7 +128,7 @@ def test_recipe_glob_from_ini(pytester: pytest.Pytester, write_master, master_en
 MULTINODE = """\
 dsr1-fp8-mi355x-sglang-disagg:
   image: img
-  model: deepseek-ai/DeepSeek-R1
+  model: deepseek-ai/DeepSeek-R1-0528
   model-prefix: dsr1
   runner: mi355x-disagg
   precision: fp8
@@ -165,7 +165,7 @@ agent-fp4-b200-vllm:
 """
 
 
-def test_multinode_and_agentic_are_collected_and_skip_with_reason(
+def test_multinode_runs_on_the_simulator_and_skips_elsewhere(
     pytester: pytest.Pytester, write_master
 ) -> None:  # type: ignore[no-untyped-def]
     write_master(MULTINODE)
@@ -178,8 +178,13 @@ def test_multinode_and_agentic_are_collected_and_skip_with_reason(
         f"amd-master.yaml::{node}::isl1024-osl1024-conc1024",
         "amd-master.yaml::agent-fp4-b200-vllm-tp8-agentic-offload-cpu::agentic-conc4",
     ]
-    result = pytester.runpytest("-rs")
+    result = pytester.runpytest("-rs", "--inferbench-prompts-per-conc", "1")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*agentic-coding: not supported yet*"])
+    # Other backends do not run multinode servers yet: they skip, saying which backend does.
+    result = pytester.runpytest("-rs", "--inferbench-backend", "process")
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(
-        ["*multinode: not supported yet*", "*agentic-coding: not supported yet*"]
+        ["*multinode: not supported by the process backend yet (runs on: sim)*",
+         "*agentic-coding: not supported yet*"]
     )

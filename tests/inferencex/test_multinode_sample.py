@@ -1,0 +1,65 @@
+"""Inside a copy of InferenceX's repository, with no configuration at all: one short point of
+every multinode (framework, runner) combination of both master files -- disaggregated
+`*-disagg` and `dynamo-*` deployments on MI355X, B200, B300, H100, H200, GB200 and GB300, and
+the aggregated `decode.num-worker: 0` one -- runs on the default backend, and a point that
+fails fails on a gate, never on a missing launch spec or catalog entry, or an exception.
+
+`benchmarks/bench_sim_speed.py --multinode DIR` runs every multinode point (without gates).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from pytest_inferbench.recipe import BenchPoint
+from pytest_inferbench.testing.inferencex import multinode_servers
+
+
+def sample(checkout: Path) -> list[str]:
+    """The node id of each combination's lowest-concurrency point (shortest first), and of
+    the aggregated entries' too."""
+    chosen: dict[tuple[str, ...], BenchPoint] = {}
+    for master in sorted((checkout / ".github" / "configs").glob("*-master.yaml")):
+        for server in multinode_servers(master):
+            assert server.decode is not None
+            combo = (server.framework, server.runner,
+                     "aggregated" if server.decode.num_worker == 0 else "")
+            point = min(server.points(), key=lambda p: (p.conc, p.isl + p.osl))
+            old = chosen.get(combo)
+            if old is None or (point.conc, point.isl + point.osl) < (old.conc,
+                                                                     old.isl + old.osl):
+                chosen[combo] = point
+    return [f"{p.server.source.relative_to(checkout)}::{p.server.node_name}::{p.name}"
+            for p in chosen.values()]
+
+
+def test_a_sample_of_every_multinode_combination_runs_and_fails_only_on_gates(
+        inferencex_copy: Path) -> None:
+    node_ids = sample(inferencex_copy)
+    frameworks = {node_id.split("::")[1].split("-")[3] for node_id in node_ids}
+    assert frameworks == {"atom", "dynamo", "sglang", "vllm"}
+    assert any("-d0x" in node_id for node_id in node_ids)  # the aggregated deployment
+    junit = inferencex_copy / "junit.xml"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
+         f"--junitxml={junit}", "--inferbench-no-plots", "--inferbench-prompts-per-conc", "1",
+         *node_ids],
+        cwd=inferencex_copy, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    assert len(cases) == len(node_ids)
+    failed = 0
+    for case in cases:
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        assert kinds in ([], ["failure"]), (case.get("name"), kinds, case.find(kinds[0]).text)
+        failed += bool(kinds)
+    summary = json.loads((inferencex_copy / "inferbench-results" / "summary.json").read_text())
+    points = {p["nodeid"]: p for p in summary["points"]}
+    assert sorted(points) == sorted(node_ids)
+    assert sum(bool(p["gate_failures"]) for p in points.values()) == failed
