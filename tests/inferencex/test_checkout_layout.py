@@ -20,7 +20,8 @@ def test_minimaxm3_atom_sweep_with_evals_and_changelog_at_the_root(inferencex_co
     # No configuration: the launch specs come with the package.
     assert not (inferencex_copy / "pytest.ini").exists()
     junit = inferencex_copy / "junit.xml"
-    args = ["-p", "no:cacheprovider", "-q", "-k", "minimaxm3 and mi355x and atom",
+    # (not the atom-disagg multinode entry, which has its own test: test_multinode_sample.py)
+    args = ["-p", "no:cacheprovider", "-q", "-k", "minimaxm3 and mi355x and atom and not disagg",
             f"--junitxml={junit}", "--inferbench-no-plots", "--inferbench-eval-limit", "20"]
     if GSM8K.is_file():
         args.append(f"--inferbench-eval-data={GSM8K}")
