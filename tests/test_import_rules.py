@@ -58,7 +58,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sim.server": {"sim", "tokenizer"},
     "gates": {"golden", "launch", "metrics", "options", "recipe", "record", "result_files",
               "results", "specdecode", "yamllines"},
-    "evals": {"backends", "launch", "layout", "options", "recipe", "results", "sim",
+    "evals": {"backends", "launch", "layout", "options", "recipe", "record", "results", "sim",
               "specdecode", "state"},
     "changelog": {"changes", "options", "schema", "state"},
     "changes": set(),

@@ -16,7 +16,7 @@ simulator's answer oracle can never pass for a model's accuracy.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..results import write_json_atomic
 
@@ -24,12 +24,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..recipe import ServerConfig
+    from ..record import JSONValue
     from .runner import EvalResult
 
 META_ENV = "meta_env.json"
 
 
-def meta_env(server: ServerConfig, result: EvalResult, model: str) -> dict[str, Any]:
+def meta_env(server: ServerConfig, result: EvalResult, model: str) -> dict[str, JSONValue]:
     plan = result.plan
     conc = plan.concurrency if plan else result.concurrency
     return {

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -46,6 +46,8 @@ from .runner import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..record import JSONValue
+
 
 LM_EVAL_TASK = "gsm8k_inferbench"
 RUN_TIMEOUT_S = 4 * 3600.0
@@ -66,7 +68,7 @@ def _write_items(path: Path, items: list[GsmItem]) -> None:
     )
 
 
-def task_config(shots_file: Path, scored_file: Path) -> dict[str, Any]:
+def task_config(shots_file: Path, scored_file: Path) -> dict[str, JSONValue]:
     return {
         "task": LM_EVAL_TASK,
         "dataset_path": "json",

@@ -25,7 +25,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ..launch import ServerSpec
     from ..options import Settings
     from ..recipe import BenchPoint, ServerConfig
+    from ..record import JSONValue
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 RETRIES = 5  # InferenceX passes max_retries=5 to lm-eval
@@ -241,7 +242,7 @@ async def _ask_all(
 
 
 def _payload(model: str, shots: list[GsmItem], question: str, max_tokens: int
-             ) -> dict[str, Any]:
+             ) -> dict[str, JSONValue]:
     """lm-eval's local-chat-completions request with InferenceX's --gen_kwargs."""
     return {
         "model": model,
@@ -255,7 +256,7 @@ def _payload(model: str, shots: list[GsmItem], question: str, max_tokens: int
 
 
 async def _ask(
-    client: httpx.AsyncClient, url: str, payload: dict[str, Any]
+    client: httpx.AsyncClient, url: str, payload: dict[str, JSONValue]
 ) -> tuple[str, str]:
     """(generated text, error); transport errors and 5xx are retried like lm-eval does."""
     error = ""
@@ -274,13 +275,14 @@ async def _ask(
     return "", error
 
 
-def _text(body: Any) -> str:
-    try:
-        message = body["choices"][0]["message"]
-        # InferenceX's lm-eval patch: reasoning models may put everything in reasoning_content.
-        return str(message.get("content") or message.get("reasoning_content") or "")
-    except (KeyError, IndexError, TypeError):
+def _text(body: object) -> str:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
         return ""
+    # InferenceX's lm-eval patch: reasoning models may put everything in reasoning_content.
+    return str(message.get("content") or message.get("reasoning_content") or "")
 
 
 def _write_artifacts(
@@ -294,7 +296,7 @@ def _write_artifacts(
 ) -> Path:
     stamp = time.strftime("%Y-%m-%dT%H-%M-%S")
     plan = result.plan
-    task_results: dict[str, Any] = {"alias": TASK}
+    task_results: dict[str, JSONValue] = {"alias": TASK}
     for s in result.scores:
         task_results[f"{METRIC},{s.name}"] = s.score
         task_results[f"{METRIC}_stderr,{s.name}"] = s.stderr

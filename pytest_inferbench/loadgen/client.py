@@ -25,7 +25,7 @@ import json
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
@@ -39,6 +39,7 @@ from .transport import SlotTransport, arrival_of, written_at
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
+    from ..record import JSONValue
     from .prompts import Prompt
 
 CHAT_ENDPOINT = "/v1/chat/completions"
@@ -130,12 +131,12 @@ async def connection_slots(cfg: ClientConfig) -> AsyncIterator[list[httpx.AsyncC
         await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
 
-def request_body(cfg: ClientConfig, prompt: Prompt) -> dict[str, Any]:
+def request_body(cfg: ClientConfig, prompt: Prompt) -> dict[str, JSONValue]:
     """The InferenceX payload: temperature 0, max tokens = OSL, ignore_eos, usage in the stream."""
-    options: dict[str, Any] = {"include_usage": True}
+    options: dict[str, JSONValue] = {"include_usage": True}
     if cfg.continuous_usage:
         options["continuous_usage_stats"] = True
-    body: dict[str, Any] = {
+    body: dict[str, JSONValue] = {
         "model": cfg.model, "temperature": 0.0, "stream": True, "stream_options": options,
         "ignore_eos": cfg.ignore_eos,
     }

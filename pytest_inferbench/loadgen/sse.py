@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -109,10 +109,12 @@ def _events(reads: Sequence[tuple[float, bytes]]) -> list[tuple[float, bytes]]:
     return events
 
 
-def _choice_text(choice: dict[str, Any], chat: bool) -> str:
+def _choice_text(choice: dict[str, object], chat: bool) -> str:
     if not chat:
         return str(choice.get("text") or "")
-    delta = choice.get("delta") or {}
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return ""
     content = delta.get("content") or ""
     reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
     return str(content) + str(reasoning)

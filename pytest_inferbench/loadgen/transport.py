@@ -23,7 +23,7 @@ import collections
 import contextlib
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import h11
 import httpx
@@ -41,7 +41,7 @@ BATCH_PERIOD_S = 0.05
 class _StampingProtocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.sock: Any = None
+        self.sock: socket.socket | None = None
         self.chunks: collections.deque[tuple[float, bytes]] = collections.deque()
         self.waiter: asyncio.Future[None] | None = None  # the reader, when it waits for bytes
         self.wake_on_every_read = True
@@ -200,7 +200,8 @@ class SlotTransport(httpx.AsyncBaseTransport):
         self.last_arrival = arrived
         return data
 
-    async def _next_event(self, request: httpx.Request, batched: bool = False) -> Any:
+    async def _next_event(self, request: httpx.Request, batched: bool = False
+                          ) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         conn = self._h11
         assert conn is not None
         while True:

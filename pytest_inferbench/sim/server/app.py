@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -74,7 +74,7 @@ class ServeConfig:
     snapshot: Callable[[EngineLike], MetricsSnapshot]  # engine counters -> metrics
     faults: FaultConfig = field(default_factory=FaultConfig)
     oracle: EvalOracle | None = None
-    info: Mapping[str, Any] | None = None  # facts shown on /debug/inferbench/info
+    info: Mapping[str, object] | None = None  # facts shown on /debug/inferbench/info
 
 
 def error_response(error: ApiError) -> JSONResponse:
@@ -324,8 +324,8 @@ async def _read_body(request: Request) -> bytes:
 
 
 async def _unless_disconnected(request: Request,
-                               work: Coroutine[Any, Any, dict[str, Any] | None]
-                               ) -> dict[str, Any] | None:
+                               work: Coroutine[object, object, dict[str, object] | None]
+                               ) -> dict[str, object] | None:
     """The work's result, or None (work cancelled) when the client disconnects first. With the
     body read, the next ASGI message is the disconnect."""
     task = asyncio.ensure_future(work)

@@ -16,7 +16,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,7 +61,7 @@ class RequestTrace:
     finish: float | None = None
     outcome: str = "running"  # finished | aborted | truncated | stalled | error
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "id": self.response_id, "request_id": self.request_id, "arrival": self.arrival,
             "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ...tokenizer import chat_prompt_tokens, count_tokens, render_chat
 
@@ -29,7 +29,7 @@ class ApiError(Exception):
         self.param = param
         self.code = code
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         kind = {404: "not_found_error", 500: "server_error", 503: "service_unavailable"}
         return {"error": {
             "message": self.message,
@@ -54,7 +54,7 @@ class GenerationRequest:
     stop: tuple[str, ...]
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
+def parse_json_object(raw: bytes) -> dict[str, object]:
     if not raw.strip():
         raise ApiError(400, "request body is empty; expected a JSON object")
     try:
@@ -72,7 +72,7 @@ def _type_error(field: str, expected: str, value: object) -> ApiError:
     return ApiError(400, f"'{field}' must be {expected}, got {json.dumps(value)[:80]}", param=field)
 
 
-def _optional_bool(body: dict[str, Any], field: str, default: bool) -> bool:
+def _optional_bool(body: dict[str, object], field: str, default: bool) -> bool:
     value = body.get(field, default)
     if value is None:
         return default
@@ -81,7 +81,7 @@ def _optional_bool(body: dict[str, Any], field: str, default: bool) -> bool:
     return value
 
 
-def _optional_int(body: dict[str, Any], field: str) -> int | None:
+def _optional_int(body: dict[str, object], field: str) -> int | None:
     value = body.get(field)
     if value is None:
         return None
@@ -92,7 +92,7 @@ def _optional_int(body: dict[str, Any], field: str) -> int | None:
     return value
 
 
-def _temperature(body: dict[str, Any]) -> float:
+def _temperature(body: dict[str, object]) -> float:
     value = body.get("temperature", 1.0)
     if value is None:
         return 1.0
@@ -104,7 +104,7 @@ def _temperature(body: dict[str, Any]) -> float:
     return float(value)
 
 
-def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+def _stop(body: dict[str, object]) -> tuple[str, ...]:
     value = body.get("stop")
     if value is None:
         return ()
@@ -117,7 +117,7 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(s for s in value if s)
 
 
-def _check_unsupported(body: dict[str, Any]) -> None:
+def _check_unsupported(body: dict[str, object]) -> None:
     n = body.get("n", 1)
     if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
         raise _type_error("n", "an integer", n)
@@ -131,7 +131,7 @@ def _check_unsupported(body: dict[str, Any]) -> None:
                        param="logprobs")
 
 
-def _completion_prompt(body: dict[str, Any]) -> tuple[str, int]:
+def _completion_prompt(body: dict[str, object]) -> tuple[str, int]:
     if "prompt" not in body:
         raise ApiError(400, "missing required field 'prompt'", param="prompt")
     prompt = body["prompt"]
@@ -163,7 +163,7 @@ def _message_content(index: int, content: object) -> str:
     raise _type_error(field, "a string or a list of text parts", content)
 
 
-def _chat_messages(body: dict[str, Any]) -> list[tuple[str, str]]:
+def _chat_messages(body: dict[str, object]) -> list[tuple[str, str]]:
     if "messages" not in body:
         raise ApiError(400, "missing required field 'messages'", param="messages")
     messages = body["messages"]
@@ -186,7 +186,7 @@ def _chat_messages(body: dict[str, Any]) -> list[tuple[str, str]]:
     return parsed
 
 
-def parse_generation(kind: Kind, body: dict[str, Any]) -> GenerationRequest:
+def parse_generation(kind: Kind, body: dict[str, object]) -> GenerationRequest:
     """Validate a completion or chat-completion body (the model name is checked by the caller)."""
     model = body.get("model")
     if model is None:

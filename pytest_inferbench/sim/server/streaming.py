@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import asyncio
@@ -40,7 +40,7 @@ class Generation:
         return {"prompt_tokens": prompt, "completion_tokens": self.sent,
                 "total_tokens": prompt + self.sent}
 
-    def envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
+    def envelope(self, choices: list[dict[str, object]], chunk: bool) -> dict[str, object]:
         chat = self.request.kind == "chat"
         if not chat:
             kind = "text_completion"
@@ -60,12 +60,12 @@ class Generation:
         return min(limits) if limits else None
 
 
-def _sse(payload: dict[str, Any] | str) -> str:
+def _sse(payload: dict[str, object] | str) -> str:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n"
 
 
-def _choice(gen: Generation, text: str, finish_reason: str | None) -> dict[str, Any]:
+def _choice(gen: Generation, text: str, finish_reason: str | None) -> dict[str, object]:
     if gen.request.kind == "chat":
         return {"index": 0, "delta": {"content": text}, "logprobs": None,
                 "finish_reason": finish_reason}
@@ -129,7 +129,7 @@ async def stream_events(gen: Generation, loop: EngineLoop) -> AsyncIterator[str]
             return
 
 
-async def collect_response(gen: Generation, loop: EngineLoop) -> dict[str, Any] | None:
+async def collect_response(gen: Generation, loop: EngineLoop) -> dict[str, object] | None:
     """The whole non-streamed response body, or None when the engine failed or shut down."""
     trace = gen.trace
     while True:
@@ -147,7 +147,7 @@ async def collect_response(gen: Generation, loop: EngineLoop) -> dict[str, Any] 
             break
     text = gen.plan.text(0, gen.sent)
     if gen.request.kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+        choice: dict[str, object] = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "logprobs": None, "finish_reason": gen.plan.finish_reason}
     else:
         choice = {"index": 0, "text": text, "logprobs": None,
