@@ -160,10 +160,11 @@ class StepCost:
     link_bytes_per_s: float
     mem_bytes_per_s: float  # hbm_efficiency x peak bandwidth
     eta_flops: float
+    dp_attn: bool = False  # attention data-parallel over the TP ranks
 
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
-              hw: Hardware, fw: Framework) -> StepCost:
+              hw: Hardware, fw: Framework, dp_attn: bool = False) -> StepCost:
         # The framework's compute efficiency was fitted on one chip; scale it by how much of
         # its peak each chip realizes relative to that one.
         eta = fw.compute_efficiency * hw.achievable_flops / fw.calibration_achievable_flops
@@ -171,7 +172,8 @@ class StepCost:
                    allreduce_latency_s=fw.allreduce_latency_s,
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
                    link_bytes_per_s=hw.link_bytes_per_s,
-                   mem_bytes_per_s=fw.hbm_efficiency * hw.hbm_bytes_per_s, eta_flops=eta)
+                   mem_bytes_per_s=fw.hbm_efficiency * hw.hbm_bytes_per_s, eta_flops=eta,
+                   dp_attn=dp_attn)
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -180,6 +182,17 @@ class StepCost:
         t = self.tp
         bytes_per_token = m.hidden * self.allreduce_bytes_per_elem
         volume = 2.0 * (t - 1) / t * bytes_per_token / self.link_bytes_per_s
+        if self.dp_attn and self.ep and m.moe_layers:
+            # DP attention with expert parallelism (wide-EP serving, DeepEP-style): each rank
+            # attends its own sequences (no all-reduce after attention), and each MoE layer
+            # dispatches the hidden states of the rank's own N/T tokens to their top_k experts'
+            # ranks and combines them back, the (T-1)/T of copies that leave the rank; the
+            # dense layers gather and scatter their tokens like one all-reduce. Each rank
+            # samples its own sequences: no logits gather.
+            dense = m.layers - m.moe_layers
+            a2a = 2.0 * m.top_k * (t - 1) / t * bytes_per_token / t / self.link_bytes_per_s
+            return ((2 * m.moe_layers + dense) * self.allreduce_latency_s
+                    + (m.moe_layers * a2a + dense * volume) * n_tok)
         # Per layer: one all-reduce after attention, one after the FFN; under EP the MoE
         # layers' all-reduce becomes a dispatch and a combine all-to-all of top_k copies.
         collectives = 2 * m.layers + (m.moe_layers if self.ep else 0)
