@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..metrics import RequestRecord
+from .closed_loop import plan_closed_loop
 from .engine import Engine
 from .stretch import advance
 
@@ -73,7 +74,7 @@ def _lengths(requests: Sequence[PlannedRequest]
 
 def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
               osl: npt.NDArray[np.int64], arrivals: npt.NDArray[np.float64], concurrency: int,
-              first_id: int, chains: list[list[int]] | None = None
+              first_id: int, chains: list[list[int]] | None = None, plan: bool = True
               ) -> list[tuple[int, float, Trace]]:
     """Send request i when it is due and fewer than `concurrency` are in flight (the client's
     semaphore); returns (i, send time, trace) per request.
@@ -86,6 +87,15 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
     after, as it does on the HTTP server (`server.engine_loop`); an idle engine takes it at once.
     """
     start = clock.now
+    # Most loads are closed loops whose whole schedule is planned in step space; the rest run
+    # step by step below (`closed_loop.py` says when).
+    planned = (plan_closed_loop(engine, isl, osl, arrivals, concurrency, chains) if plan
+               else None)
+    if planned is not None:
+        durations, finished = planned
+        clock.extend(durations)
+        return [(i, start if after < 0 else float(clock.ends[after]), trace)
+                for i, after, trace in finished]
     # A chain (a conversation's turns) goes on in the slot its last request freed, as the
     # client's per-connection worker sends it; chains start in order as slots free up.
     chains = chains if chains is not None else [[i] for i in range(len(isl))]
@@ -140,8 +150,9 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
 
 
 def simulate_point(config: EngineConfig, workload: Workload,
-                   engine: Engine | None = None) -> SimulatedPoint:
-    """Simulate one point; `engine` may be reused across points (its state must be idle)."""
+                   engine: Engine | None = None, *, plan: bool = True) -> SimulatedPoint:
+    """Simulate one point; `engine` may be reused across points (its state must be idle).
+    `plan=False` runs the engine step by step even where the closed loop could be planned."""
     engine = engine or Engine(config, keep_traces=True)
     engine.keep_traces = True
     engine.report_emitted = False  # the traces say it all
@@ -153,7 +164,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
         warm.n = engine.steps_done
         warm.ends = np.zeros(engine.steps_done + 4096)
         _run_load(engine, warm, warm_isl, warm_osl, np.zeros(len(warm_isl)), concurrency,
-                  first_id=1 << 40)
+                  first_id=1 << 40, plan=plan)
     # Peaks are for the measured phase only, like a scrape taken after the warmup.
     engine.counters_state.peak_usage = 0.0
     engine.counters_state.peak_waiting = 0
@@ -165,7 +176,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
     arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
                 else np.zeros(len(isl)))
     done = _run_load(engine, clock, isl, osl, arrivals, concurrency, first_id=0,
-                     chains=workload.chains())
+                     chains=workload.chains(), plan=plan)
     after = engine.counters()
     records: list[RequestRecord | None] = [None] * len(isl)
     queue_s = np.zeros(len(isl))

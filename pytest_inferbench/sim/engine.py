@@ -11,6 +11,7 @@ price and apply a whole stretch of identical decode steps at once.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -244,6 +245,20 @@ class Engine:
         if sigma <= 0:
             return 1.0
         return np.clip(self._jitter_rng.lognormal(0.0, sigma, n), 0.3, 3.0)
+
+    @property
+    def min_emit(self) -> int:
+        """Tokens every decode step emits at least (1 + the fewest drafts ever accepted)."""
+        return self._min_emit
+
+    def random_streams(self) -> tuple[AcceptanceSampler, np.random.Generator]:
+        """Copies of the acceptance and jitter streams: a planner draws from them and hands
+        them back with `adopt_random_streams` only if its plan is used."""
+        return copy.deepcopy(self._sampler), copy.deepcopy(self._jitter_rng)
+
+    def adopt_random_streams(self, sampler: AcceptanceSampler,
+                             jitter_rng: np.random.Generator) -> None:
+        self._sampler, self._jitter_rng = sampler, jitter_rng
 
     def run_array(self) -> npt.NDArray[np.int64]:
         """The running slots as an array (cached until the running set changes)."""

@@ -241,9 +241,11 @@ class StepCost:
         return out + sampler + self._comm(m, n_tok, n_sampled)
 
     def step(self, *, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
-             decode_ctx_win: FloatArray | float, prefill_tokens: float = 0.0,
-             prefill_seqs: float = 0.0, prefill_ctx: float = 0.0, prefill_ctx_win: float = 0.0,
-             prefill_pairs: float = 0.0, prefill_win_pairs: float = 0.0) -> FloatArray | float:
+             decode_ctx_win: FloatArray | float,
+             prefill_tokens: FloatArray | float = 0.0, prefill_seqs: FloatArray | float = 0.0,
+             prefill_ctx: FloatArray | float = 0.0, prefill_ctx_win: FloatArray | float = 0.0,
+             prefill_pairs: FloatArray | float = 0.0,
+             prefill_win_pairs: FloatArray | float = 0.0) -> FloatArray | float:
         """Duration of one engine step.
 
         decode_ctx / decode_ctx_win: sums over decode sequences of c and min(c, window);

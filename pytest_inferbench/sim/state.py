@@ -128,6 +128,17 @@ class CounterState:
             spec_accepted_histogram=tuple(int(x) for x in self.histogram + open_histogram))
 
 
+def decode_plan(remaining: int, accepted: IntArray) -> tuple[int, IntArray, IntArray]:
+    """A speculative decode plan: each step emits its accepted drafts plus one token, until
+    `remaining` tokens are out. Returns (steps, tokens emitted before each step, accepted
+    drafts of each step); the last step's surplus drafts are accepted but not emitted."""
+    emitted = np.cumsum(accepted) + np.arange(1, len(accepted) + 1)
+    steps = int(np.searchsorted(emitted, remaining)) + 1 if remaining > 0 else 0
+    before: IntArray = np.zeros(steps, dtype=np.int64)
+    before[1:] = emitted[:steps - 1]
+    return steps, before, accepted[:steps]
+
+
 class SlotTable:
     """The running set as parallel arrays, one row per slot (at most max_num_seqs rows)."""
 
@@ -180,16 +191,15 @@ class SlotTable:
             self.plan_steps[slot] = remaining
             return
         # Only columns 0..steps are ever read: p never passes plan_steps.
-        acc_cum = np.cumsum(accepted)
-        emitted = acc_cum + np.arange(1, len(accepted) + 1)
-        steps = int(np.searchsorted(emitted, remaining)) + 1 if remaining > 0 else 0
+        steps, before, _ = decode_plan(remaining, accepted)
         if steps + 1 > self.width:
             self._grow(steps + 1)
         self.plan_steps[slot] = steps
         cum, acc = self.cum[slot], self.acc_cum[slot]
-        cum[0] = acc[0] = 0
-        np.minimum(emitted[:steps], remaining, out=cum[1:steps + 1])
-        acc[1:steps + 1] = acc_cum[:steps]
+        cum[:steps] = before
+        cum[steps] = remaining if steps else 0
+        acc[0] = 0
+        np.cumsum(accepted[:steps], out=acc[1:steps + 1])
         self.acc_raw[slot, :steps] = accepted[:steps]
 
     def close_histogram(self, slot: int, c: CounterState) -> None:

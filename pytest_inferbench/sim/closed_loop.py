@@ -1,0 +1,297 @@
+"""The closed loop planned in step space: a whole load's schedule from per-request events.
+
+In a closed loop with enough KV cache, which step each request is admitted, prefilled, decodes
+and finishes in does not depend on how long the steps take: a finish frees a client slot, the
+next request reaches the engine two steps later (one while it is in transit), its prefill
+takes the steps the token budget allows, and its decode plan is drawn when the prefill ends.
+So the engine's schedule can be replayed with one cheap Python event per admission and per
+finish (`_Schedule`), and every step's aggregates (decoding sequences, context sums, prefill
+terms, KV blocks held) built afterwards from per-request ranges with numpy, priced in one
+`StepCost.step` call.
+
+It follows `Engine.step`, `stretch.run_stretch` and `driver._run_load` rule for rule; where
+an assumption fails (an open loop, conversations, the KV cache running short, decode beyond
+the token budget) `plan_closed_loop` returns None before touching the engine and the driver
+runs the engine step by step. `tests/sim/test_closed_loop.py` holds both paths to the same
+figures.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .engine import Trace
+from .physics import windowed_sum
+from .state import decode_plan
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .engine import Engine
+    from .spec_decode import AcceptanceSampler
+
+    IntArray = npt.NDArray[np.int64]
+    FloatArray = npt.NDArray[np.float64]
+
+
+def _applies(engine: Engine, isl: IntArray, osl: IntArray, arrivals: FloatArray,
+             concurrency: int, chains: list[list[int]] | None) -> bool:
+    """Whether the schedule is duration-free and every request would be accepted."""
+    cfg = engine.config
+    if engine.has_work() or engine.free_blocks != engine.num_blocks or not len(isl):
+        return False
+    if chains is not None and any(len(chain) != 1 for chain in chains):
+        return False
+    if bool(arrivals.any()):  # an open loop: sends depend on the clock
+        return False
+    # Decode never outgrows the token budget (else the engine skips decoders for a step).
+    if min(concurrency, cfg.max_num_seqs) * (engine.k + 1) > cfg.max_num_batched_tokens:
+        return False
+    # add_request would reject one: let the engine say why.
+    bs = engine.block_size
+    return bool(isl.min() >= 1 and osl.min() >= 1
+                and (isl + osl).max() <= cfg.max_model_len
+                and -(-(int((isl + osl).max()) + engine.k) // bs) <= engine.num_blocks)
+
+
+class _Schedule:
+    """Which step every request is admitted, prefilled, completes and finishes in."""
+
+    def __init__(self, engine: Engine, isl: IntArray, osl: IntArray, concurrency: int,
+                 sampler: AcceptanceSampler) -> None:
+        n = len(isl)
+        self.first = engine.steps_done
+        self.complete = [0] * n  # step whose end emits the first token
+        self.plan: list[int] = [0] * n  # decode steps after it
+        self.scheduled = [0] * n  # step that first computed part of the prompt
+        self.arrival = [0] * n  # steps done when the request reached the engine
+        self.sent_after = [-1] * n  # step at whose end it was sent (-1: at the start)
+        self.cum: list[IntArray] = [np.zeros(0, np.int64)] * n  # tokens after j decode steps
+        self.accepted: list[IntArray] = [np.zeros(0, np.int64)] * n
+        self.chunk_steps: list[int] = []  # per prefill chunk: step, request, held blocks
+        self.chunk_req: list[int] = []
+        self.chunk_blocks: list[int] = []
+        self.prefill: dict[int, tuple[float, float, float, float, float, float]] = {}
+        self.visited: list[int] = []  # steps after which the engine notes its usage
+        self.waiting_peak = 0
+        self.finish_order: list[int] = []
+        self._run(engine, isl, osl, concurrency, sampler)
+
+    def _run(self, engine: Engine, isl: IntArray, osl: IntArray, concurrency: int,
+             sampler: AcceptanceSampler) -> None:
+        cfg = engine.config
+        k, q, bs, w = engine.k, engine.k + 1, engine.block_size, engine.window
+        budget_max, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
+        min_emit = engine.min_emit
+        isl_l, osl_l = isl.tolist(), osl.tolist()
+        pending = deque(range(len(isl_l)))
+        waiting: deque[int] = deque()
+        for _ in range(min(concurrency, len(isl_l))):  # an idle engine takes them at once
+            r = pending.popleft()
+            waiting.append(r)
+            self.arrival[r] = self.first
+        running: list[int] = []  # admission order
+        prefilling: list[int] = []
+        prefilled: dict[int, int] = {}
+        finishes: list[tuple[int, int, int]] = []  # (step, admission number, request)
+        order: dict[int, int] = {}
+        decoding = 0
+        transit: list[int] = []
+        s = self.first
+        while waiting or running or transit:
+            budget = budget_max - decoding * q
+            chunks: list[tuple[int, int]] = []
+            for r in prefilling:
+                if budget <= 0:
+                    break
+                c = min(isl_l[r] - prefilled[r], budget)
+                chunks.append((r, c))
+                budget -= c
+            while waiting and len(running) < max_seqs and budget > 0:
+                r = waiting.popleft()
+                order[r] = len(order)
+                running.append(r)
+                prefilling.append(r)
+                prefilled[r] = 0
+                self.scheduled[r] = s
+                c = min(isl_l[r], budget)
+                chunks.append((r, c))
+                budget -= c
+            if not chunks and not decoding:
+                raise _Unplannable  # a stuck prefill: the engine preempts
+            done_now: list[int] = []
+            started = 0
+            if chunks:
+                p_tok = p_seqs = p_ctx = p_win = pairs = win_pairs = 0.0
+                for r, c in chunks:
+                    c0 = float(prefilled[r])
+                    c1 = c0 + c
+                    p_tok += c
+                    p_seqs += 1.0 if prefilled[r] + c == isl_l[r] else 0.0
+                    p_ctx += c1
+                    p_win += min(c1, w)
+                    a, b = windowed_sum(c0, c1, w)
+                    pairs += a
+                    win_pairs += b
+                self.prefill[s] = (p_tok, p_seqs, p_ctx, p_win, pairs, win_pairs)
+                for r, c in chunks:
+                    prefilled[r] += c
+                    self.chunk_steps.append(s)
+                    self.chunk_req.append(r)
+                    self.chunk_blocks.append(-(-prefilled[r] // bs))
+                    if prefilled[r] < isl_l[r]:
+                        continue
+                    prefilling.remove(r)
+                    self.complete[r] = s
+                    remaining = osl_l[r] - 1
+                    if k:
+                        draws = max(-(-remaining // min_emit), 1)
+                        steps, cum, acc = decode_plan(remaining, sampler.draw(draws))
+                        self.cum[r], self.accepted[r] = cum, acc
+                    else:
+                        steps = remaining
+                    self.plan[r] = steps
+                    if steps:
+                        heapq.heappush(finishes, (s + steps, order[r], r))
+                        started += 1
+                    else:
+                        done_now.append(r)
+            while finishes and finishes[0][0] == s:
+                done_now.append(heapq.heappop(finishes)[2])
+                decoding -= 1
+            done_now.sort(key=order.__getitem__)
+            for r in done_now:
+                running.remove(r)
+            decoding += started
+            self.visited.append(s)
+            self.waiting_peak = max(self.waiting_peak, len(waiting))
+            # The driver: requests sent after the last step reach the engine now; this
+            # step's finishes free client slots, whose requests are in transit for one step
+            # when the engine still has work.
+            for r in transit:
+                waiting.append(r)
+                self.arrival[r] = s + 1
+            transit = []
+            busy = bool(waiting or running)
+            for r in done_now:
+                self.finish_order.append(r)
+                if pending:
+                    nxt = pending.popleft()
+                    self.sent_after[nxt] = s
+                    if busy:
+                        transit.append(nxt)
+                    else:
+                        waiting.append(nxt)
+                        self.arrival[nxt] = s + 1
+            admissible = (waiting and len(running) < max_seqs
+                          and budget_max - len(running) * q > 0)
+            if transit or prefilling or admissible or not finishes:
+                s += 1
+            else:  # a stretch of identical decode steps up to the next finish
+                s = finishes[0][0]
+        self.last = s - 1
+
+
+class _Unplannable(Exception):
+    """The schedule needs a decision the planner does not make (the engine makes it)."""
+
+
+def _ranges(starts: IntArray, lengths: IntArray) -> tuple[IntArray, IntArray]:
+    """(owner index, offset within its range) of every element of the ranges, concatenated."""
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return owner, offset
+
+
+def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: FloatArray,
+                     concurrency: int, chains: list[list[int]] | None
+                     ) -> tuple[FloatArray, list[tuple[int, int, Trace]]] | None:
+    """The load's step durations and (i, step it was sent after, trace) per request in finish
+    order, with the engine advanced past it; None (engine untouched) if it does not apply."""
+    if not _applies(engine, isl, osl, arrivals, concurrency, chains):
+        return None
+    sampler, jitter_rng = engine.random_streams()
+    try:
+        sch = _Schedule(engine, isl, osl, concurrency, sampler)
+    except _Unplannable:
+        return None
+    k, q, bs, w = engine.k, engine.k + 1, engine.block_size, engine.window
+    s0, steps_n = sch.first, sch.last - sch.first + 1
+    complete = np.asarray(sch.complete, np.int64) - s0
+    plan = np.asarray(sch.plan, np.int64)
+    owner, j = _ranges(complete + 1, plan)  # every decode step of every request
+    at = complete[owner] + 1 + j
+    ctx = isl[owner] + (np.concatenate(sch.cum) if k else j)  # context before each step
+    held = -(-(ctx + q) // bs)  # blocks a decode step holds (its context and the q it writes)
+    # Blocks held during each step: decode steps, plus prefill holdings from each chunk's
+    # step to the step before the next chunk (or the first decode step, or after the finish).
+    during = np.bincount(at, weights=held, minlength=steps_n + 1).astype(np.float64)
+    chunk_at = np.asarray(sch.chunk_steps, np.int64) - s0
+    chunk_req = np.asarray(sch.chunk_req, np.int64)
+    chunk_blocks = np.asarray(sch.chunk_blocks, np.int64)
+    prev = np.zeros(len(isl), np.int64)
+    delta = np.zeros(steps_n + 2)
+    for t, r, b in zip(chunk_at.tolist(), chunk_req.tolist(), chunk_blocks.tolist(),
+                       strict=True):
+        delta[t] += b - prev[r]
+        prev[r] = b
+    np.subtract.at(delta, complete + 1, prev)
+    during += np.cumsum(delta)[:steps_n + 1]
+    during = during[:steps_n]
+    if float(during.max()) > engine.num_blocks:
+        return None  # the engine would preempt or hold an admission back
+    last_held = np.where(plan > 0, 0, prev)
+    has_decode = plan > 0
+    if has_decode.any():
+        ends = np.cumsum(plan) - 1
+        last_held[has_decode] = held[ends[has_decode]]
+    freed = np.bincount(complete + plan, weights=last_held, minlength=steps_n)[:steps_n]
+    visited = np.asarray(sch.visited, np.int64) - s0
+    usage_after = during[visited] - freed[visited]
+
+    seqs = np.bincount(at, minlength=steps_n)[:steps_n].astype(np.float64)
+    ctx_sum = np.bincount(at, weights=ctx, minlength=steps_n)[:steps_n].astype(np.float64)
+    win_sum = (np.bincount(at, weights=np.minimum(ctx, w), minlength=steps_n)[:steps_n]
+               .astype(np.float64) if math.isfinite(w) else ctx_sum)
+    pre = np.zeros((6, steps_n))
+    if sch.prefill:
+        cols = np.asarray(list(sch.prefill), np.int64) - s0
+        pre[:, cols] = np.asarray(list(sch.prefill.values())).T
+    durations = np.asarray(engine.cost.step(
+        decode_seqs=seqs, decode_ctx=ctx_sum, decode_ctx_win=win_sum,
+        prefill_tokens=pre[0], prefill_seqs=pre[1], prefill_ctx=pre[2], prefill_ctx_win=pre[3],
+        prefill_pairs=pre[4], prefill_win_pairs=pre[5]), dtype=np.float64)
+    if engine.config.jitter > 0:
+        durations = durations * np.clip(jitter_rng.lognormal(0.0, engine.config.jitter,
+                                                             steps_n), 0.3, 3.0)
+
+    # Commit: the engine is where the step-by-step run would have left it.
+    c = engine.counters_state
+    c.prompt_tokens += int(isl.sum())
+    c.generation_tokens += int(osl.sum())
+    c.requests_finished += len(isl)
+    if k:
+        acc = np.concatenate(sch.accepted)
+        c.drafts += len(acc)
+        c.accepted += int(acc.sum())
+        c.histogram += np.bincount(acc, minlength=k + 1)
+    c.note_usage(int(usage_after.max()), engine.num_blocks, sch.waiting_peak)
+    engine.adopt_random_streams(sampler, jitter_rng)
+    engine.steps_done += steps_n
+
+    out: list[tuple[int, int, Trace]] = []
+    for r in sch.finish_order:
+        first, n = sch.complete[r], sch.plan[r]
+        tokens = np.ones(n + 1, np.int64)
+        if k and n:
+            np.subtract(sch.cum[r][1:], sch.cum[r][:-1], out=tokens[1:n])
+            tokens[n] = int(osl[r]) - 1 - int(sch.cum[r][-1])
+        out.append((r, sch.sent_after[r],
+                    Trace(np.arange(first, first + n + 1, dtype=np.int64), tokens,
+                          sch.arrival[r], sch.scheduled[r])))
+    return durations, out

@@ -1,0 +1,91 @@
+"""The closed loop planned in step space gives the figures of the engine run step by step:
+every request's token times and counts, the duration and every server counter, across plain
+and speculative decoding, sliding windows, chunked prefill, a queue behind max_num_seqs,
+one-token replies and jitter; where the KV cache runs short the planner declines."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from pytest_inferbench.sim import catalog
+from pytest_inferbench.sim.closed_loop import plan_closed_loop
+from pytest_inferbench.sim.config import EngineConfig, SpecConfig
+from pytest_inferbench.sim.driver import SimulatedPoint, simulate_point
+from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.workload import LoadSettings, build_workload
+
+M3 = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="atom", tp=4,
+                  max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
+                  gpu_memory_utilization=0.8, kv_cache_dtype="fp8")
+EAGLE = SpecConfig(method="eagle3", draft_model="Inferact/MiniMax-M3-EAGLE3",
+                   num_speculative_tokens=3)
+GPTOSS = EngineConfig(hardware="H200", model="openai/gpt-oss-120b", framework="vllm", tp=1,
+                      max_num_seqs=64, max_num_batched_tokens=8192)
+LOAD = LoadSettings(prompts_per_conc=4, warmup_per_conc=1)
+
+CASES = {
+    "plain": (M3, 1024, 256, 16),
+    "eagle3": (replace(M3, spec=EAGLE), 1024, 256, 16),
+    "sliding-window": (GPTOSS, 1024, 256, 16),
+    "chunked-prefill": (replace(M3, max_num_batched_tokens=2048), 6000, 64, 8),
+    "queue-behind-max-num-seqs": (replace(M3, max_num_seqs=5), 512, 128, 12),
+    "one-token-replies": (M3, 300, 1, 8),
+    "jitter": (replace(M3, spec=EAGLE, jitter=0.05, seed=3), 512, 128, 8),
+}
+
+
+def lengths(isl: int, osl: int, conc: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    workload = build_workload(isl, osl, conc, LOAD)
+    return (np.asarray([r.input_tokens for r in workload.requests], np.int64),
+            np.asarray([r.output_tokens for r in workload.requests], np.int64),
+            np.zeros(len(workload.requests)))
+
+
+def both(config: EngineConfig, isl: int, osl: int, conc: int
+         ) -> tuple[SimulatedPoint, SimulatedPoint]:
+    workload = build_workload(isl, osl, conc, LOAD)
+    return (simulate_point(config, workload, plan=True),
+            simulate_point(config, workload, plan=False))
+
+
+def assert_same(planned: SimulatedPoint, stepped: SimulatedPoint) -> None:
+    # Times agree to rounding (the clock sums the same durations in other groupings).
+    assert planned.duration_s == pytest.approx(stepped.duration_s, rel=1e-12)
+    assert len(planned.records) == len(stepped.records)
+    for a, b in zip(planned.records, stepped.records, strict=True):
+        assert (a.input_tokens, a.output_tokens) == (b.input_tokens, b.output_tokens)
+        assert a.chunk_tokens.tolist() == b.chunk_tokens.tolist()
+        np.testing.assert_allclose(a.chunk_times, b.chunk_times, rtol=1e-12)
+        assert a.send_time == pytest.approx(b.send_time, rel=1e-12)
+    assert planned.server_metrics.keys() == stepped.server_metrics.keys()
+    for key, value in stepped.server_metrics.items():
+        assert planned.server_metrics[key] == pytest.approx(value, rel=1e-12), key
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_planned_closed_loop_equals_the_engine_step_by_step(case: str) -> None:
+    config, isl, osl, conc = CASES[case]
+    assert plan_closed_loop(Engine(config), *lengths(isl, osl, conc), conc, None) is not None
+    planned, stepped = both(config, isl, osl, conc)
+    assert_same(planned, stepped)
+    assert planned.server_metrics["engine_steps"] > 0
+
+
+def test_the_plan_is_used_where_it_applies_and_declined_where_the_cache_runs_short() -> None:
+    isl, osl, arrivals = lengths(2000, 400, 32)
+    assert plan_closed_loop(Engine(M3), isl, osl, arrivals, 32, None) is not None
+    # Room for about eight requests: the engine must preempt, which the planner does not do.
+    # (The cache is what HBM x utilization leaves after fixed needs, per token of context.)
+    roomy = Engine(M3)
+    hbm = catalog.hardware(M3.hardware).hbm_bytes
+    spare = (roomy.kv_capacity_tokens - 8 * 2400) * roomy.target.kv_store_per_token
+    tight = replace(M3, gpu_memory_utilization=M3.gpu_memory_utilization - spare / hbm)
+    engine = Engine(tight)
+    assert plan_closed_loop(engine, isl, osl, arrivals, 32, None) is None
+    assert engine.steps_done == 0 and engine.counters().generation_tokens == 0  # untouched
+    planned, stepped = both(tight, 2000, 400, 32)
+    assert stepped.server_metrics["preemptions"] > 0
+    assert_same(planned, stepped)
