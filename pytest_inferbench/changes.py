@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -63,7 +62,7 @@ class Revision:
         return {self.top / name for name in names if name}
 
 
-def _entries(text: bytes | str | None) -> dict[str, Any]:
+def _entries(text: bytes | str | None) -> dict[str, object]:
     if not text:
         return {}
     data = yaml.load(text, Loader=_FAST_LOADER)  # CSafeLoader: a safe loader

@@ -26,6 +26,8 @@ from .state import get_session_state
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from _pytest._code.code import TracebackStyle
+
     from .backends.base import ServerHandle
     from .launch import ServerSpec
     from .recipe import BenchPoint, InvalidEntry, ServerConfig
@@ -73,7 +75,7 @@ class InvalidEntryItem(pytest.Item):
         raise InvalidEntryError("\n".join(self.entry.problems))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str:
+                     style: TracebackStyle | None = None) -> str:
         if isinstance(excinfo.value, InvalidEntryError):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo, style=style))

@@ -347,7 +347,7 @@ def _count(path: Path, where: str, value: object, minimum: int = 1) -> int:
     return value
 
 
-def _files(path: Path, where: str, value: object) -> dict[str, dict[str, Any]]:
+def _files(path: Path, where: str, value: object) -> dict[str, dict[str, object]]:
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and "/" not in k and k not in {".", ".."} and isinstance(v, dict)
             for k, v in value.items()):
@@ -356,7 +356,7 @@ def _files(path: Path, where: str, value: object) -> dict[str, dict[str, Any]]:
     return dict(value)
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def _deep_merge(base: dict[str, object], extra: dict[str, object]) -> dict[str, object]:
     out = dict(base)
     for key, value in extra.items():
         old = out.get(key)

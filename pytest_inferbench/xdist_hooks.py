@@ -14,7 +14,7 @@ nothing itself, so it learns from the workers' collections whether the run has r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import activation, preflight
 from .gpu import GpuSpecError, format_gpu_ids, parse_gpu_ids, split_between_workers
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import pytest
+    from xdist.workermanage import WorkerController
 
     from .options import Settings
 
@@ -64,13 +65,14 @@ class XdistHooks:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
-    def pytest_configure_node(self, node: Any) -> None:
+    def pytest_configure_node(self, node: WorkerController) -> None:
         state = get_session_state(node.config)
         node.workerinput.update(worker_input(
             state.settings, state.run_id, str(node.workerinput["workerid"]),
             int(node.workerinput["workercount"])))
 
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+    def pytest_xdist_node_collection_finished(self, node: WorkerController,
+                                              ids: Sequence[str]) -> None:
         config: pytest.Config = node.config
         state = get_session_state(config)
         activation.engage_for_node_ids(config, ids, state.settings)

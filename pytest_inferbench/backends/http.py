@@ -13,7 +13,7 @@ import dataclasses
 import gc
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from ..recipe import BenchPoint
     from ..record import JSONValue
 
-_UNSET: Any = object()
 
 
 def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float]:
@@ -99,7 +98,8 @@ class HttpServerHandle(ServerHandle):
         self.simulated = simulated
         # The simulator's announced clock; 0: it streams on no clock at all.
         self.time_scale = time_scale
-        self._tokenizer: TextTokenizer | None = _UNSET
+        self._tokenizer: TextTokenizer | None = None
+        self._tokenizer_looked_up = False
 
     def stop(self) -> None:  # subclasses that own the server override this
         """Nothing to stop for a bare HTTP handle."""
@@ -107,9 +107,10 @@ class HttpServerHandle(ServerHandle):
     def tokenizer(self) -> TextTokenizer | None:
         """The served model's local tokenizer, looked up once per handle. A simulated server
         counts words (`tokenizer.py`): the words scheme is its exact tokenizer."""
-        if self._tokenizer is _UNSET:
+        if not self._tokenizer_looked_up:
             self._tokenizer = None if self.simulated else load_local_tokenizer(
                 self.spec.served_model)
+            self._tokenizer_looked_up = True
         return self._tokenizer
 
     def client_config(self, conc: int, tokenizer: TextTokenizer | None,

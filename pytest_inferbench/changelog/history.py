@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
@@ -31,7 +30,7 @@ def _chunks(raw: bytes) -> list[bytes]:
     return [raw[a:b] for a, b in zip(starts, [*starts[1:], len(raw)], strict=True)]
 
 
-def _data(raw: bytes) -> list[Any]:
+def _data(raw: bytes) -> list[object]:
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError):
@@ -39,14 +38,14 @@ def _data(raw: bytes) -> list[Any]:
     return data if isinstance(data, list) else []
 
 
-def _name(entry: Any, raw: bytes, start: int) -> str:
+def _name(entry: object, raw: bytes, start: int) -> str:
     line = raw[:start].count(b"\n") + 1
     keys = entry.get("config-keys") if isinstance(entry, dict) else None
     shown = ", ".join(map(str, keys)) if isinstance(keys, list) else "?"
     return f"entry at line {line} ({shown})"
 
 
-def _without_link(entry: Any) -> Any:
+def _without_link(entry: object) -> object:
     return {k: v for k, v in entry.items() if k != "pr-link"} if isinstance(entry, dict) else entry
 
 
@@ -72,7 +71,7 @@ def check_history(base_raw: bytes, head_raw: bytes) -> History:
         if old == new:
             problem = f"{here}: reformatted; existing entries are immutable byte for byte"
         elif new is not None and _without_link(old) == _without_link(new):
-            link = str(new.get("pr-link", ""))
+            link = str(new.get("pr-link", "")) if isinstance(new, dict) else ""
             if PR_URL.fullmatch(link):
                 corrections += 1  # a pr-link-only correction to a canonical link
                 continue
@@ -99,7 +98,7 @@ def check_history(base_raw: bytes, head_raw: bytes) -> History:
     return history
 
 
-def _separation(base_raw: bytes, head_raw: bytes, head: list[Any], starts: list[int],
+def _separation(base_raw: bytes, head_raw: bytes, head: list[object], starts: list[int],
                 first_added: int) -> list[str]:
     failures = []
     for i in range(first_added, len(head)):

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
+    from _pytest._code.code import TracebackStyle
+
     from ..options import Settings
 
 CHANGELOG_MARKER = "changelog: a perf-changelog.yaml entry check"
@@ -134,7 +136,8 @@ class ChangelogItem(pytest.Item):
         assert isinstance(self.parent, ChangelogFile)
         return self.parent
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: TracebackStyle | None = None) -> str:
         if isinstance(excinfo.value, ChangelogCheckFailed):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
@@ -162,7 +165,8 @@ class HistoryItem(pytest.Item):
         if failures:
             raise ChangelogCheckFailed("\n".join(failures))
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: TracebackStyle | None = None) -> str:
         if isinstance(excinfo.value, ChangelogCheckFailed):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
