@@ -54,7 +54,7 @@ MAY_IMPORT: dict[str, set[str]] = {
                  "recipe", "record", "redact", "sim", "tokenizer", "workload"},
     "backends.registry": set(),
     "loadgen": {"launch", "metrics", "record", "tokenizer", "workload"},
-    "sim": {"golden", "metrics", "specdecode", "workload"},
+    "sim": {"golden", "metrics", "record", "specdecode", "workload"},
     "sim.server": {"sim", "tokenizer"},
     "gates": {"golden", "launch", "metrics", "options", "recipe", "record", "result_files",
               "results", "specdecode", "yamllines"},

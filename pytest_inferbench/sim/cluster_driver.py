@@ -9,7 +9,7 @@ virtual seconds from the start of the measured phase. Server metrics are scraped
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from .driver import SimulatedPoint
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from ..record import JSONValue
     from ..workload import Workload
     from .disagg import Deployment
     from .state import EngineCounters
@@ -101,14 +102,14 @@ def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
 
 
 def deployment_metrics(cluster: Cluster, before: dict[str, EngineCounters],
-                       after: dict[str, EngineCounters]) -> dict[str, Any]:
+                       after: dict[str, EngineCounters]) -> dict[str, JSONValue]:
     """What scrapes of every role's counters before and after the point would say: the
     deployment's totals as one server's keys, and each role's under its name."""
     dep = cluster.deployment
     serving = "decode" if dep.disaggregated else "aggregated"
     first = "prefill" if dep.disaggregated else "aggregated"
     a, b = after[serving], before[serving]
-    out: dict[str, Any] = {
+    out: dict[str, JSONValue] = {
         "source": "simulator",
         "deployment": dep.topology,
         "prompt_tokens": after[first].prompt_tokens - before[first].prompt_tokens,

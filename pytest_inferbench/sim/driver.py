@@ -14,7 +14,7 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
+    from ..record import JSONValue
     from ..workload import PlannedRequest, Workload
     from .config import EngineConfig
     from .engine import Trace
@@ -40,7 +41,7 @@ MAX_STRETCH = 1 << 20
 class SimulatedPoint:
     records: list[RequestRecord]
     duration_s: float
-    server_metrics: dict[str, Any]
+    server_metrics: dict[str, JSONValue]
 
 
 class _Timeline:
@@ -200,11 +201,11 @@ def simulate_point(config: EngineConfig, workload: Workload,
 
 
 def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
-                   ) -> dict[str, Any]:
+                   ) -> dict[str, JSONValue]:
     """What a scrape of the server's counters before and after the point would say."""
     drafts = after.spec_num_drafts - before.spec_num_drafts
     accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
-    out: dict[str, Any] = {
+    out: dict[str, JSONValue] = {
         "source": "simulator",
         "prompt_tokens": after.prompt_tokens - before.prompt_tokens,
         "generation_tokens": after.generation_tokens - before.generation_tokens,
