@@ -88,13 +88,26 @@ class ChangelogFile(pytest.File):
                                             changelog=changelog, entry=entry)
 
 
-class ChangelogItem(pytest.Item):
+class _ChangelogCheck(pytest.Item):
+    """A changelog check: marked `changelog`, failing with its problem lines only."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.changelog)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: TracebackStyle | None = None) -> str:
+        if isinstance(excinfo.value, ChangelogCheckFailed):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+
+class ChangelogItem(_ChangelogCheck):
     def __init__(self, *, changelog: Changelog, entry: ChangelogEntry | None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.changelog = changelog
         self.entry = entry
-        self.add_marker(pytest.mark.changelog)
         # -k "minimaxm3 and mi355x" selects the entries that name those configs too.
         if entry is not None:
             self.extra_keyword_matches.update(entry.config_keys)
@@ -136,23 +149,13 @@ class ChangelogItem(pytest.Item):
         assert isinstance(self.parent, ChangelogFile)
         return self.parent
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: TracebackStyle | None = None) -> str:
-        if isinstance(excinfo.value, ChangelogCheckFailed):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
-
     def reportinfo(self) -> tuple[Path, int, str]:
         line = self.entry.line if self.entry else 1
         return self.path, line - 1, f"{self.name} (line {line})"
 
 
-class HistoryItem(pytest.Item):
+class HistoryItem(_ChangelogCheck):
     """Existing entries unchanged byte for byte, additions appended after one empty line."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.add_marker(pytest.mark.changelog)
 
     def runtest(self) -> None:
         assert isinstance(self.parent, ChangelogFile)
@@ -164,12 +167,6 @@ class HistoryItem(pytest.Item):
             failures = [str(exc)]
         if failures:
             raise ChangelogCheckFailed("\n".join(failures))
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: TracebackStyle | None = None) -> str:
-        if isinstance(excinfo.value, ChangelogCheckFailed):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, "history"

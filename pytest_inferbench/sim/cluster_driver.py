@@ -15,7 +15,7 @@ import numpy as np
 
 from ..metrics import RequestRecord
 from .cluster import ClientTrace, Cluster
-from .driver import SimulatedPoint
+from .driver import SimulatedPoint, counter_deltas
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -124,16 +124,8 @@ def deployment_metrics(cluster: Cluster, before: dict[str, EngineCounters],
     if cluster.transfer is not None:
         out["kv_transfer_fabric"] = cluster.transfer.fabric
     for role in after:
-        ra, rb = after[role], before[role]
-        out[role] = {
-            "workers": sum(1 for inst in cluster.instances if inst.role == role),
-            "prompt_tokens": ra.prompt_tokens - rb.prompt_tokens,
-            "generation_tokens": ra.generation_tokens - rb.generation_tokens,
-            "preemptions": ra.preemptions - rb.preemptions,
-            "engine_steps": ra.steps - rb.steps,
-            "max_kv_cache_usage": ra.peak_kv_cache_usage,
-            "max_num_requests_waiting": ra.peak_num_requests_waiting,
-        }
+        out[role] = {"workers": sum(1 for inst in cluster.instances if inst.role == role),
+                     **counter_deltas(before[role], after[role])}
     drafts = a.spec_num_drafts - b.spec_num_drafts
     if drafts:
         accepted = a.spec_num_accepted_tokens - b.spec_num_accepted_tokens

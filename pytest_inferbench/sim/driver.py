@@ -200,6 +200,18 @@ def simulate_point(config: EngineConfig, workload: Workload,
     return SimulatedPoint([r for r in records if r is not None], clock.now, metrics)
 
 
+def counter_deltas(before: EngineCounters, after: EngineCounters) -> dict[str, float]:
+    """What one engine's counters say of the steps between two reads."""
+    return {
+        "prompt_tokens": after.prompt_tokens - before.prompt_tokens,
+        "generation_tokens": after.generation_tokens - before.generation_tokens,
+        "preemptions": after.preemptions - before.preemptions,
+        "engine_steps": after.steps - before.steps,
+        "max_kv_cache_usage": after.peak_kv_cache_usage,
+        "max_num_requests_waiting": after.peak_num_requests_waiting,
+    }
+
+
 def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
                    ) -> dict[str, JSONValue]:
     """What a scrape of the server's counters before and after the point would say."""
@@ -207,12 +219,7 @@ def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
     accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
     out: dict[str, JSONValue] = {
         "source": "simulator",
-        "prompt_tokens": after.prompt_tokens - before.prompt_tokens,
-        "generation_tokens": after.generation_tokens - before.generation_tokens,
-        "preemptions": after.preemptions - before.preemptions,
-        "engine_steps": after.steps - before.steps,
-        "max_kv_cache_usage": after.peak_kv_cache_usage,
-        "max_num_requests_waiting": after.peak_num_requests_waiting,
+        **counter_deltas(before, after),
         "kv_cache_capacity_tokens": engine.kv_capacity_tokens,
     }
     if drafts:
