@@ -22,7 +22,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -198,11 +198,10 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
             pytest.fail("inferbench_load: give isl (with osl and conc) or prompts",
                         pytrace=False)
         state = get_session_state(request.config)
-        load = state.load
-        changes: dict[str, Any] = {
-            "request_rate": math.inf if request_rate is None else float(request_rate),
-            "prompts_per_conc": prompts_per_conc, "seed": seed}
-        load = dataclasses.replace(load, **{k: v for k, v in changes.items() if v is not None})
+        load = dataclasses.replace(
+            state.load, request_rate=math.inf if request_rate is None else float(request_rate),
+            prompts_per_conc=state.load.prompts_per_conc if prompts_per_conc is None
+            else prompts_per_conc, seed=state.load.seed if seed is None else seed)
         # A given prompt list is its own nominal ISL: the longest prompt, in words; the
         # record's `input_lens` hold what was counted for each request.
         nominal = isl if isl is not None else max(count_tokens(t) for t in texts)
