@@ -29,6 +29,8 @@ class ExternalHandle(HttpServerHandle):
 
 class ExternalBackend(Backend):
     name = "external"
+    # It starts nothing: a server of several roles is reached at its serving role's URL.
+    supports_roles = True
 
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> ExternalHandle:

@@ -31,7 +31,8 @@ BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True),
     BackendInfo("docker", "docker", "DockerBackend", simulated=False),
     BackendInfo("process", "process", "ProcessBackend", simulated=False),
-    BackendInfo("external", "external", "ExternalBackend", simulated=False),
+    # A running server is one endpoint whatever stands behind it: a deployment's router too.
+    BackendInfo("external", "external", "ExternalBackend", simulated=False, multinode=True),
     BackendInfo("slurm", "slurm.backend", "SlurmBackend", simulated=False),
 )}
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
 from .engine import Engine, RequestRejectedError
-from .state import EngineCounters
+from .state import EngineCounters, StepResult
 from .stretch import advance as advance_engine
 
 if TYPE_CHECKING:
@@ -286,9 +286,33 @@ class Cluster:
             finished.append(rid)
         inst.finished = []
 
+    def step(self) -> StepResult:
+        """The engine's interface for a server's loop (`server.engine_loop`): run to the next
+        event; its duration, the tokens clients get then, the requests that finished."""
+        before = self.now
+        event = self.advance()
+        return StepResult(event.now - before, event.emitted, event.finished)
+
+    @property
+    def k(self) -> int:
+        """Draft tokens per verify step of the instances that stream tokens."""
+        return self.pools[-1][0].engine.k
+
     # ----------------------------------------------------------------- metrics
-    def counters(self, role: str) -> EngineCounters:
-        """The counters of every instance of a role, added up (peaks: the highest)."""
+    def counters(self, role: str | None = None) -> EngineCounters:
+        """The counters of every instance of a role, added up (peaks: the highest); without
+        a role, the deployment's as one server's: requests and preemptions everywhere, prompt
+        tokens where prompts are computed, the rest where tokens are streamed."""
+        if role is None:
+            per_role = [self.counters(r) for r in self.roles]
+            serving = per_role[-1]
+            return replace(
+                serving, num_requests_running=sum(c.num_requests_running for c in per_role),
+                num_requests_waiting=sum(c.num_requests_waiting for c in per_role),
+                peak_num_requests_waiting=max(c.peak_num_requests_waiting for c in per_role),
+                prompt_tokens=per_role[0].prompt_tokens,
+                preemptions=sum(c.preemptions for c in per_role),
+                steps=sum(c.steps for c in per_role))
         snaps = [inst.engine.counters() for inst in self.instances if inst.role == role]
         if not snaps:
             raise ValueError(f"no {role} instances in this deployment")

@@ -48,6 +48,7 @@ from .streaming import Generation, collect_response, stream_events
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 
+    from prometheus_client.registry import Collector
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -75,6 +76,8 @@ class ServeConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
     oracle: EvalOracle | None = None
     info: Mapping[str, object] | None = None  # facts shown on /debug/inferbench/info
+    # More /metrics families read from the engine (a deployment's per-role counters).
+    extra_metrics: Callable[[EngineLike, str], Collector] | None = None
 
 
 def error_response(error: ApiError) -> JSONResponse:
@@ -117,6 +120,8 @@ class SimulatorApp:
         self.latency = LatencyHistograms()
         self.registry = metrics_registry(config.persona, config.served_models[0],
                                          lambda: config.snapshot(self.engine), self.latency)
+        if config.extra_metrics is not None:
+            self.registry.register(config.extra_metrics(self.engine, config.served_models[0]))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..disagg import ROUTER_POLICIES
 from .faults import FaultConfig
 from .oracle import EvalOracle, OracleError
 from .prom import PERSONAS, snapshot_from_engine
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
+    from prometheus_client.registry import Collector
+
     from .app import ServeConfig
+    from .engine_loop import EngineLike
 
 PROG = "python -m pytest_inferbench.sim serve"
 DEFAULT_PORT = 8000
@@ -36,7 +40,7 @@ _SWITCHES = {"--never-ready"}
 _VALUED = {"--hardware", "--persona", "--time-scale", "--seed", "--eval-oracle",
            "--eval-accuracy", "--fail-after-requests", "--error-rate", "--truncate-rate",
            "--startup-delay", "--stall-after-tokens", "--host", "--port", "--port-file",
-           "--log-level"}
+           "--log-level", "--prefill-workers", "--decode-workers", "--router"}
 
 
 class UsageError(Exception):
@@ -76,6 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port-file", type=Path, default=None, metavar="FILE",
                    help="write the bound port to FILE once listening")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument("--prefill-workers", type=int, default=0, metavar="N",
+                   help="serve a multinode deployment: N prefill workers, each running the "
+                        "server argv (with --decode-workers 0: N aggregated workers)")
+    p.add_argument("--decode-workers", type=int, default=0, metavar="M",
+                   help="M decode workers; their argv follows a second `--` after the "
+                        "prefill argv (else the same argv)")
+    p.add_argument("--router", choices=ROUTER_POLICIES, default=None,
+                   help="the deployment's router (default: the argv framework's, see "
+                        "docs/simulator.md)")
     return p
 
 
@@ -144,12 +157,30 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
         problems.append(f"--time-scale {options.time_scale}: expected >= 0")
     if problems:
         raise UsageError("; ".join(problems))
+    decode_argv: list[str] = []
+    if "--" in server_argv:
+        cut = list(server_argv).index("--")
+        server_argv, decode_argv = list(server_argv[:cut]), list(server_argv[cut + 1:])
+    if decode_argv and not options.decode_workers:
+        raise UsageError("a second server argv (after `--`) is the decode workers': give "
+                         "--decode-workers")
+    if options.decode_workers and not options.prefill_workers:
+        raise UsageError("--decode-workers needs --prefill-workers")
     try:
         engine_config, ignored = engine_config_from_argv(
             list(server_argv), hardware=options.hardware, env=dict(os.environ))
         if options.seed is not None:
             engine_config = dataclasses.replace(engine_config, seed=options.seed)
-        engine = Engine(engine_config)  # fails now, with the reason, not at the first request
+        engine: EngineLike
+        info: dict[str, object] = {"engine": _engine_facts(engine_config)}
+        if options.prefill_workers:
+            from .deployment import serve_deployment
+
+            engine, deployment_info = serve_deployment(
+                engine_config, decode_argv or list(server_argv), options)
+            info["deployment"] = deployment_info
+        else:
+            engine = Engine(engine_config)  # fails now, with the reason, not at the first request
         oracle = None
         if options.eval_oracle is not None:
             oracle = EvalOracle.from_jsonl(options.eval_oracle, options.eval_accuracy,
@@ -169,8 +200,15 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
         seed=engine_config.seed, served_models=tuple(served),
         max_model_len=engine_config.max_model_len,
         make_engine=lambda: engine, snapshot=snapshot_from_engine,
+        extra_metrics=_role_collector if options.prefill_workers else None,
         faults=faults, oracle=oracle,
-        info={"engine": _engine_facts(engine_config), "ignored_flags": list(ignored)})
+        info={**info, "ignored_flags": list(ignored)})
+
+
+def _role_collector(engine: EngineLike, model: str) -> Collector:
+    from .deployment import RoleCollector
+
+    return RoleCollector(engine, model)
 
 
 def _engine_facts(config: object) -> dict[str, object]:
@@ -205,6 +243,10 @@ def banner(config: ServeConfig, host: str, port: int) -> str:
         f"{config.hardware}, time scale {config.time_scale}, seed {config.seed}",
         f"inferbench-sim: listening on http://{host}:{port}",
     ]
+    deployment = dict(config.info or {}).get("deployment")
+    if isinstance(deployment, dict):
+        lines.insert(2, f"inferbench-sim: deployment {deployment['topology']} "
+                        f"({deployment['gpus']} GPUs), router {deployment['router']}")
     ignored = dict(config.info or {}).get("ignored_flags")
     if ignored:
         lines.append(f"inferbench-sim: server flags with no effect on the simulation: {ignored}")

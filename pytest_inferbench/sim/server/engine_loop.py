@@ -27,9 +27,11 @@ TIMELINE_KEEP = 100_000  # finished requests kept for /debug/inferbench/timeline
 
 
 class EngineLike(Protocol):
-    """What the server drives (`sim.engine.Engine`)."""
+    """What the server drives (`sim.engine.Engine`, or a deployment's `sim.cluster.Cluster`)."""
 
-    k: int  # draft tokens per verify step (0: no speculative decoding)
+    @property
+    def k(self) -> int:  # draft tokens per verify step (0: no speculative decoding)
+        ...
 
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None: ...
     def abort_request(self, request_id: int) -> None: ...
