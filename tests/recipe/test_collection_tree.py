@@ -185,6 +185,6 @@ def test_multinode_runs_on_the_simulator_and_skips_elsewhere(
     result = pytester.runpytest("-rs", "--inferbench-backend", "process")
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(
-        ["*multinode: not supported by the process backend yet (runs on: sim)*",
+        ["*multinode: not supported by the process backend yet (runs on: sim, external)*",
          "*agentic-coding: not supported yet*"]
     )

@@ -158,12 +158,11 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
     if problems:
         raise UsageError("; ".join(problems))
     decode_argv: list[str] = []
-    if "--" in server_argv:
+    if options.decode_workers and "--" in server_argv:
+        # A deployment's second argv (the decode workers') follows a second `--`; without
+        # --decode-workers a `--` stays in the argv (a wrapped `sim serve ... -- ...`).
         cut = list(server_argv).index("--")
         server_argv, decode_argv = list(server_argv[:cut]), list(server_argv[cut + 1:])
-    if decode_argv and not options.decode_workers:
-        raise UsageError("a second server argv (after `--`) is the decode workers': give "
-                         "--decode-workers")
     if options.decode_workers and not options.prefill_workers:
         raise UsageError("--decode-workers needs --prefill-workers")
     try:
