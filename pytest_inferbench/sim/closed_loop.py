@@ -27,7 +27,6 @@ import numpy as np
 
 from .engine import Trace
 from .physics import windowed_sum
-from .state import decode_plan
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -62,17 +61,15 @@ def _applies(engine: Engine, isl: IntArray, osl: IntArray, arrivals: FloatArray,
 class _Schedule:
     """Which step every request is admitted, prefilled, completes and finishes in."""
 
-    def __init__(self, engine: Engine, isl: IntArray, osl: IntArray, concurrency: int,
-                 sampler: AcceptanceSampler) -> None:
+    def __init__(self, engine: Engine, isl: IntArray, plan: list[int], concurrency: int
+                 ) -> None:
         n = len(isl)
         self.first = engine.steps_done
         self.complete = [0] * n  # step whose end emits the first token
-        self.plan: list[int] = [0] * n  # decode steps after it
+        self.plan = plan  # decode steps after it
         self.scheduled = [0] * n  # step that first computed part of the prompt
         self.arrival = [0] * n  # steps done when the request reached the engine
         self.sent_after = [-1] * n  # step at whose end it was sent (-1: at the start)
-        self.cum: list[IntArray] = [np.zeros(0, np.int64)] * n  # tokens after j decode steps
-        self.accepted: list[IntArray] = [np.zeros(0, np.int64)] * n
         self.chunk_steps: list[int] = []  # per prefill chunk: step, request, held blocks
         self.chunk_req: list[int] = []
         self.chunk_blocks: list[int] = []
@@ -80,15 +77,13 @@ class _Schedule:
         self.visited: list[int] = []  # steps after which the engine notes its usage
         self.waiting_peak = 0
         self.finish_order: list[int] = []
-        self._run(engine, isl, osl, concurrency, sampler)
+        self._run(engine, isl, concurrency)
 
-    def _run(self, engine: Engine, isl: IntArray, osl: IntArray, concurrency: int,
-             sampler: AcceptanceSampler) -> None:
+    def _run(self, engine: Engine, isl: IntArray, concurrency: int) -> None:
         cfg = engine.config
-        k, q, bs, w = engine.k, engine.k + 1, engine.block_size, engine.window
+        q, bs, w = engine.k + 1, engine.block_size, engine.window
         budget_max, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
-        min_emit = engine.min_emit
-        isl_l, osl_l = isl.tolist(), osl.tolist()
+        isl_l, plan = isl.tolist(), self.plan
         pending = deque(range(len(isl_l)))
         waiting: deque[int] = deque()
         for _ in range(min(concurrency, len(isl_l))):  # an idle engine takes them at once
@@ -148,14 +143,7 @@ class _Schedule:
                         continue
                     prefilling.remove(r)
                     self.complete[r] = s
-                    remaining = osl_l[r] - 1
-                    if k:
-                        draws = max(-(-remaining // min_emit), 1)
-                        steps, cum, acc = decode_plan(remaining, sampler.draw(draws))
-                        self.cum[r], self.accepted[r] = cum, acc
-                    else:
-                        steps = remaining
-                    self.plan[r] = steps
+                    steps = plan[r]
                     if steps:
                         heapq.heappush(finishes, (s + steps, order[r], r))
                         started += 1
@@ -201,8 +189,8 @@ class _Unplannable(Exception):
     """The schedule needs a decision the planner does not make (the engine makes it)."""
 
 
-def _ranges(starts: IntArray, lengths: IntArray) -> tuple[IntArray, IntArray]:
-    """(owner index, offset within its range) of every element of the ranges, concatenated."""
+def _ranges(lengths: IntArray) -> tuple[IntArray, IntArray]:
+    """(owner index, offset within its range) of every element of ranges of these lengths."""
     owner = np.repeat(np.arange(len(lengths)), lengths)
     offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     return owner, offset
@@ -215,18 +203,20 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     order, with the engine advanced past it; None (engine untouched) if it does not apply."""
     if not _applies(engine, isl, osl, arrivals, concurrency, chains):
         return None
+    k, q, bs, w = engine.k, engine.k + 1, engine.block_size, engine.window
     sampler, jitter_rng = engine.random_streams()
+    plans = _DecodePlans(osl, k, engine.min_emit, sampler)
     try:
-        sch = _Schedule(engine, isl, osl, concurrency, sampler)
+        sch = _Schedule(engine, isl, plans.steps.tolist(), concurrency)
     except _Unplannable:
         return None
-    k, q, bs, w = engine.k, engine.k + 1, engine.block_size, engine.window
     s0, steps_n = sch.first, sch.last - sch.first + 1
     complete = np.asarray(sch.complete, np.int64) - s0
-    plan = np.asarray(sch.plan, np.int64)
-    owner, j = _ranges(complete + 1, plan)  # every decode step of every request
+    plan = plans.steps
+    owner, j = _ranges(plan)  # every decode step of every request
     at = complete[owner] + 1 + j
-    ctx = isl[owner] + (np.concatenate(sch.cum) if k else j)  # context before each step
+    before = plans.before(owner, j) if k else j  # tokens out before each decode step
+    ctx = isl[owner] + before  # its context
     held = -(-(ctx + q) // bs)  # blocks a decode step holds (its context and the q it writes)
     # Blocks held during each step: decode steps, plus prefill holdings from each chunk's
     # step to the step before the next chunk (or the first decode step, or after the finish).
@@ -275,8 +265,8 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     c.prompt_tokens += int(isl.sum())
     c.generation_tokens += int(osl.sum())
     c.requests_finished += len(isl)
+    acc = plans.accepted[plans.offsets[owner] + j] if k else j  # accepted drafts per step
     if k:
-        acc = np.concatenate(sch.accepted)
         c.drafts += len(acc)
         c.accepted += int(acc.sum())
         c.histogram += np.bincount(acc, minlength=k + 1)
@@ -284,14 +274,51 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     engine.adopt_random_streams(sampler, jitter_rng)
     engine.steps_done += steps_n
 
+    # Each trace: its steps (views of one range) and tokens (views of one array holding, per
+    # request, 1 for the prefill's token then each decode step's).
+    tokens = np.ones(len(isl) + len(j), np.int64)
+    first_token = np.cumsum(plan + 1) - (plan + 1)
+    if k and len(j):
+        # A step emits its accepted drafts and one token; the last emits what is still owed.
+        tokens[first_token[owner] + 1 + j] = np.where(j == plan[owner] - 1,
+                                                      osl[owner] - 1 - before, acc + 1)
+    all_steps = np.arange(s0, s0 + steps_n + 1, dtype=np.int64)
     out: list[tuple[int, int, Trace]] = []
     for r in sch.finish_order:
-        first, n = sch.complete[r], sch.plan[r]
-        tokens = np.ones(n + 1, np.int64)
-        if k and n:
-            np.subtract(sch.cum[r][1:], sch.cum[r][:-1], out=tokens[1:n])
-            tokens[n] = int(osl[r]) - 1 - int(sch.cum[r][-1])
+        c0, n, f = sch.complete[r], sch.plan[r], int(first_token[r])
         out.append((r, sch.sent_after[r],
-                    Trace(np.arange(first, first + n + 1, dtype=np.int64), tokens,
+                    Trace(all_steps[c0 - s0:c0 - s0 + n + 1], tokens[f:f + n + 1],
                           sch.arrival[r], sch.scheduled[r])))
     return durations, out
+
+
+class _DecodePlans:
+    """Every request's speculative decode plan (`state.decode_plan`), drawn in one go.
+
+    The engine draws a plan when a prefill completes, and prefills complete in admission
+    order, which in a closed loop is the requests' order: so the draws are the stream's next
+    `sum(draws)` values, request after request. `steps` decode steps per request; with
+    `accepted` (the draws) and their running sum, the tokens out before each step.
+    """
+
+    def __init__(self, osl: IntArray, k: int, min_emit: int, sampler: AcceptanceSampler
+                 ) -> None:
+        remaining = osl - 1
+        if not k:
+            self.steps: IntArray = remaining
+            return
+        draws = np.maximum(-(-remaining // min_emit), 1)  # as Engine._start_decoding
+        self.offsets: IntArray = np.cumsum(draws) - draws
+        self.accepted: IntArray = np.asarray(sampler.draw(int(draws.sum())), np.int64)
+        # Tokens out through each draw, over all requests: strictly increasing, so one
+        # search finds where each request's plan reaches its remaining tokens.
+        self._through = np.cumsum(self.accepted + 1)
+        self._base = np.where(self.offsets > 0, self._through[self.offsets - 1], 0)
+        reach = np.searchsorted(self._through, self._base + remaining, side="left")
+        self.steps = np.where(remaining > 0, reach - self.offsets + 1, 0)
+
+    def before(self, owner: IntArray, j: IntArray) -> IntArray:
+        """Tokens request `owner` emitted in its first `j` decode steps."""
+        pos = self.offsets[owner] + j - 1
+        out: IntArray = np.where(j > 0, self._through[np.maximum(pos, 0)] - self._base[owner], 0)
+        return out
