@@ -67,6 +67,7 @@ class _Instance:
     emitted: list[tuple[int, int]] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
     load: float = 0.0  # what the load-aware router compares
+    min_step_s: float = 0.0  # no step that computes a token on it takes less
     # Requests that reached it the instant its step ended: they join the step after next.
     deferred: list[tuple[int, int, int, bool]] = field(default_factory=list)
     ended_busy: bool = False  # its last step ended now with work left: it starts the next
@@ -112,9 +113,13 @@ class _Flight:
 
 
 class Cluster:
-    def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True) -> None:
+    def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True,
+                 lookahead: bool = True) -> None:
         self.deployment = deployment
         self.stretch = stretch
+        # Decode stretches run up to the earliest moment a transfer can reach them (below);
+        # False: up to any other instance's step end (the plain bound, for tests).
+        self.lookahead = lookahead
         self.transfer = kv_transfer(deployment)
         self.pools: list[list[_Instance]] = [
             [self._instance(pool, i, seed) for i in range(pool.workers)]
@@ -127,6 +132,9 @@ class Cluster:
         self._transfers: list[tuple[float, int]] = []  # (arrival time, request id) heap
         self._done: dict[int, ClientTrace] = {}
         self.transfer_seconds: list[float] = []
+        # Requests on their way to each decode instance still in a prefill instance: per
+        # decode instance, prefill instance -> how many.
+        self._inbound: list[dict[int, int]] = [{} for _ in self.pools[-1]]
 
     def _instance(self, pool: Pool, index: int, seed: int) -> _Instance:
         engine = Engine(replace(pool.config, seed=seed + 7919 * index + 104729 * len(pool.role)),
@@ -135,7 +143,7 @@ class Cluster:
         link = worker_link_bytes_per_s(pool.config)
         if link != engine.cost.link_bytes_per_s:  # a worker wider than its scale-up domain
             engine.cost = replace(engine.cost, link_bytes_per_s=link)
-        return _Instance(pool.role, index, engine)
+        return _Instance(pool.role, index, engine, min_step_s=_min_step_s(engine))
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
@@ -151,6 +159,7 @@ class Cluster:
             self._check_fits(prefill_pool[p].engine, prompt_tokens, 1)
             prefill_pool[p].add(request_id, prompt_tokens, 1)
             self.pools[1][d].load += 1
+            self._inbound[d][p] = self._inbound[d].get(p, 0) + 1
         else:
             self._check_fits(prefill_pool[p].engine, prompt_tokens, max_tokens)
             prefill_pool[p].add(request_id, prompt_tokens, max_tokens)
@@ -176,6 +185,10 @@ class Cluster:
         flight = self._flights.pop(request_id, None)
         if flight is None:
             return
+        if flight.decode >= 0 and not any(t[1] == request_id for t in self._transfers) and (
+                request_id in self.pools[0][flight.prefill].engine.requests
+                or any(d[0] == request_id for d in self.pools[0][flight.prefill].deferred)):
+            self._inbound[flight.decode][flight.prefill] -= 1
         self._transfers = [t for t in self._transfers if t[1] != request_id]
         heapq.heapify(self._transfers)
         for inst in self.instances:
@@ -208,11 +221,43 @@ class Cluster:
             t = self._transfers[0][0]
         return t
 
+    def _decode_horizon(self, inst: _Instance, until: float) -> float:
+        """The earliest moment a request can reach decode instance `inst`: a transfer on its
+        way to it, the end of the prefill of a request routed to it, or -- for a request not
+        sent yet -- the earliest finish anywhere (which sends the next one) or `until`, then at
+        least one prefill step and the transfer latency. A decoding request finishes no
+        sooner than its planned steps left, each at least the instance's shortest step."""
+        assert self.transfer is not None
+        latency = self.transfer.latency_s
+        prefill_min = min(p.min_step_s for p in self.pools[0])
+        t = math.inf
+        for arrival, rid in self._transfers:
+            if arrival < t and self._flights[rid].decode == inst.index:
+                t = arrival
+        for p, count in self._inbound[inst.index].items():
+            if not count:
+                continue
+            pre = self.pools[0][p]
+            if pre.busy_until is None:
+                t = min(t, self.now + prefill_min + latency)
+            elif any(self._flights[rid].decode == inst.index for rid in pre.finished):
+                t = min(t, pre.busy_until + latency)
+            else:
+                t = min(t, pre.busy_until + prefill_min + latency)
+        send = until
+        for other in self.pools[-1]:
+            if other is not inst:
+                send = min(send, _earliest_finish(other, self.now))
+        return min(t, send + prefill_min + latency)
+
     def _start(self, inst: _Instance, until: float) -> None:
         engine = inst.engine
         if self.stretch:
             steps = 1 if inst.deferred else MAX_STRETCH
-            batch = advance_engine(engine, steps, self._horizon(inst, until) - self.now)
+            horizon = (self._decode_horizon(inst, until)
+                       if self.lookahead and inst.role == "decode"
+                       else self._horizon(inst, until))
+            batch = advance_engine(engine, steps, horizon - self.now)
             durations, finished = batch.durations, batch.finished
         else:
             result = engine.step()
@@ -265,6 +310,7 @@ class Cluster:
                 flight.transfer_s = self.transfer.seconds(flight.prompt, self.now - start)
                 self.transfer_seconds.append(flight.transfer_s)
                 inst.load -= flight.prompt
+                self._inbound[flight.decode][inst.index] -= 1
                 heapq.heappush(self._transfers, (self.now + flight.transfer_s, rid))
             inst.finished = []
             inst.emitted = []
@@ -330,3 +376,33 @@ class Cluster:
     @property
     def roles(self) -> tuple[str, ...]:
         return tuple(pool[0].role for pool in self.pools)
+
+
+def _min_step_s(engine: Engine) -> float:
+    """A lower bound of any step that computes a token on this engine: one decoding sequence
+    or one prompt token at the shortest context (step time grows with every term), at the
+    shortest jitter factor."""
+    cost = engine.cost
+    decode = float(cost.step(decode_seqs=1.0, decode_ctx=1.0, decode_ctx_win=1.0))
+    prefill = float(cost.step(decode_seqs=0.0, decode_ctx=0.0, decode_ctx_win=0.0,
+                              prefill_tokens=1.0, prefill_seqs=1.0, prefill_ctx=1.0,
+                              prefill_ctx_win=1.0, prefill_pairs=1.0, prefill_win_pairs=1.0))
+    return min(decode, prefill) * (0.3 if engine.config.jitter > 0 else 1.0)
+
+
+def _earliest_finish(inst: _Instance, now: float) -> float:
+    """No request finishes on `inst` before this (its requests' planned steps left)."""
+    if inst.busy_until is not None and inst.finished:
+        return inst.busy_until
+    engine = inst.engine
+    start = inst.busy_until if inst.busy_until is not None else now
+    if engine.waiting or inst.deferred:
+        return start + inst.min_step_s
+    if not engine.running:
+        return math.inf
+    st = engine.slots
+    run = engine.run_array()
+    if not st.decoding[run].all():
+        return start + inst.min_step_s
+    left = int((st.plan_steps[run] - st.p[run]).min())
+    return start + max(left, 1) * inst.min_step_s
