@@ -68,6 +68,7 @@ class _Instance:
     finished: list[int] = field(default_factory=list)
     load: float = 0.0  # what the load-aware router compares
     min_step_s: float = 0.0  # no step that computes a token on it takes less
+    finish_bound: float | None = None  # `_earliest_finish` while it runs a step, once known
     # Requests that reached it the instant its step ended: they join the step after next.
     deferred: list[tuple[int, int, int, bool]] = field(default_factory=list)
     ended_busy: bool = False  # its last step ended now with work left: it starts the next
@@ -77,6 +78,7 @@ class _Instance:
         request sent then (its slot freed by that step's finish) is still on its way: it
         joins the step after, as on the HTTP server and in the single-engine driver. An
         idle engine takes it at once."""
+        self.finish_bound = None
         if self.busy_until is None and self.ended_busy:
             self.deferred.append((rid, prompt, max_tokens, kv_ready))
         else:
@@ -247,7 +249,12 @@ class Cluster:
         send = until
         for other in self.pools[-1]:
             if other is not inst:
-                send = min(send, _earliest_finish(other, self.now))
+                bound = other.finish_bound
+                if bound is None:
+                    bound = _earliest_finish(other, self.now)
+                    if other.busy_until is not None:  # an idle one's moves with `now`
+                        other.finish_bound = bound
+                send = min(send, bound)
         return min(t, send + prefill_min + latency)
 
     def _start(self, inst: _Instance, until: float) -> None:
@@ -266,6 +273,7 @@ class Cluster:
         inst.busy_until = inst.timeline.add(self.now, durations)
         inst.finished = finished
         inst.ended_busy = False
+        inst.finish_bound = None
         for rid, prompt, max_tokens, kv_ready in inst.deferred:
             engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
         inst.deferred.clear()
@@ -290,6 +298,7 @@ class Cluster:
         for inst in self.instances:
             if inst.busy_until is not None and inst.busy_until <= self.now:
                 inst.busy_until = None
+                inst.finish_bound = None
                 self._complete(inst, emitted, finished)
                 inst.ended_busy = inst.engine.has_work()
         while self._transfers and self._transfers[0][0] <= self.now:
