@@ -74,7 +74,7 @@ PART_OF = {"sim.__main__": "sim.server"}
 # The engine core has no I/O and no clock (docs/simulator.md).
 ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.spec_decode", "sim.state",
                "sim.stretch", "sim.closed_loop", "sim.driver", "sim.disagg", "sim.cluster",
-               "sim.cluster_driver")
+               "sim.instance", "sim.cluster_driver")
 NO_IO_OR_CLOCK = {"asyncio", "httpx", "os", "socket", "subprocess", "threading", "time"}
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
 from .engine import Engine, RequestRejectedError
+from .instance import Instance, earliest_finish, min_step_s
 from .state import EngineCounters, StepResult
 from .stretch import advance as advance_engine
 
@@ -33,56 +34,6 @@ if TYPE_CHECKING:
     from .disagg import Pool
 
 MAX_STRETCH = 1 << 20
-
-
-class _Timeline:
-    """Start and end of every step of one instance, by the engine's step index."""
-
-    def __init__(self) -> None:
-        self.starts = np.zeros(256)
-        self.ends = np.zeros(256)
-        self.n = 0
-
-    def add(self, start: float, durations: npt.NDArray[np.float64]) -> float:
-        k = len(durations)
-        if self.n + k > len(self.ends):
-            grow = max(len(self.ends), k)
-            self.starts = np.concatenate([self.starts, np.zeros(grow)])
-            self.ends = np.concatenate([self.ends, np.zeros(grow)])
-        ends = start + np.cumsum(durations)
-        self.ends[self.n:self.n + k] = ends
-        self.starts[self.n] = start
-        self.starts[self.n + 1:self.n + k] = ends[:-1]
-        self.n += k
-        return float(ends[-1])
-
-
-@dataclass
-class _Instance:
-    role: str
-    index: int
-    engine: Engine
-    timeline: _Timeline = field(default_factory=_Timeline)
-    busy_until: float | None = None  # end of the step (or stretch) it is running
-    emitted: list[tuple[int, int]] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    load: float = 0.0  # what the load-aware router compares
-    min_step_s: float = 0.0  # no step that computes a token on it takes less
-    finish_bound: float | None = None  # `_earliest_finish` while it runs a step, once known
-    # Requests that reached it the instant its step ended: they join the step after next.
-    deferred: list[tuple[int, int, int, bool]] = field(default_factory=list)
-    ended_busy: bool = False  # its last step ended now with work left: it starts the next
-
-    def add(self, rid: int, prompt: int, max_tokens: int, kv_ready: bool = False) -> None:
-        """A running engine composes its next step the instant the last one ends, while a
-        request sent then (its slot freed by that step's finish) is still on its way: it
-        joins the step after, as on the HTTP server and in the single-engine driver. An
-        idle engine takes it at once."""
-        self.finish_bound = None
-        if self.busy_until is None and self.ended_busy:
-            self.deferred.append((rid, prompt, max_tokens, kv_ready))
-        else:
-            self.engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
 
 
 @dataclass(frozen=True)
@@ -123,7 +74,7 @@ class Cluster:
         # False: up to any other instance's step end (the plain bound, for tests).
         self.lookahead = lookahead
         self.transfer = kv_transfer(deployment)
-        self.pools: list[list[_Instance]] = [
+        self.pools: list[list[Instance]] = [
             [self._instance(pool, i, seed) for i in range(pool.workers)]
             for pool in deployment.pools]
         self.instances = [inst for pool in self.pools for inst in pool]
@@ -138,14 +89,14 @@ class Cluster:
         # decode instance, prefill instance -> how many.
         self._inbound: list[dict[int, int]] = [{} for _ in self.pools[-1]]
 
-    def _instance(self, pool: Pool, index: int, seed: int) -> _Instance:
+    def _instance(self, pool: Pool, index: int, seed: int) -> Instance:
         engine = Engine(replace(pool.config, seed=seed + 7919 * index + 104729 * len(pool.role)),
                         keep_traces=True)
         engine.report_emitted = not self.stretch
         link = worker_link_bytes_per_s(pool.config)
         if link != engine.cost.link_bytes_per_s:  # a worker wider than its scale-up domain
             engine.cost = replace(engine.cost, link_bytes_per_s=link)
-        return _Instance(pool.role, index, engine, min_step_s=_min_step_s(engine))
+        return Instance(pool.role, index, engine, min_step_s=min_step_s(engine))
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
@@ -212,7 +163,7 @@ class Cluster:
         return self._done.pop(request_id)
 
     # ----------------------------------------------------------------- running
-    def _horizon(self, inst: _Instance, until: float) -> float:
+    def _horizon(self, inst: Instance, until: float) -> float:
         """The next moment something can reach `inst`: any other instance's step end (a
         finish sends the next request, a prefill starts a transfer), a transfer, `until`."""
         t = until
@@ -223,7 +174,7 @@ class Cluster:
             t = self._transfers[0][0]
         return t
 
-    def _decode_horizon(self, inst: _Instance, until: float) -> float:
+    def _decode_horizon(self, inst: Instance, until: float) -> float:
         """The earliest moment a request can reach decode instance `inst`: a transfer on its
         way to it, the end of the prefill of a request routed to it, or -- for a request not
         sent yet -- the earliest finish anywhere (which sends the next one) or `until`, then at
@@ -251,13 +202,13 @@ class Cluster:
             if other is not inst:
                 bound = other.finish_bound
                 if bound is None:
-                    bound = _earliest_finish(other, self.now)
+                    bound = earliest_finish(other, self.now)
                     if other.busy_until is not None:  # an idle one's moves with `now`
                         other.finish_bound = bound
                 send = min(send, bound)
         return min(t, send + prefill_min + latency)
 
-    def _start(self, inst: _Instance, until: float) -> None:
+    def _start(self, inst: Instance, until: float) -> None:
         engine = inst.engine
         if self.stretch:
             steps = 1 if inst.deferred else MAX_STRETCH
@@ -307,7 +258,7 @@ class Cluster:
             self.pools[1][flight.decode].add(rid, flight.prompt, flight.max_tokens, True)
         return ClusterEvent(self.now, emitted, finished)
 
-    def _complete(self, inst: _Instance, emitted: list[tuple[int, int]],
+    def _complete(self, inst: Instance, emitted: list[tuple[int, int]],
                   finished: list[int]) -> None:
         engine, timeline = inst.engine, inst.timeline
         if inst.role == "prefill" and self.transfer is not None:
@@ -386,32 +337,3 @@ class Cluster:
     def roles(self) -> tuple[str, ...]:
         return tuple(pool[0].role for pool in self.pools)
 
-
-def _min_step_s(engine: Engine) -> float:
-    """A lower bound of any step that computes a token on this engine: one decoding sequence
-    or one prompt token at the shortest context (step time grows with every term), at the
-    shortest jitter factor."""
-    cost = engine.cost
-    decode = float(cost.step(decode_seqs=1.0, decode_ctx=1.0, decode_ctx_win=1.0))
-    prefill = float(cost.step(decode_seqs=0.0, decode_ctx=0.0, decode_ctx_win=0.0,
-                              prefill_tokens=1.0, prefill_seqs=1.0, prefill_ctx=1.0,
-                              prefill_ctx_win=1.0, prefill_pairs=1.0, prefill_win_pairs=1.0))
-    return min(decode, prefill) * (0.3 if engine.config.jitter > 0 else 1.0)
-
-
-def _earliest_finish(inst: _Instance, now: float) -> float:
-    """No request finishes on `inst` before this (its requests' planned steps left)."""
-    if inst.busy_until is not None and inst.finished:
-        return inst.busy_until
-    engine = inst.engine
-    start = inst.busy_until if inst.busy_until is not None else now
-    if engine.waiting or inst.deferred:
-        return start + inst.min_step_s
-    if not engine.running:
-        return math.inf
-    st = engine.slots
-    run = engine.run_array()
-    if not st.decoding[run].all():
-        return start + inst.min_step_s
-    left = int((st.plan_steps[run] - st.p[run]).min())
-    return start + max(left, 1) * inst.min_step_s
