@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -183,7 +183,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
               "{gpus}": str(server.tp), "{max_model_len}": str(max_model_len),
               "{mtp_tokens}": str(speculative_tokens(server))}
     roles = _roles(path, data, command, env, values, server, files)
-    files = {name: _fill_tree(content, values) for name, content in files.items()}
+    filled = {name: _fill_tree(content, values) for name, content in files.items()}
     serve_role = str(data.get("serve-role", "router")) if roles else ""
     if roles and serve_role not in {r.name for r in roles}:
         raise LaunchSpecError(f"{path}: serve-role: {serve_role!r} is not one of the roles "
@@ -227,7 +227,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         serve_role=serve_role,
         nodes=_count(path, "nodes", data.get("nodes", 0), minimum=0),
         files=tuple((fname, yaml.safe_dump(content, sort_keys=False))
-                    for fname, content in files.items()),
+                    for fname, content in filled.items()),
     )
 
 
@@ -247,8 +247,8 @@ def _overlays_on(ep: int, dp_attn: bool, server: ServerConfig) -> dict[str, bool
 
 
 def _apply_overlays(path: Path, where: str, value: object, on: dict[str, bool],
-                    env: dict[str, str], files: dict[str, dict[str, Any]],
-                    client: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+                    env: dict[str, str], files: dict[str, dict[str, object]],
+                    client: dict[str, object]) -> tuple[list[str], dict[str, object]]:
     """The active overlays' argv words; their env and files go into `env` and `files`."""
     overlays = _check_keys(path, where, value, OVERLAY_NAMES)
     words: list[str] = []
@@ -265,7 +265,7 @@ def _apply_overlays(path: Path, where: str, value: object, on: dict[str, bool],
 
 
 def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[str, str],
-           values: dict[str, str], server: ServerConfig, files: dict[str, dict[str, Any]]
+           values: dict[str, str], server: ServerConfig, files: dict[str, dict[str, object]]
            ) -> tuple[RoleSpec, ...]:
     """The `roles:` form: each role's argv is its `command` (else the top-level one), its
     `args` and its active overlays' words; its env is the top-level env with the role's on
@@ -312,7 +312,7 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
     return tuple(specs)
 
 
-def _fill_tree(value: Any, values: dict[str, str]) -> Any:
+def _fill_tree(value: object, values: dict[str, str]) -> object:
     """Placeholders in a config file's string values (`num_nextn_predict_layers:
     '{mtp_tokens}'`); a value that is a placeholder alone becomes a number when it is one."""
     if isinstance(value, dict):
