@@ -90,11 +90,12 @@ class _Schedule:
             r = pending.popleft()
             waiting.append(r)
             self.arrival[r] = self.first
-        running: list[int] = []  # admission order
+        running = 0  # requests admitted and not finished
         prefilling: list[int] = []
         prefilled: dict[int, int] = {}
-        finishes: list[tuple[int, int, int]] = []  # (step, admission number, request)
-        order: dict[int, int] = {}
+        # (step, request): requests are admitted in their order (FCFS from a queue filled in
+        # send order), so a request's index is its admission rank, the engine's tie order.
+        finishes: list[tuple[int, int]] = []
         decoding = 0
         transit: list[int] = []
         s = self.first
@@ -107,10 +108,9 @@ class _Schedule:
                 c = min(isl_l[r] - prefilled[r], budget)
                 chunks.append((r, c))
                 budget -= c
-            while waiting and len(running) < max_seqs and budget > 0:
+            while waiting and running < max_seqs and budget > 0:
                 r = waiting.popleft()
-                order[r] = len(order)
-                running.append(r)
+                running += 1
                 prefilling.append(r)
                 prefilled[r] = 0
                 self.scheduled[r] = s
@@ -145,16 +145,15 @@ class _Schedule:
                     self.complete[r] = s
                     steps = plan[r]
                     if steps:
-                        heapq.heappush(finishes, (s + steps, order[r], r))
+                        heapq.heappush(finishes, (s + steps, r))
                         started += 1
                     else:
                         done_now.append(r)
             while finishes and finishes[0][0] == s:
-                done_now.append(heapq.heappop(finishes)[2])
+                done_now.append(heapq.heappop(finishes)[1])
                 decoding -= 1
-            done_now.sort(key=order.__getitem__)
-            for r in done_now:
-                running.remove(r)
+            done_now.sort()
+            running -= len(done_now)
             decoding += started
             self.visited.append(s)
             self.waiting_peak = max(self.waiting_peak, len(waiting))
@@ -176,8 +175,8 @@ class _Schedule:
                     else:
                         waiting.append(nxt)
                         self.arrival[nxt] = s + 1
-            admissible = (waiting and len(running) < max_seqs
-                          and budget_max - len(running) * q > 0)
+            admissible = (waiting and running < max_seqs
+                          and budget_max - running * q > 0)
             if transit or prefilling or admissible or not finishes:
                 s += 1
             else:  # a stretch of identical decode steps up to the next finish
