@@ -188,13 +188,6 @@ class _Unplannable(Exception):
     """The schedule needs a decision the planner does not make (the engine makes it)."""
 
 
-def _ranges(lengths: IntArray) -> tuple[IntArray, IntArray]:
-    """(owner index, offset within its range) of every element of ranges of these lengths."""
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return owner, offset
-
-
 def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: FloatArray,
                      concurrency: int, chains: list[list[int]] | None
                      ) -> tuple[FloatArray, list[tuple[int, int, Trace]]] | None:
@@ -212,11 +205,18 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     s0, steps_n = sch.first, sch.last - sch.first + 1
     complete = np.asarray(sch.complete, np.int64) - s0
     plan = plans.steps
-    owner, j = _ranges(plan)  # every decode step of every request
-    at = complete[owner] + 1 + j
-    before = plans.before(owner, j) if k else j  # tokens out before each decode step
-    ctx = isl[owner] + before  # its context
-    held = -(-(ctx + q) // bs)  # blocks a decode step holds (its context and the q it writes)
+    # Every decode step of every request, request after request: its step and context.
+    starts = np.cumsum(plan) - plan  # each request's first element
+    n_el = int(plan.sum())
+    el = np.arange(n_el, dtype=np.int64)
+    at = el + np.repeat(complete + 1 - starts, plan)
+    firsts, lasts = starts[plan > 0], (starts + plan - 1)[plan > 0]
+    if k:
+        pos = el + np.repeat(plans.offsets - starts, plan)  # its draw
+        ctx = plans.context(pos, np.repeat(isl, plan), firsts)
+    else:
+        ctx = el + np.repeat(isl - starts, plan)
+    held = _ceil_div(ctx + q, bs)  # blocks a decode step holds (its context and the q it writes)
     # Blocks held during each step: decode steps, plus prefill holdings from each chunk's
     # step to the step before the next chunk (or the first decode step, or after the finish).
     during = np.bincount(at, weights=held, minlength=steps_n + 1).astype(np.float64)
@@ -234,16 +234,16 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     during = during[:steps_n]
     if float(during.max()) > engine.num_blocks:
         return None  # the engine would preempt or hold an admission back
-    last_held = np.where(plan > 0, 0, prev)
-    has_decode = plan > 0
-    if has_decode.any():
-        ends = np.cumsum(plan) - 1
-        last_held[has_decode] = held[ends[has_decode]]
+    last_held = prev.copy()
+    last_held[plan > 0] = held[lasts]
     freed = np.bincount(complete + plan, weights=last_held, minlength=steps_n)[:steps_n]
     visited = np.asarray(sch.visited, np.int64) - s0
     usage_after = during[visited] - freed[visited]
 
-    seqs = np.bincount(at, minlength=steps_n)[:steps_n].astype(np.float64)
+    # Decoding sequences per step: +1 from each request's first decode step, -1 after its last.
+    seqs = np.cumsum(np.bincount(complete + 1, minlength=steps_n + 2)
+                     - np.bincount(complete + plan + 1, minlength=steps_n + 2))[:steps_n]
+    seqs = seqs.astype(np.float64)
     ctx_sum = np.bincount(at, weights=ctx, minlength=steps_n)[:steps_n].astype(np.float64)
     win_sum = (np.bincount(at, weights=np.minimum(ctx, w), minlength=steps_n)[:steps_n]
                .astype(np.float64) if math.isfinite(w) else ctx_sum)
@@ -264,7 +264,7 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     c.prompt_tokens += int(isl.sum())
     c.generation_tokens += int(osl.sum())
     c.requests_finished += len(isl)
-    acc = plans.accepted[plans.offsets[owner] + j] if k else j  # accepted drafts per step
+    acc = plans.accepted[pos] if k else el  # accepted drafts per step
     if k:
         c.drafts += len(acc)
         c.accepted += int(acc.sum())
@@ -275,12 +275,13 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
 
     # Each trace: its steps (views of one range) and tokens (views of one array holding, per
     # request, 1 for the prefill's token then each decode step's).
-    tokens = np.ones(len(isl) + len(j), np.int64)
-    first_token = np.cumsum(plan + 1) - (plan + 1)
-    if k and len(j):
+    tokens = np.ones(len(isl) + n_el, np.int64)
+    first_token = starts + np.arange(len(isl))
+    if k and n_el:
         # A step emits its accepted drafts and one token; the last emits what is still owed.
-        tokens[first_token[owner] + 1 + j] = np.where(j == plan[owner] - 1,
-                                                      osl[owner] - 1 - before, acc + 1)
+        emitted = acc + 1
+        emitted[lasts] = (osl - 1 + isl)[plan > 0] - ctx[lasts]  # owed: osl - 1 - (ctx - isl)
+        tokens[el + np.repeat(np.arange(1, len(isl) + 1), plan)] = emitted
     all_steps = np.arange(s0, s0 + steps_n + 1, dtype=np.int64)
     out: list[tuple[int, int, Trace]] = []
     for r in sch.finish_order:
@@ -316,8 +317,17 @@ class _DecodePlans:
         reach = np.searchsorted(self._through, self._base + remaining, side="left")
         self.steps = np.where(remaining > 0, reach - self.offsets + 1, 0)
 
-    def before(self, owner: IntArray, j: IntArray) -> IntArray:
-        """Tokens request `owner` emitted in its first `j` decode steps."""
-        pos = self.offsets[owner] + j - 1
-        out: IntArray = np.where(j > 0, self._through[np.maximum(pos, 0)] - self._base[owner], 0)
+    def context(self, pos: IntArray, isl: IntArray, firsts: IntArray) -> IntArray:
+        """The context of each decode step: its prompt (`isl`, per step) plus the tokens out
+        through the draw before its own (`pos`); `firsts` are the first steps (none out)."""
+        ctx: IntArray = self._through[np.maximum(pos - 1, 0)] + isl
+        ctx -= np.repeat(self._base, self.steps)
+        ctx[firsts] = isl[firsts]
+        return ctx
+
+
+def _ceil_div(a: IntArray, b: int) -> IntArray:
+    if b & (b - 1) == 0:  # a power of two: a shift, several times faster than a division
+        out: IntArray = (a + (b - 1)) >> (b.bit_length() - 1)
         return out
+    return -(-a // b)
