@@ -81,6 +81,11 @@ class RequestRecord:
     # When the client set out to send it; `send_time` is when the request was on the wire
     # (the same when the transport cannot tell). The gap is the client's own dispatch delay.
     dispatch_time: float | None = None
+    # The simulator's: chunk i arrived at the end of engine step `first_step + i`, whose end
+    # is `step_ends[first_step + i]` (one array for all records of a point), so ITLs are
+    # counted per step instead of sorted per chunk. Elsewhere None.
+    step_ends: FloatArray | None = None
+    first_step: int = -1
 
 
 def percentile_label(p: float) -> str:
@@ -140,11 +145,26 @@ _WEIGHT_BITS = 8
 _WEIGHT_MASK = (1 << _WEIGHT_BITS) - 1
 
 
+def _counted_quantiles(values: FloatArray, counts: IntArray, qs: Sequence[float]
+                       ) -> FloatArray:
+    """Exact percentiles of `values[i]` repeated `counts[i]` times (few distinct values)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    through = np.cumsum(counts[order])
+    total = int(through[-1])
+    pos = np.asarray(qs, dtype=np.float64) / 100.0 * (total - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, total - 1)
+    at_lo = ordered[np.searchsorted(through, lo, side="right")]
+    at_hi = ordered[np.searchsorted(through, hi, side="right")]
+    return _lerp(at_lo, at_hi, pos - lo)
+
+
 def _weighted_quantiles(values: FloatArray, weights: IntArray, qs: Sequence[float]) -> FloatArray:
     """Percentiles of `values[i]` repeated `weights[i]` times, without building that array."""
     total = int(weights.sum())
     if int(weights.max()) > _WEIGHT_MASK or bool(np.signbit(values).any()):
-        return _quantiles_sorted(np.sort(np.repeat(values, weights)), qs)
+        return _counted_quantiles(values, weights, qs)
     keys = (values.view(np.int64) & ~_WEIGHT_MASK) | weights
     keys.sort()
     ordered = (keys & ~_WEIGHT_MASK).view(np.float64)
@@ -218,8 +238,9 @@ class _Flat:
         )
 
 
-def _latencies(flat: _Flat) -> tuple[dict[str, FloatArray], IntArray]:
-    """Per-request TTFT/E2EL/TPOT and the chunk and per-token ITL samples, in seconds."""
+def _latencies(flat: _Flat, with_gaps: bool = True) -> tuple[dict[str, FloatArray], IntArray]:
+    """Per-request TTFT/E2EL/TPOT and (`with_gaps`) the chunk and per-token ITL samples, in
+    seconds."""
     ends = np.cumsum(flat.chunk_count)
     starts = ends - flat.chunk_count
     ttft = flat.times[starts] - flat.send if flat.send.size else _empty_float()
@@ -229,7 +250,7 @@ def _latencies(flat: _Flat) -> tuple[dict[str, FloatArray], IntArray]:
     tpot_for_goodput = np.zeros_like(ttft)
     tpot_for_goodput[multi] = tpot
 
-    if flat.times.size > 1:
+    if with_gaps and flat.times.size > 1:
         gaps = np.diff(flat.times)
         within = np.ones(gaps.size, dtype=bool)
         within[starts[1:] - 1] = False  # the step from one request's last chunk to the next's first
@@ -246,6 +267,45 @@ def _latencies(flat: _Flat) -> tuple[dict[str, FloatArray], IntArray]:
         "ttft": ttft, "e2el": e2el, "tpot": tpot, "tpot_for_goodput": tpot_for_goodput,
         "itl": gaps, PER_TOKEN_ITL: per_token,
     }, gap_tokens
+
+
+def _shared_steps(ok: Sequence[RequestRecord]) -> FloatArray | None:
+    """The step end times every record's chunks arrived at, if they all share one."""
+    ends = ok[0].step_ends if ok else None
+    if ends is None or any(r.step_ends is not ends or r.first_step < 0 for r in ok):
+        return None
+    return ends
+
+
+def _itl_by_step(flat: _Flat, ends: FloatArray, firsts: IntArray, percentiles: Sequence[float]
+                 ) -> dict[str, float]:
+    """Chunk and per-token ITL statistics from per-step counts: a gap ending at step t is
+    ends[t] - ends[t-1] for every request (the very difference of its chunk times), so the
+    distinct values are one per step, counted, never one per chunk sorted."""
+    gap = np.diff(ends)  # gap[t - 1] ends at step t
+    n = len(ends)
+    # Each request's gaps end at steps first + 1 .. first + chunks - 1.
+    per_step = np.cumsum(np.bincount(firsts + 1, minlength=n + 1)
+                         - np.bincount(firsts + flat.chunk_count, minlength=n + 1))[1:n]
+    out = _weighted_stats(gap, per_step, "itl", percentiles)
+    if not flat.tokens.size or int(flat.tokens.max()) == 1:
+        out.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
+                    for key, value in out.items()})
+        return out
+    # Per token: one value per (step, tokens of the chunk) pair, weighted by its tokens.
+    starts = np.cumsum(flat.chunk_count) - flat.chunk_count
+    step = np.arange(flat.tokens.size) + np.repeat(firsts - starts, flat.chunk_count)
+    within = np.ones(flat.tokens.size, dtype=bool)
+    within[starts] = False
+    width = int(flat.tokens.max()) + 1
+    pairs = np.bincount(step[within] * width + flat.tokens[within], minlength=n * width)
+    seen = np.nonzero(pairs)[0]
+    at, tokens = np.divmod(seen, width)
+    keep = tokens > 0  # a chunk without tokens cannot split its gap (weight 0)
+    at, tokens = at[keep], tokens[keep]
+    out.update(_weighted_stats(gap[at - 1] / tokens, pairs[seen][keep] * tokens,
+                               PER_TOKEN_ITL, percentiles))
+    return out
 
 
 def _goodput(lat: Mapping[str, FloatArray], slos_ms: Mapping[str, float]) -> int:
@@ -307,7 +367,8 @@ def summarize(
         for r in records if not (r.success and len(r.chunk_times))
     ]
     flat = _Flat.of(ok)
-    lat, itl_weights = _latencies(flat)
+    step_ends = _shared_steps(ok)
+    lat, itl_weights = _latencies(flat, with_gaps=step_ends is None)
 
     total_in = int(flat.input_tokens.sum())
     total_out = int(flat.output_tokens.sum())
@@ -332,8 +393,12 @@ def summarize(
         "total_token_throughput": _rate(total_in + total_out, duration_s),
     }
     for metric in LATENCY_METRICS:
-        summary.update(_stats(lat[metric], metric, percentiles))
-    if itl_weights.size and bool(np.all(itl_weights == 1)):
+        if step_ends is None or metric != "itl":
+            summary.update(_stats(lat[metric], metric, percentiles))
+    if step_ends is not None:
+        firsts = np.fromiter((r.first_step for r in ok), np.int64, len(ok))
+        summary.update(_itl_by_step(flat, step_ends, firsts, percentiles))
+    elif itl_weights.size and bool(np.all(itl_weights == 1)):
         # One token per chunk: per-token ITL is the chunk ITL, already computed (no 2nd sort).
         summary.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
                         for key, value in list(summary.items()) if key.endswith("_itl_ms")})

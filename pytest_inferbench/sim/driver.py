@@ -183,15 +183,17 @@ def simulate_point(config: EngineConfig, workload: Workload,
     queue_s = np.zeros(len(isl))
     for i, t_send, trace in done:
         steps = trace.steps
-        if steps[-1] - steps[0] + 1 == len(steps):  # never preempted: one run of steps
-            times = clock.ends[steps[0]:steps[-1] + 1].copy()
+        first = int(steps[0])
+        if steps[-1] - first + 1 == len(steps):  # never preempted: one run of steps
+            times = clock.ends[first:first + len(steps)]  # the metrics count ITLs per step
         else:
-            times = clock.ends[steps]
+            times, first = clock.ends[steps], -1
         records[i] = RequestRecord(
             send_time=t_send, end_time=float(times[-1]), input_tokens=int(isl[i]),
             output_tokens=int(trace.tokens.sum()), success=True, chunk_times=times,
             chunk_tokens=trace.tokens,
-            scheduled_time=float(arrivals[i]) if open_loop else None)
+            scheduled_time=float(arrivals[i]) if open_loop else None,
+            step_ends=clock.ends, first_step=first)
         sched = trace.first_scheduled_step
         queue_s[i] = (clock.ends[sched - 1] if sched > 0 else 0.0) - t_send
     metrics = server_metrics(before, after, engine)
