@@ -1,7 +1,9 @@
 """One workload for every backend: `sim` (in process) and `sim-server` (over HTTP) send the same
 requests, warmups included, at the same offsets for the same seed.
 
-The in-process side is read from what its engine was handed (`Engine.add_request`); the HTTP
+The in-process side is read from what the driver hands its engine (`sim.driver._run_load`'s
+request ids with their prompt and output lengths, whether the load is then planned as a closed
+loop or run step by step); the HTTP
 side from the simulated server's own timeline (what arrived, with `prompt_tokens` and
 `max_tokens`), joined to the client's records by response id.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 import pytest
@@ -18,7 +20,7 @@ import pytest
 from pytest_inferbench.backends import sim as sim_backend
 from pytest_inferbench.backends.base import LoadSettings, StartContext
 from pytest_inferbench.backends.http import HttpServerHandle
-from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim import driver as sim_driver
 
 if TYPE_CHECKING:
     import types
@@ -29,14 +31,18 @@ WARMUP_IDS = 1 << 40  # the driver numbers warmup requests from here
 CTX = StartContext(results_dir=Path("."), run_id="t", worker_id="master", options=None)
 
 
-class RecordingEngine(Engine):
-    """The simulated engine, noting every request it is handed."""
+class RecordingLoad:
+    """Wraps the driver's load runner, noting every request it hands the engine."""
 
     sent: ClassVar[list[tuple[int, int, int]]] = []
+    run = staticmethod(sim_driver._run_load)
 
-    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
-        RecordingEngine.sent.append((request_id, prompt_tokens, max_tokens))
-        super().add_request(request_id, prompt_tokens, max_tokens)
+    @staticmethod
+    def __call__(engine: object, clock: object, isl: Any, osl: Any, *args: Any,
+                 first_id: int, **kwargs: Any) -> Any:
+        RecordingLoad.sent.extend((first_id + i, int(n_in), int(n_out))
+                                  for i, (n_in, n_out) in enumerate(zip(isl, osl, strict=True)))
+        return RecordingLoad.run(engine, clock, isl, osl, *args, first_id=first_id, **kwargs)
 
 
 @pytest.mark.parametrize(("rate", "warmup"), [(math.inf, "same"), (400.0, "distinct")])
@@ -49,11 +55,11 @@ def test_sim_and_sim_server_send_the_same_requests(
     load = LoadSettings(prompts_per_conc=3, warmup_per_conc=2, seed=5, request_rate=rate,
                         warmup=warmup)
 
-    RecordingEngine.sent = []
-    monkeypatch.setattr(sim_backend, "Engine", RecordingEngine)
+    RecordingLoad.sent = []
+    monkeypatch.setattr(sim_driver, "_run_load", RecordingLoad())
     in_process = sim_backend.SimBackend().start(node, spec, CTX).run_point(point, load)
-    sim_warmup = sorted((i, o) for rid, i, o in RecordingEngine.sent if rid >= WARMUP_IDS)
-    sim_measured = sorted((rid, i, o) for rid, i, o in RecordingEngine.sent if rid < WARMUP_IDS)
+    sim_warmup = sorted((i, o) for rid, i, o in RecordingLoad.sent if rid >= WARMUP_IDS)
+    sim_measured = sorted((rid, i, o) for rid, i, o in RecordingLoad.sent if rid < WARMUP_IDS)
 
     httpx.delete(fast_server.base_url + "/debug/inferbench/timeline")
     handle = HttpServerHandle(base_url=fast_server.base_url, spec=spec, simulated=True)
