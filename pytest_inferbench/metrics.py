@@ -145,12 +145,10 @@ _WEIGHT_BITS = 8
 _WEIGHT_MASK = (1 << _WEIGHT_BITS) - 1
 
 
-def _counted_quantiles(values: FloatArray, counts: IntArray, qs: Sequence[float]
-                       ) -> FloatArray:
-    """Exact percentiles of `values[i]` repeated `counts[i]` times (few distinct values)."""
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    through = np.cumsum(counts[order])
+def _from_sorted_counts(ordered: FloatArray, through: IntArray, qs: Sequence[float]
+                        ) -> FloatArray:
+    """Linear-interpolated percentiles of sorted `ordered` values, `through[i]` being how many
+    samples the first i+1 values stand for (numpy's default percentile method)."""
     total = int(through[-1])
     pos = np.asarray(qs, dtype=np.float64) / 100.0 * (total - 1)
     lo = np.floor(pos).astype(np.int64)
@@ -160,21 +158,22 @@ def _counted_quantiles(values: FloatArray, counts: IntArray, qs: Sequence[float]
     return _lerp(at_lo, at_hi, pos - lo)
 
 
+def _counted_quantiles(values: FloatArray, counts: IntArray, qs: Sequence[float]
+                       ) -> FloatArray:
+    """Exact percentiles of `values[i]` repeated `counts[i]` times (few distinct values)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    return _from_sorted_counts(ordered, np.cumsum(counts[order]), qs)
+
+
 def _weighted_quantiles(values: FloatArray, weights: IntArray, qs: Sequence[float]) -> FloatArray:
     """Percentiles of `values[i]` repeated `weights[i]` times, without building that array."""
-    total = int(weights.sum())
     if int(weights.max()) > _WEIGHT_MASK or bool(np.signbit(values).any()):
         return _counted_quantiles(values, weights, qs)
     keys = (values.view(np.int64) & ~_WEIGHT_MASK) | weights
     keys.sort()
     ordered = (keys & ~_WEIGHT_MASK).view(np.float64)
-    tokens_through = np.cumsum(keys & _WEIGHT_MASK)
-    pos = np.asarray(qs, dtype=np.float64) / 100.0 * (total - 1)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, total - 1)
-    at_lo = ordered[np.searchsorted(tokens_through, lo, side="right")]
-    at_hi = ordered[np.searchsorted(tokens_through, hi, side="right")]
-    return _lerp(at_lo, at_hi, pos - lo)
+    return _from_sorted_counts(ordered, np.cumsum(keys & _WEIGHT_MASK), qs)
 
 
 def _weighted_stats(values: FloatArray, weights: IntArray, name: str,
