@@ -9,15 +9,12 @@ fails fails on a gate, never on a missing launch spec or catalog entry, or an ex
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pytest_inferbench.recipe import BenchPoint
 from pytest_inferbench.testing.inferencex import multinode_servers
+
+from .gate_only import run_and_check
 
 
 def sample(checkout: Path) -> list[str]:
@@ -44,22 +41,4 @@ def test_a_sample_of_every_multinode_combination_runs_and_fails_only_on_gates(
     frameworks = {node_id.split("::")[1].split("-")[3] for node_id in node_ids}
     assert frameworks == {"atom", "dynamo", "sglang", "vllm"}
     assert any("-d0x" in node_id for node_id in node_ids)  # the aggregated deployment
-    junit = inferencex_copy / "junit.xml"
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
-         f"--junitxml={junit}", "--inferbench-no-plots", "--inferbench-prompts-per-conc", "1",
-         *node_ids],
-        cwd=inferencex_copy, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "COLUMNS": "200"})
-    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
-    cases = list(ET.parse(junit).getroot().iter("testcase"))
-    assert len(cases) == len(node_ids)
-    failed = 0
-    for case in cases:
-        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
-        assert kinds in ([], ["failure"]), (case.get("name"), kinds, case.find(kinds[0]).text)
-        failed += bool(kinds)
-    summary = json.loads((inferencex_copy / "inferbench-results" / "summary.json").read_text())
-    points = {p["nodeid"]: p for p in summary["points"]}
-    assert sorted(points) == sorted(node_ids)
-    assert sum(bool(p["gate_failures"]) for p in points.values()) == failed
+    run_and_check(inferencex_copy, node_ids, timeout_s=900)
