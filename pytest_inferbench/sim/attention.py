@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 # Indexer keys are fp8 with a scale per key (DeepSeek-V3.2 / GLM-5 DSA, MiniMax-M3 MSA).
 INDEX_KEY_BYTES = 1.0
@@ -44,9 +44,12 @@ GDN_FLOPS_PER_STATE_ELEM = 8.0
 
 @dataclass(frozen=True)
 class AttentionShape:
-    """What the catalog says about a model's attention, beyond heads / kv_heads / head_dim."""
+    """What the catalog says about a model's attention: its heads and each family's numbers."""
 
     kind: str  # gqa | mla | compressed
+    heads: int
+    kv_heads: int
+    head_dim: int
     mla: dict[str, int] | None = None
     sparse: dict[str, int] | None = None  # MSA: full_layers, window_tokens, indexer_*
     dsa: dict[str, int] | None = None  # index_topk, indexer_heads, indexer_dim
@@ -61,28 +64,17 @@ class AttentionShape:
             v = d.get(key)
             return {k: int(x) for k, x in v.items()} if v else None
         kind = "mla" if d.get("mla") else "compressed" if d.get("compressed_attention") else "gqa"
-        return cls(kind=kind, mla=ints("mla"), sparse=ints("sparse_attention"), dsa=ints("dsa"),
+        return cls(kind=kind, heads=int(d["heads"]), kv_heads=int(d["kv_heads"]),
+                   head_dim=int(d["head_dim"]), mla=ints("mla"),
+                   sparse=ints("sparse_attention"), dsa=ints("dsa"),
                    sliding=ints("sliding_window"), linear=ints("linear_attention"),
                    compressed=ints("compressed_attention"),
                    output_gate=bool(d.get("attn_output_gate", False)))
 
-
-class Shaped(Protocol):
-    """What attention needs of a model (the catalog's `Architecture` has it), named here so
-    that the catalog imports this module and not the other way round."""
-
     @property
-    def layers(self) -> int: ...
-    @property
-    def hidden(self) -> int: ...
-    @property
-    def heads(self) -> int: ...
-    @property
-    def kv_heads(self) -> int: ...
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def attention(self) -> AttentionShape: ...
+    def kv_elems_per_token_layer(self) -> int:
+        """K and V elements one token stores in one layer, over all KV heads."""
+        return 2 * self.kv_heads * self.head_dim
 
 
 @dataclass(frozen=True)
@@ -99,36 +91,37 @@ class KVTerms:
     window: float
 
 
-def attention_params(arch: Shaped) -> int:
-    """Parameters of every attention block (projections only)."""
-    s, h = arch.attention, arch.hidden
+def attention_params(s: AttentionShape, *, layers: int, hidden: int) -> int:
+    """Parameters of every attention block (projections only) of a model with `layers`
+    decoder layers of width `hidden`."""
+    h = hidden
     linear_layers = s.linear["layers"] if s.linear else 0
-    softmax_layers = arch.layers - linear_layers
+    softmax_layers = layers - linear_layers
     if s.kind == "mla" and s.mla:
         m = s.mla
         qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
-        q = (h * m["q_lora_rank"] + m["q_lora_rank"] * arch.heads * qk if m["q_lora_rank"]
-             else h * arch.heads * qk)
-        kv = h * (m["kv_lora_rank"] + m["qk_rope_head_dim"]) + m["kv_lora_rank"] * arch.heads * (
+        q = (h * m["q_lora_rank"] + m["q_lora_rank"] * s.heads * qk if m["q_lora_rank"]
+             else h * s.heads * qk)
+        kv = h * (m["kv_lora_rank"] + m["qk_rope_head_dim"]) + m["kv_lora_rank"] * s.heads * (
             m["qk_nope_head_dim"] + m["v_head_dim"])
-        per_layer = q + kv + arch.heads * m["v_head_dim"] * h
+        per_layer = q + kv + s.heads * m["v_head_dim"] * h
         if s.dsa:
             per_layer += h * s.dsa["indexer_heads"] + h * s.dsa["indexer_dim"] + (
                 s.mla["q_lora_rank"] * s.dsa["indexer_heads"] * s.dsa["indexer_dim"])
     elif s.kind == "compressed" and s.compressed:
-        c, d = s.compressed, arch.head_dim
-        q = h * c["q_lora_rank"] + c["q_lora_rank"] * arch.heads * d
+        c, d = s.compressed, s.head_dim
+        q = h * c["q_lora_rank"] + c["q_lora_rank"] * s.heads * d
         kv = h * d
         # Grouped low-rank output: heads*d -> o_groups x o_lora_rank -> hidden.
-        out = arch.heads * d * c["o_lora_rank"] + c["o_groups"] * c["o_lora_rank"] * h
+        out = s.heads * d * c["o_lora_rank"] + c["o_groups"] * c["o_lora_rank"] * h
         per_layer = q + kv + out
         csa = c["csa_layers"]
         indexer = h * c["indexer_heads"] + c["q_lora_rank"] * c["indexer_heads"] * c[
             "indexer_dim"] + h * c["indexer_dim"]
-        return arch.layers * per_layer + csa * indexer
+        return layers * per_layer + csa * indexer
     else:
-        q = h * arch.heads * arch.head_dim * (2 if s.output_gate else 1)
-        per_layer = q + 2 * h * arch.kv_heads * arch.head_dim + arch.heads * arch.head_dim * h
+        q = h * s.heads * s.head_dim * (2 if s.output_gate else 1)
+        per_layer = q + 2 * h * s.kv_heads * s.head_dim + s.heads * s.head_dim * h
     total = softmax_layers * per_layer
     if s.linear:
         lin = s.linear
@@ -140,12 +133,13 @@ def attention_params(arch: Shaped) -> int:
     return total
 
 
-def kv_terms(arch: Shaped, *, tp: int, dp_attn: bool, kv_bytes: float) -> KVTerms:
-    """Per-GPU KV / state coefficients of one model on a TP group (see the module doc)."""
-    s = arch.attention
+def kv_terms(s: AttentionShape, *, layers: int, tp: int, dp_attn: bool,
+             kv_bytes: float) -> KVTerms:
+    """Per-GPU KV / state coefficients of a model with `layers` decoder layers on a TP group
+    (see the module doc)."""
     shard = 1.0 / tp if dp_attn else 1.0  # per-sequence state under DP attention
     linear_layers = s.linear["layers"] if s.linear else 0
-    softmax_layers = arch.layers - linear_layers
+    softmax_layers = layers - linear_layers
     store_token = store_seq = read_a = read_b = read_seq = 0.0
     flops_a = flops_b = flops_q = 0.0
     window = math.inf
@@ -153,7 +147,7 @@ def kv_terms(arch: Shaped, *, tp: int, dp_attn: bool, kv_bytes: float) -> KVTerm
     if s.kind == "mla" and s.mla:
         m = s.mla
         latent = (m["kv_lora_rank"] + m["qk_rope_head_dim"]) * kv_bytes * shard  # replicated
-        heads = arch.heads / tp
+        heads = s.heads / tp
         decode_pair = heads * (2 * (m["kv_lora_rank"] + m["qk_rope_head_dim"])
                                + 2 * m["kv_lora_rank"])
         prefill_pair = heads * (2 * (m["qk_nope_head_dim"] + m["qk_rope_head_dim"])
@@ -161,24 +155,24 @@ def kv_terms(arch: Shaped, *, tp: int, dp_attn: bool, kv_bytes: float) -> KVTerm
         scale = prefill_pair / decode_pair
         if s.dsa:
             window = float(s.dsa["index_topk"])
-            index = arch.layers * s.dsa["indexer_dim"] * INDEX_KEY_BYTES * shard
-            store_token = arch.layers * latent + index
+            index = layers * s.dsa["indexer_dim"] * INDEX_KEY_BYTES * shard
+            store_token = layers * latent + index
             read_a = index
-            read_b = arch.layers * latent
-            flops_a = arch.layers * 2.0 * s.dsa["indexer_heads"] * s.dsa["indexer_dim"]
-            flops_b = arch.layers * decode_pair
+            read_b = layers * latent
+            flops_a = layers * 2.0 * s.dsa["indexer_heads"] * s.dsa["indexer_dim"]
+            flops_b = layers * decode_pair
         else:
-            store_token = read_a = arch.layers * latent
-            flops_a = arch.layers * decode_pair
+            store_token = read_a = layers * latent
+            flops_a = layers * decode_pair
     elif s.kind == "compressed" and s.compressed:
         c = s.compressed
-        entry = arch.head_dim * kv_bytes * shard  # one 512-wide KV head, replicated over TP
-        pair = 4.0 * arch.heads / tp * arch.head_dim
+        entry = s.head_dim * kv_bytes * shard  # one 512-wide KV head, replicated over TP
+        pair = 4.0 * s.heads / tp * s.head_dim
         csa, hca, ratio_c, ratio_h = (c["csa_layers"], c["hca_layers"], c["csa_ratio"],
                                       c["hca_ratio"])
         index = c["indexer_dim"] * INDEX_KEY_BYTES * shard
         store_token = csa * (entry + index) / ratio_c + hca * entry / ratio_h
-        store_seq = read_seq = arch.layers * c["window"] * entry
+        store_seq = read_seq = layers * c["window"] * entry
         read_a = csa * index / ratio_c + hca * entry / ratio_h
         # CSA reads the top index_topk compressed entries: min(c / ratio, topk) entries.
         window = float(c["index_topk"] * ratio_c)
@@ -186,11 +180,11 @@ def kv_terms(arch: Shaped, *, tp: int, dp_attn: bool, kv_bytes: float) -> KVTerm
         flops_a = (csa * 2.0 * c["indexer_heads"] * c["indexer_dim"] / ratio_c
                    + hca * pair / ratio_h)
         flops_b = csa * pair / ratio_c
-        flops_q = arch.layers * c["window"] * pair
+        flops_q = layers * c["window"] * pair
     else:
-        kv_heads_gpu = arch.kv_heads / tp if dp_attn else math.ceil(arch.kv_heads / tp)
-        per_layer = 2 * kv_heads_gpu * arch.head_dim * kv_bytes
-        pair = 4.0 * arch.heads * arch.head_dim / tp
+        kv_heads_gpu = s.kv_heads / tp if dp_attn else math.ceil(s.kv_heads / tp)
+        per_layer = 2 * kv_heads_gpu * s.head_dim * kv_bytes
+        pair = 4.0 * s.heads * s.head_dim / tp
         full = softmax_layers
         if s.sparse:
             sp = s.sparse

@@ -64,9 +64,6 @@ class Architecture:
     name: str
     layers: int
     hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
     dense_layers: int
     dense_ffn: int
     experts: int
@@ -94,7 +91,8 @@ class Architecture:
         h = self.hidden
         dense = self.dense_layers * 3 * h * self.dense_ffn + self.eagle_fusion_inputs * h * h
         return {
-            "attention": attention_params(self),
+            "attention": attention_params(self.attention, layers=self.layers,
+                                           hidden=self.hidden),
             "dense_ffn": dense,
             "shared_experts": self.moe_layers * self.shared_experts * 3 * h * self.shared_ffn,
             "experts": self.moe_layers * self.experts * self.expert_params,
@@ -115,13 +113,9 @@ class Architecture:
         return p["attention"] + p["dense_ffn"] + p["shared_experts"] + p["router"] + routed + p[
             "lm_head"]
 
-    def kv_elems_per_token_layer(self) -> int:
-        """K and V elements one token stores in one layer, over all KV heads."""
-        return 2 * self.kv_heads * self.head_dim
-
     def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
         """KV bytes one token stores over all layers and all GPUs (no indexer cache)."""
-        return self.layers * self.kv_elems_per_token_layer() * kv_dtype_bytes
+        return self.layers * self.attention.kv_elems_per_token_layer * kv_dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -209,8 +203,7 @@ def architecture(name: str) -> Architecture:
     key, d = _pick("architecture", _load("models.yaml")["architectures"], name)
     return Architecture(
         name=key,
-        layers=int(d["layers"]), hidden=int(d["hidden"]), heads=int(d["heads"]),
-        kv_heads=int(d["kv_heads"]), head_dim=int(d["head_dim"]),
+        layers=int(d["layers"]), hidden=int(d["hidden"]),
         dense_layers=int(d["dense_layers"]), dense_ffn=int(d["dense_ffn"]),
         experts=int(d["experts"]), top_k=int(d["top_k"]), expert_ffn=int(d["expert_ffn"]),
         shared_experts=int(d["shared_experts"]), shared_ffn=int(d["shared_ffn"]),

@@ -121,7 +121,8 @@ def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dt
     if kv_b_per_elem is None:
         raise EngineConfigError(f"kv cache dtype {kv_dtype!r} unknown; "
                                 f"known: {', '.join(KV_DTYPE_BYTES)}")
-    kv = kv_terms(arch, tp=tp, dp_attn=dp_attn, kv_bytes=kv_b_per_elem)
+    kv = kv_terms(arch.attention, layers=arch.layers, tp=tp, dp_attn=dp_attn,
+                  kv_bytes=kv_b_per_elem)
     bf16 = hw.peak_flops["bf16"]
     return ModelOnGpus(
         base_bytes=base, expert_bytes=expert_bytes, moe_layers=arch.moe_layers,
