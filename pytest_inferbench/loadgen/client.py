@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import httpx
 import numpy as np
 
+from ..aio import cancel_and_wait
 from ..metrics import RequestRecord
 from ..tokenizer import count_tokens
 from ..workload import DEFAULT_STALL_TIMEOUT_S
@@ -298,9 +299,7 @@ class _RecordBuilder:
 
     async def finish(self) -> None:
         await self.queue.join()
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await cancel_and_wait(self.task)
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ done, rate, ETA); the lines at the start and end of each point are the runner's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
+
+from ..aio import cancel_and_wait
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -137,7 +138,5 @@ class Progress:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._draw("")  # nothing when drawing to no terminal

@@ -9,13 +9,13 @@ measurement is not trustworthy and the verdict says so, with the numbers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..aio import cancel_and_wait
 from ..metrics import FloatArray
 
 if TYPE_CHECKING:
@@ -70,10 +70,7 @@ class LoopMonitor:
         self._task = asyncio.get_running_loop().create_task(self._tick(), name="inferbench-lag")
 
     async def stop(self) -> LoopStats:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         return LoopStats(lag_s=np.asarray(self._lags, dtype=np.float64),
                          cpu_s=time.process_time() - self._cpu0,
                          wall_s=time.perf_counter() - self._wall0)

@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ...aio import cancel_and_wait
 from .engine_loop import EngineLoop, RequestTrace
 from .faults import FAULT_EXIT_CODE, FaultConfig, FaultInjector
 from .openai_api import ApiError, Kind, parse_generation, parse_json_object, resolve_max_tokens
@@ -345,9 +346,7 @@ async def _unless_disconnected(request: Request,
     finally:
         watch.cancel()
     if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
         return None
     return task.result()
 

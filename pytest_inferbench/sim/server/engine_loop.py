@@ -11,12 +11,13 @@ added to the engine right away and join the next step, like a real scheduler.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+
+from ...aio import cancel_and_wait
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,10 +121,7 @@ class EngineLoop:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     def submit(self, prompt_tokens: int, max_tokens: int) -> tuple[int, asyncio.Queue[Delivery]]:
         """Add a request; its tokens arrive on the returned queue."""
