@@ -26,100 +26,95 @@ PROGRESS_MODES = ("auto", "lines", "off")  # report/live.py gives each its meani
 EVAL_RUNNERS = ("builtin", "lm-eval")
 
 
+# What an option's value is: a string, int or float (with its metavar), one of the choices
+# in a tuple, or `bool` for a switch (store_true).
+OptionKind = type[str] | type[int] | type[float] | type[bool] | tuple[str, ...]
+# (name after --inferbench-, kind, metavar, help), in --help order. A help text is a paragraph:
+# its line breaks and indents are spaces.
+OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
+    ("backend", BACKENDS, None, """how each server node is served: sim (virtual-time simulator,
+        default), sim-server (simulator over HTTP as a subprocess), docker, process, external,
+        slurm"""),
+    ("results", str, "DIR", """directory for result JSON, logs, plots (default:
+        inferbench-results)"""),
+    ("prompts-per-conc", int, "N", """requests per point = N x concurrency (default 10, as
+        InferenceX)"""),
+    ("request-rate", float, "RPS", """open-loop Poisson arrival rate; default inf = closed loop at
+        the concurrency"""),
+    ("request-rates", str, "RPS,...", """a request-rate sweep: every point runs once per rate, e.g.
+        '1,2,4,inf' (its items and files end in -rate<R>)"""),
+    ("seed", int, None, "workload seed (default 0)"),
+    ("dataset", str, "SPEC", """what prompts are drawn from: random (default), sharegpt:PATH
+        (ShareGPT JSON), jsonl:PATH ({"prompt": ...} a line), prefix:GROUPS:TOKENS (random
+        prompts in GROUPS groups sharing their first TOKENS tokens)"""),
+    ("goodput", str, "SLOS", """fill request_goodput as vLLM's --goodput does: requests/s that meet
+        every SLO, e.g. 'ttft:2000 tpot:50' (ms; ttft, tpot, e2el)"""),
+    ("random-range-ratio", float, "R", """request lengths uniform in [R x ISL, ISL] and [R x OSL,
+        OSL] (default 0.8, as InferenceX; 1.0 = fixed lengths)"""),
+    ("warmup", WARMUP_MODES, None, """warmup requests: 'same' repeats the first prompt (default, as
+        InferenceX, so results compare with its numbers); 'distinct' sends prompts of their
+        own"""),
+    ("time-scale", float, "S", """sim-server clock: 1.0 = real time, 0 = as fast as possible
+        (default 1.0)"""),
+    ("base-url", str, "URL", "external backend: benchmark this already running server"),
+    ("launch-dir", str, "DIR", """directory of launch specs (default: launch/ next to each recipe
+        file)"""),
+    ("startup-timeout", float, "S", "override every launch spec's startup timeout"),
+    ("stall-timeout", float, "S", f"""a request that receives no data for S seconds fails (default
+        {DEFAULT_STALL_TIMEOUT_S:g}; covers the wait for the first token too)"""),
+    ("point-timeout", float, "S", """deadline of a point's load (and of its warmup): requests still
+        open after S seconds fail, those not sent are not sent; the point keeps what was
+        measured (default: none)"""),
+    ("docker-host", str, "URL", "Docker Engine to use (default: DOCKER_HOST or the local socket)"),
+    ("docker-hosts", str, "H1,H2", "one Docker Engine per xdist worker, assigned in order"),
+    ("gpus", str, "IDS", "GPU ids to split between xdist workers, e.g. 0-7"),
+    ("process-prefix", str, "ARGV", """process backend: words put before the server argv (e.g.
+        'srun --gres=gpu:4')"""),
+    ("pass-env", str, "NAMES", """comma-separated host variables passed to servers (default
+        HF_TOKEN,HUGGING_FACE_HUB_TOKEN)"""),
+    ("skip-pull", bool, None, "docker backend: never pull; the image must be present"),
+    ("gates", str, "PATH", """SLO gates file (default: gates.yaml next to each recipe file, when
+        present)"""),
+    ("baseline", str, "PATH", "results JSON (summary.json or a directory) to compare against"),
+    ("baseline-any-setup", bool, None, """compare against a baseline measured with another backend,
+        time scale or client settings (refused by default)"""),
+    ("save-baseline", str, "PATH", "write this run's results as a baseline file"),
+    ("max-failure-ratio", float, "R", "allowed ratio of failed requests per point (default 0)"),
+    ("eval-data", str, "PATH", """GSM8K jsonl (test split) for the eval items; train.jsonl beside
+        it gives the shots"""),
+    ("eval-runner", EVAL_RUNNERS, None, "builtin (default) or lm-eval"),
+    ("eval-limit", int, "N", "evaluate only the first N questions"),
+    ("pr", int, "N", """changelog items: entries added since --inferbench-changelog-base must link
+        PR N"""),
+    ("changelog-base", str, "REV", """git revision the changelog is compared against: history
+        immutable, additions at the end, added entries name configs the branch changed
+        (default with --inferbench-pr: origin/main)"""),
+    ("changed-since", str, "REV", """run only the server nodes whose recipe entry, launch spec or
+        server script changed since git revision REV, or that changelog entries added since
+        REV name"""),
+    ("runner-name", str, "NAME", """runner name that ends each point's RESULT_FILENAME, as
+        InferenceX's workflow names it (default: $RUNNER_NAME on a GitHub runner, else the
+        recipe's runner)"""),
+    ("save-requests", bool, None, """write every request of every point to
+        <results>/requests/<RESULT_FILENAME>.jsonl (send time, TTFT, ITLs, token counts,
+        status, error)"""),
+    ("progress", PROGRESS_MODES, None, """auto (default): a live line on a terminal, else one line
+        per point at start and end and every 30 s between; lines: always those lines; off:
+        none"""),
+    ("no-plots", bool, None, "do not draw PNG plots even when matplotlib is installed"),
+)
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("inferbench", "LLM inference benchmarks (pytest-inferbench)")
-    add = group.addoption
-    add("--inferbench-backend", choices=BACKENDS, default=None,
-        help="how each server node is served: sim (virtual-time simulator, default), sim-server "
-             "(simulator over HTTP as a subprocess), docker, process, external, slurm")
-    add("--inferbench-results", default=None, metavar="DIR",
-        help="directory for result JSON, logs, plots (default: inferbench-results)")
-    add("--inferbench-prompts-per-conc", type=int, default=None, metavar="N",
-        help="requests per point = N x concurrency (default 10, as InferenceX)")
-    add("--inferbench-request-rate", type=float, default=None, metavar="RPS",
-        help="open-loop Poisson arrival rate; default inf = closed loop at the concurrency")
-    add("--inferbench-request-rates", default=None, metavar="RPS,...",
-        help="a request-rate sweep: every point runs once per rate, e.g. '1,2,4,inf' (its "
-             "items and files end in -rate<R>)")
-    add("--inferbench-seed", type=int, default=None, help="workload seed (default 0)")
-    add("--inferbench-dataset", default=None, metavar="SPEC",
-        help="what prompts are drawn from: random (default), sharegpt:PATH (ShareGPT JSON), "
-             "jsonl:PATH ({\"prompt\": ...} a line), prefix:GROUPS:TOKENS (random prompts "
-             "in GROUPS groups sharing their first TOKENS tokens)")
-    add("--inferbench-goodput", default=None, metavar="SLOS",
-        help="fill request_goodput as vLLM's --goodput does: requests/s that meet every SLO, "
-             "e.g. 'ttft:2000 tpot:50' (ms; ttft, tpot, e2el)")
-    add("--inferbench-random-range-ratio", type=float, default=None, metavar="R",
-        help="request lengths uniform in [R x ISL, ISL] and [R x OSL, OSL] (default 0.8, as "
-             "InferenceX; 1.0 = fixed lengths)")
-    add("--inferbench-warmup", choices=WARMUP_MODES, default=None,
-        help="warmup requests: 'same' repeats the first prompt (default, as InferenceX, so "
-             "results compare with its numbers); 'distinct' sends prompts of their own")
-    add("--inferbench-time-scale", type=float, default=None, metavar="S",
-        help="sim-server clock: 1.0 = real time, 0 = as fast as possible (default 1.0)")
-    add("--inferbench-base-url", default=None, metavar="URL",
-        help="external backend: benchmark this already running server")
-    add("--inferbench-launch-dir", default=None, metavar="DIR",
-        help="directory of launch specs (default: launch/ next to each recipe file)")
-    add("--inferbench-startup-timeout", type=float, default=None, metavar="S",
-        help="override every launch spec's startup timeout")
-    add("--inferbench-stall-timeout", type=float, default=None, metavar="S",
-        help=f"a request that receives no data for S seconds fails (default "
-             f"{DEFAULT_STALL_TIMEOUT_S:g}; covers the wait for the first token too)")
-    add("--inferbench-point-timeout", type=float, default=None, metavar="S",
-        help="deadline of a point's load (and of its warmup): requests still open after S "
-             "seconds fail, those not sent are not sent; the point keeps what was measured "
-             "(default: none)")
-    add("--inferbench-docker-host", default=None, metavar="URL",
-        help="Docker Engine to use (default: DOCKER_HOST or the local socket)")
-    add("--inferbench-docker-hosts", default=None, metavar="H1,H2",
-        help="one Docker Engine per xdist worker, assigned in order")
-    add("--inferbench-gpus", default=None, metavar="IDS",
-        help="GPU ids to split between xdist workers, e.g. 0-7")
-    add("--inferbench-process-prefix", default=None, metavar="ARGV",
-        help="process backend: words put before the server argv (e.g. 'srun --gres=gpu:4')")
-    add("--inferbench-pass-env", default=None, metavar="NAMES",
-        help="comma-separated host variables passed to servers "
-             "(default HF_TOKEN,HUGGING_FACE_HUB_TOKEN)")
-    add("--inferbench-skip-pull", action="store_true", default=False,
-        help="docker backend: never pull; the image must be present")
-    add("--inferbench-gates", default=None, metavar="PATH",
-        help="SLO gates file (default: gates.yaml next to each recipe file, when present)")
-    add("--inferbench-baseline", default=None, metavar="PATH",
-        help="results JSON (summary.json or a directory) to compare against")
-    add("--inferbench-baseline-any-setup", action="store_true", default=False,
-        help="compare against a baseline measured with another backend, time scale or client "
-             "settings (refused by default)")
-    add("--inferbench-save-baseline", default=None, metavar="PATH",
-        help="write this run's results as a baseline file")
-    add("--inferbench-max-failure-ratio", type=float, default=None, metavar="R",
-        help="allowed ratio of failed requests per point (default 0)")
-    add("--inferbench-eval-data", default=None, metavar="PATH",
-        help="GSM8K jsonl (test split) for the eval items; train.jsonl beside it gives the shots")
-    add("--inferbench-eval-runner", choices=EVAL_RUNNERS, default=None,
-        help="builtin (default) or lm-eval")
-    add("--inferbench-eval-limit", type=int, default=None, metavar="N",
-        help="evaluate only the first N questions")
-    add("--inferbench-pr", type=int, default=None, metavar="N",
-        help="changelog items: entries added since --inferbench-changelog-base must link PR N")
-    add("--inferbench-changelog-base", default=None, metavar="REV",
-        help="git revision the changelog is compared against: history immutable, additions at "
-             "the end, added entries name configs the branch changed (default with "
-             "--inferbench-pr: origin/main)")
-    add("--inferbench-changed-since", default=None, metavar="REV",
-        help="run only the server nodes whose recipe entry, launch spec or server script "
-             "changed since git revision REV, or that changelog entries added since REV name")
-    add("--inferbench-runner-name", default=None, metavar="NAME",
-        help="runner name that ends each point's RESULT_FILENAME, as InferenceX's workflow "
-             "names it (default: $RUNNER_NAME on a GitHub runner, else the recipe's runner)")
-    add("--inferbench-save-requests", action="store_true", default=False,
-        help="write every request of every point to <results>/requests/<RESULT_FILENAME>.jsonl "
-             "(send time, TTFT, ITLs, token counts, status, error)")
-    add("--inferbench-progress", choices=PROGRESS_MODES, default=None,
-        help="auto (default): a live line on a terminal, else one line per point at start and "
-             "end and every 30 s between; lines: always those lines; off: none")
-    add("--inferbench-no-plots", action="store_true", default=False,
-        help="do not draw PNG plots even when matplotlib is installed")
+    for name, kind, metavar, paragraph in OPTIONS:
+        flag, text = f"--inferbench-{name}", " ".join(paragraph.split())
+        if kind is bool:
+            group.addoption(flag, action="store_true", default=False, help=text)
+        elif isinstance(kind, tuple):
+            group.addoption(flag, choices=kind, default=None, help=text)
+        else:
+            group.addoption(flag, type=kind, default=None, metavar=metavar, help=text)
 
     add_slurm_options(parser, _addini)
     VALUE_OPTIONS.update(name for opt in group.options if opt.attrs().get("action") != "store_true"
