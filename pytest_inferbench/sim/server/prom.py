@@ -1,16 +1,20 @@
 """`/metrics` and `/debug/mtp_stats` over the engine counters, with each persona's names.
 
-A custom prometheus_client collector turns one `MetricsSnapshot` into the exposition: vLLM
-(`vllm:*`, spec-decode counters per `vllm/v1/spec_decode/metrics.py`), ATOM (`atom:*` per
-`atom/entrypoints/openai/metrics.py`, counters scraped as `..._total`) or SGLang (`sglang:*`).
+A custom prometheus_client collector turns one `MetricsSnapshot` into the exposition, with
+each persona's names as `metric_names.yaml` lists them: vLLM (`vllm:*`, spec-decode counters
+per `vllm/v1/spec_decode/metrics.py`), ATOM (`atom:*` per `atom/entrypoints/openai/metrics.py`,
+counters scraped as `..._total`) or SGLang (`sglang:*`).
 Counters only ever grow; every value comes from the engine, none is estimated here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import TYPE_CHECKING
 
+import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -41,6 +45,15 @@ class MetricsSnapshot:
     accepted_tokens: int
     accepted_per_position: tuple[int, ...]  # length k
     accepted_histogram: tuple[int, ...]  # sequence-steps by accepted drafts 0..k
+
+    @property
+    def kv_blocks_free(self) -> int:
+        return self.kv_blocks_total - self.kv_blocks_used
+
+    @property
+    def available(self) -> int:
+        """ATOM's `metrics_snapshot_available`: 1, the counters come from the engine."""
+        return 1
 
     @property
     def kv_usage(self) -> float:
@@ -98,79 +111,32 @@ def _family(kind: str, name: str, doc: str,
 
 @dataclass(frozen=True)
 class _Fact:
-    """One engine quantity: its kind and help text, how a snapshot gives it, and its name in
-    each persona that exports it (vLLM, ATOM, SGLang). A series (`label`) is one sample per
-    index of a tuple; a speculative fact is exported only while the engine drafts."""
+    """One engine quantity of `metric_names.yaml` (its comment says what each part means)."""
 
+    snapshot: str  # the `MetricsSnapshot` attribute that gives it
     kind: str
     doc: str
-    read: Callable[[MetricsSnapshot], float | tuple[int, ...]]
-    names: Mapping[str, str]  # persona -> its name for the fact
-    speculative: bool = False
-    label: str = ""
+    names: Mapping[str, str]  # persona -> its name for the quantity
+    speculative: bool
+    series: str
 
 
-# In exposition order; a persona exports the facts it has a name for.
-_FACTS: tuple[_Fact, ...] = (
-    _Fact("gauge", "Requests in the running batch.", lambda s: s.running,
-          {"vllm": "vllm:num_requests_running", "atom": "atom:requests_running",
-           "sglang": "sglang:num_running_reqs"}),
-    _Fact("gauge", "Requests waiting to be scheduled.", lambda s: s.waiting,
-          {"vllm": "vllm:num_requests_waiting", "atom": "atom:requests_waiting",
-           "sglang": "sglang:num_queue_reqs"}),
-    _Fact("gauge", "KV blocks in use.", lambda s: s.kv_blocks_used,
-          {"atom": "atom:kv_cache_blocks_used"}),
-    _Fact("gauge", "KV blocks free.", lambda s: s.kv_blocks_total - s.kv_blocks_used,
-          {"atom": "atom:kv_cache_blocks_free"}),
-    _Fact("gauge", "KV blocks.", lambda s: s.kv_blocks_total,
-          {"atom": "atom:kv_cache_blocks_total"}),
-    _Fact("gauge", "KV-cache usage, 1 = full.", lambda s: s.kv_usage,
-          {"vllm": "vllm:kv_cache_usage_perc", "atom": "atom:kv_cache_usage_ratio",
-           "sglang": "sglang:token_usage"}),
-    _Fact("counter", "Prefill tokens processed.", lambda s: s.prompt_tokens,
-          {"vllm": "vllm:prompt_tokens", "atom": "atom:prompt_tokens",
-           "sglang": "sglang:prompt_tokens"}),
-    _Fact("counter", "Generated tokens.", lambda s: s.generation_tokens,
-          {"vllm": "vllm:generation_tokens", "atom": "atom:generation_tokens",
-           "sglang": "sglang:generation_tokens"}),
-    _Fact("counter", "Finished requests.", lambda s: s.requests_finished,
-          {"vllm": "vllm:request_success", "atom": "atom:requests_finished",
-           "sglang": "sglang:num_requests"}),
-    _Fact("counter", "Preempted (retracted) requests.", lambda s: s.preemptions,
-          {"vllm": "vllm:num_preemptions", "atom": "atom:preemptions",
-           "sglang": "sglang:num_preemptions"}),
-    _Fact("gauge", "Engine counters are available.", lambda s: 1,
-          {"atom": "atom:metrics_snapshot_available"}),
-    _Fact("counter", "Verify steps.", lambda s: s.verify_steps,
-          {"vllm": "vllm:spec_decode_num_drafts"}, speculative=True),
-    _Fact("counter", "Draft tokens proposed.", lambda s: s.draft_tokens,
-          {"vllm": "vllm:spec_decode_num_draft_tokens", "atom": "atom:mtp_draft_tokens"},
-          speculative=True),
-    _Fact("counter", "Accepted draft tokens.", lambda s: s.accepted_tokens,
-          {"vllm": "vllm:spec_decode_num_accepted_tokens", "atom": "atom:mtp_accepted_tokens"},
-          speculative=True),
-    _Fact("counter", "Accepted draft tokens by draft position.",
-          lambda s: s.accepted_per_position,
-          {"vllm": "vllm:spec_decode_num_accepted_tokens_per_pos"}, speculative=True,
-          label="position"),
-    _Fact("counter", "Verify steps by accepted draft tokens.", lambda s: s.accepted_histogram,
-          {"atom": "atom:mtp_decode_steps"}, speculative=True, label="accepted_tokens"),
-    _Fact("gauge", "Accepted / drafted.", lambda s: s.acceptance_rate,
-          {"atom": "atom:mtp_acceptance_rate"}, speculative=True),
-    _Fact("gauge", "Acceptance length: tokens per verify step.", lambda s: s.tokens_per_forward,
-          {"atom": "atom:mtp_average_tokens_per_forward", "sglang": "sglang:spec_accept_length"},
-          speculative=True),
-)
+@cache
+def _facts() -> tuple[_Fact, ...]:
+    text = resources.files(__package__).joinpath("metric_names.yaml").read_text(encoding="utf-8")
+    return tuple(_Fact(snapshot=d["snapshot"], kind=d["kind"], doc=d["help"], names=d["names"],
+                       speculative=bool(d.get("speculative", False)), series=d.get("series", ""))
+                 for d in yaml.safe_load(text))
 
 
 def _families(persona: str, model: str, s: MetricsSnapshot) -> Iterator[Metric]:
-    for fact in _FACTS:
+    for fact in _facts():
         name = fact.names.get(persona)
         if name is None or (fact.speculative and not s.spec_tokens):
             continue
-        value = fact.read(s)
+        value: float | tuple[int, ...] = getattr(s, fact.snapshot)
         family = _family(fact.kind, name, fact.doc,
-                         ["model_name", fact.label] if fact.label else ["model_name"])
+                         ["model_name", fact.series] if fact.series else ["model_name"])
         if isinstance(value, tuple):
             for index, count in enumerate(value):
                 family.add_metric([model, str(index)], count)
