@@ -9,8 +9,10 @@ KV cache then travels (`disagg.KvTransfer`) and the decode instance admits the r
 has arrived and its blocks fit (`Engine.add_request(kv_ready=True)`): that admission step
 streams the first token, then it decodes. Aggregated deployments route whole requests.
 
-A stretch of identical decode steps (`stretch.advance`) runs at once on an instance up to the
-next moment anything can reach it: another instance's step end or a transfer's arrival.
+A stretch of identical decode steps (`stretch.plan`) is priced at once up to the instance's
+next finish and applied only as far as it has run when a request reaches the instance (a
+transfer's arrival, a request routed to it, `Instance.settle`): nothing else changes its batch,
+so the token times are those of stepping every instance one step at a time.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import numpy as np
 
 from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
 from .engine import Engine, RequestRejectedError
-from .instance import Instance, earliest_finish, min_step_s
+from .instance import Instance
 from .state import EngineCounters, StepResult
 from .stretch import advance as advance_engine
+from .stretch import plan as plan_stretch
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -66,13 +69,9 @@ class _Flight:
 
 
 class Cluster:
-    def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True,
-                 lookahead: bool = True) -> None:
+    def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True) -> None:
         self.deployment = deployment
-        self.stretch = stretch
-        # Decode stretches run up to the earliest moment a transfer can reach them (below);
-        # False: up to any other instance's step end (the plain bound, for tests).
-        self.lookahead = lookahead
+        self.stretch = stretch  # False: every instance one step at a time (the server's way)
         self.transfer = kv_transfer(deployment)
         self.pools: list[list[Instance]] = [
             [self._instance(pool, i, seed) for i in range(pool.workers)]
@@ -85,9 +84,6 @@ class Cluster:
         self._transfers: list[tuple[float, int]] = []  # (arrival time, request id) heap
         self._done: dict[int, ClientTrace] = {}
         self.transfer_seconds: list[float] = []
-        # Requests on their way to each decode instance still in a prefill instance: per
-        # decode instance, prefill instance -> how many.
-        self._inbound: list[dict[int, int]] = [{} for _ in self.pools[-1]]
 
     def _instance(self, pool: Pool, index: int, seed: int) -> Instance:
         engine = Engine(replace(pool.config, seed=seed + 7919 * index + 104729 * len(pool.role)),
@@ -96,7 +92,7 @@ class Cluster:
         link = worker_link_bytes_per_s(pool.config)
         if link != engine.cost.link_bytes_per_s:  # a worker wider than its scale-up domain
             engine.cost = replace(engine.cost, link_bytes_per_s=link)
-        return Instance(pool.role, index, engine, min_step_s=min_step_s(engine))
+        return Instance(pool.role, index, engine)
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
@@ -110,12 +106,11 @@ class Cluster:
             d = self.router.pick(1, [inst.load for inst in self.pools[1]])
             self._check_fits(self.pools[1][d].engine, prompt_tokens, max_tokens)
             self._check_fits(prefill_pool[p].engine, prompt_tokens, 1)
-            prefill_pool[p].add(request_id, prompt_tokens, 1)
+            prefill_pool[p].add(request_id, prompt_tokens, 1, self.now)
             self.pools[1][d].load += 1
-            self._inbound[d][p] = self._inbound[d].get(p, 0) + 1
         else:
             self._check_fits(prefill_pool[p].engine, prompt_tokens, max_tokens)
-            prefill_pool[p].add(request_id, prompt_tokens, max_tokens)
+            prefill_pool[p].add(request_id, prompt_tokens, max_tokens, self.now)
         prefill_pool[p].load += prompt_tokens if len(self.pools) > 1 else 1
         self._flights[request_id] = _Flight(prompt_tokens, max_tokens, p, d)
 
@@ -138,15 +133,12 @@ class Cluster:
         flight = self._flights.pop(request_id, None)
         if flight is None:
             return
-        if flight.decode >= 0 and not any(t[1] == request_id for t in self._transfers) and (
-                request_id in self.pools[0][flight.prefill].engine.requests
-                or any(d[0] == request_id for d in self.pools[0][flight.prefill].deferred)):
-            self._inbound[flight.decode][flight.prefill] -= 1
         self._transfers = [t for t in self._transfers if t[1] != request_id]
         heapq.heapify(self._transfers)
         for inst in self.instances:
             inst.deferred = [d for d in inst.deferred if d[0] != request_id]
             if request_id in inst.engine.requests:
+                inst.settle(self.now)
                 inst.engine.abort_request(request_id)
         self._release(flight)
 
@@ -163,59 +155,16 @@ class Cluster:
         return self._done.pop(request_id)
 
     # ----------------------------------------------------------------- running
-    def _horizon(self, inst: Instance, until: float) -> float:
-        """The next moment something can reach `inst`: any other instance's step end (a
-        finish sends the next request, a prefill starts a transfer), a transfer, `until`."""
-        t = until
-        for other in self.instances:
-            if other is not inst and other.busy_until is not None and other.busy_until < t:
-                t = other.busy_until
-        if self._transfers and self._transfers[0][0] < t:
-            t = self._transfers[0][0]
-        return t
-
-    def _decode_horizon(self, inst: Instance, until: float) -> float:
-        """The earliest moment a request can reach decode instance `inst`: a transfer on its
-        way to it, the end of the prefill of a request routed to it, or -- for a request not
-        sent yet -- the earliest finish anywhere (which sends the next one) or `until`, then at
-        least one prefill step and the transfer latency. A decoding request finishes no
-        sooner than its planned steps left, each at least the instance's shortest step."""
-        assert self.transfer is not None
-        latency = self.transfer.latency_s
-        prefill_min = min(p.min_step_s for p in self.pools[0])
-        t = math.inf
-        for arrival, rid in self._transfers:
-            if arrival < t and self._flights[rid].decode == inst.index:
-                t = arrival
-        for p, count in self._inbound[inst.index].items():
-            if not count:
-                continue
-            pre = self.pools[0][p]
-            if pre.busy_until is None:
-                t = min(t, self.now + prefill_min + latency)
-            elif any(self._flights[rid].decode == inst.index for rid in pre.finished):
-                t = min(t, pre.busy_until + latency)
-            else:
-                t = min(t, pre.busy_until + prefill_min + latency)
-        send = until
-        for other in self.pools[-1]:
-            if other is not inst:
-                bound = other.finish_bound
-                if bound is None:
-                    bound = earliest_finish(other, self.now)
-                    if other.busy_until is not None:  # an idle one's moves with `now`
-                        other.finish_bound = bound
-                send = min(send, bound)
-        return min(t, send + prefill_min + latency)
-
-    def _start(self, inst: Instance, until: float) -> None:
+    def _start(self, inst: Instance) -> None:
         engine = inst.engine
-        if self.stretch:
-            steps = 1 if inst.deferred else MAX_STRETCH
-            horizon = (self._decode_horizon(inst, until)
-                       if self.lookahead and inst.role == "decode"
-                       else self._horizon(inst, until))
-            batch = advance_engine(engine, steps, horizon - self.now)
+        inst.ended_busy = False
+        if self.stretch and not inst.deferred:
+            stretch = plan_stretch(engine, MAX_STRETCH)
+            if stretch is not None:
+                inst.run(self.now, stretch)
+                return
+        if self.stretch:  # one step; then the requests that came as the last one ended
+            batch = advance_engine(engine, 1)
             durations, finished = batch.durations, batch.finished
         else:
             result = engine.step()
@@ -223,8 +172,6 @@ class Cluster:
             inst.emitted = result.emitted
         inst.busy_until = inst.timeline.add(self.now, durations)
         inst.finished = finished
-        inst.ended_busy = False
-        inst.finish_bound = None
         for rid, prompt, max_tokens, kv_ready in inst.deferred:
             engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
         inst.deferred.clear()
@@ -234,7 +181,7 @@ class Cluster:
         comes first; requests added afterwards arrive at the returned `now`."""
         for inst in self.instances:
             if inst.busy_until is None and inst.engine.has_work():
-                self._start(inst, until)
+                self._start(inst)
         t = until
         for inst in self.instances:
             if inst.busy_until is not None and inst.busy_until < t:
@@ -248,14 +195,15 @@ class Cluster:
         finished: list[int] = []
         for inst in self.instances:
             if inst.busy_until is not None and inst.busy_until <= self.now:
+                inst.settle(self.now)
                 inst.busy_until = None
-                inst.finish_bound = None
                 self._complete(inst, emitted, finished)
                 inst.ended_busy = inst.engine.has_work()
         while self._transfers and self._transfers[0][0] <= self.now:
             _, rid = heapq.heappop(self._transfers)
             flight = self._flights[rid]
-            self.pools[1][flight.decode].add(rid, flight.prompt, flight.max_tokens, True)
+            self.pools[1][flight.decode].add(rid, flight.prompt, flight.max_tokens, self.now,
+                                             True)
         return ClusterEvent(self.now, emitted, finished)
 
     def _complete(self, inst: Instance, emitted: list[tuple[int, int]],
@@ -270,7 +218,6 @@ class Cluster:
                 flight.transfer_s = self.transfer.seconds(flight.prompt, self.now - start)
                 self.transfer_seconds.append(flight.transfer_s)
                 inst.load -= flight.prompt
-                self._inbound[flight.decode][inst.index] -= 1
                 heapq.heappush(self._transfers, (self.now + flight.transfer_s, rid))
             inst.finished = []
             inst.emitted = []

@@ -61,8 +61,9 @@ def _run_load(cluster: Cluster, isl: list[int], osl: list[int],
 
 
 def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
-                              seed: int = 0) -> SimulatedPoint:
-    cluster = Cluster(deployment, seed=seed)
+                              seed: int = 0, stretch: bool = True) -> SimulatedPoint:
+    """`stretch=False` runs every instance one step at a time (as the HTTP server does)."""
+    cluster = Cluster(deployment, seed=seed, stretch=stretch)
     if workload.warmup:
         warm = workload.warmup
         _run_load(cluster, [r.input_tokens for r in warm], [r.output_tokens for r in warm],

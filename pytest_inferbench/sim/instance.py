@@ -1,15 +1,16 @@
-"""One engine instance of a multinode deployment: its step timeline, the requests that reach it
-at a step's end, and lower bounds on when it can next finish a request (`cluster.py` runs
-them side by side). No clock, no I/O.
+"""One engine instance of a multinode deployment: its step timeline, the stretch it is running
+(applied only as far as it has run when a request reaches it) and the requests that reach it
+at a step's end (`cluster.py` runs them side by side). No clock, no I/O.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from .stretch import Stretch, commit, note_usage_before_last
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -49,49 +50,46 @@ class Instance:
     emitted: list[tuple[int, int]] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
     load: float = 0.0  # what the load-aware router compares
-    min_step_s: float = 0.0  # no step that computes a token on it takes less
-    finish_bound: float | None = None  # `earliest_finish` while it runs a step, once known
     # Requests that reached it the instant its step ended: they join the step after next.
     deferred: list[tuple[int, int, int, bool]] = field(default_factory=list)
     ended_busy: bool = False  # its last step ended now with work left: it starts the next
+    # A stretch it is running, priced but applied only up to when a request reaches it
+    # (`settle`): nothing else can change its batch, so it runs to its next finish unless cut.
+    pending: Stretch | None = None
+    _pending_start: float = 0.0
+    _pending_ends: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
 
-    def add(self, rid: int, prompt: int, max_tokens: int, kv_ready: bool = False) -> None:
+    def run(self, start: float, stretch: Stretch) -> None:
+        """Start a planned stretch at `start`; its steps are applied when it ends or is cut."""
+        self.pending = stretch
+        self._pending_start = start
+        self._pending_ends = start + np.cumsum(stretch.durations)
+        self.busy_until = float(self._pending_ends[-1])
+        self.finished = []
+
+    def settle(self, now: float) -> None:
+        """Apply the pending stretch through the step running at `now` (all of it once it has
+        ended): a request that reaches the engine now joins the step after that one, as it
+        would step by step -- after the next one if a step ends exactly now."""
+        stretch = self.pending
+        if stretch is None:
+            return
+        n = min(int(np.searchsorted(self._pending_ends, now, side="right")) + 1, stretch.n)
+        if n == stretch.n:  # it ends with finishes: its peak is the step before
+            note_usage_before_last(self.engine, stretch)
+        batch = commit(self.engine, stretch, n)
+        self.busy_until = self.timeline.add(self._pending_start, batch.durations)
+        self.finished = batch.finished
+        self.pending = None
+
+    def add(self, rid: int, prompt: int, max_tokens: int, now: float,
+            kv_ready: bool = False) -> None:
         """A running engine composes its next step the instant the last one ends, while a
         request sent then (its slot freed by that step's finish) is still on its way: it
         joins the step after, as on the HTTP server and in the single-engine driver. An
         idle engine takes it at once."""
-        self.finish_bound = None
+        self.settle(now)
         if self.busy_until is None and self.ended_busy:
             self.deferred.append((rid, prompt, max_tokens, kv_ready))
         else:
             self.engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
-
-
-def min_step_s(engine: Engine) -> float:
-    """A lower bound of any step that computes a token on this engine: one decoding sequence
-    or one prompt token at the shortest context (step time grows with every term), at the
-    shortest jitter factor."""
-    cost = engine.cost
-    decode = float(cost.step(decode_seqs=1.0, decode_ctx=1.0, decode_ctx_win=1.0))
-    prefill = float(cost.step(decode_seqs=0.0, decode_ctx=0.0, decode_ctx_win=0.0,
-                              prefill_tokens=1.0, prefill_seqs=1.0, prefill_ctx=1.0,
-                              prefill_ctx_win=1.0, prefill_pairs=1.0, prefill_win_pairs=1.0))
-    return min(decode, prefill) * (0.3 if engine.config.jitter > 0 else 1.0)
-
-
-def earliest_finish(inst: Instance, now: float) -> float:
-    """No request finishes on `inst` before this (its requests' planned steps left)."""
-    if inst.busy_until is not None and inst.finished:
-        return inst.busy_until
-    engine = inst.engine
-    start = inst.busy_until if inst.busy_until is not None else now
-    if engine.waiting or inst.deferred:
-        return start + inst.min_step_s
-    if not engine.running:
-        return math.inf
-    st = engine.slots
-    run = engine.run_array()
-    if not st.decoding[run].all():
-        return start + inst.min_step_s
-    left = int((st.plan_steps[run] - st.p[run]).min())
-    return start + max(left, 1) * inst.min_step_s

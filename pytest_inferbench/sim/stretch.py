@@ -5,11 +5,14 @@ every step decodes the same sequences, so the only things that change are the co
 With each sequence's emissions planned ahead (`SlotTable.start_decode`), the stretch's length
 is the smallest number of planned steps left, cut where the KV blocks would run out, and its
 step durations are one vectorized `StepCost.step` over a (sequences x steps) context matrix.
+A stretch can be priced (`plan`) before it is applied (`commit`), so a caller whose engine may
+receive a request during it (a deployment's instance) applies only the steps run by then.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +20,10 @@ import numpy as np
 from .state import StepBatch
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from .engine import Engine
+    from .spec_decode import AcceptanceSampler
 
 
 def advance(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> StepBatch:
@@ -42,6 +48,29 @@ def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
     It stops after the step that reaches `max_duration_s` (an arrival the caller must hand to
     the engine before the next step is scheduled).
     """
+    stretch = plan(engine, max_steps, max_duration_s)
+    return None if stretch is None else commit(engine, stretch, stretch.n)
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A stretch priced but not yet applied: the engine is still where it began."""
+
+    idx: npt.NDArray[np.int64]  # the running slots
+    ctx: npt.NDArray[np.int64]  # (sequences x steps) context each step reads
+    durations: npt.NDArray[np.float64]
+    # The random streams as they were before its jitter was drawn (None without jitter), so
+    # a stretch cut short draws only its own steps' jitter, as step by step.
+    streams: tuple[AcceptanceSampler, np.random.Generator] | None
+
+    @property
+    def n(self) -> int:
+        return len(self.durations)
+
+
+def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> Stretch | None:
+    """Price the stretch the engine is in (None if it is in none), leaving the engine as it
+    is; `commit` applies its first steps."""
     st = engine.slots
     if not engine.running or max_steps < 1:
         return None
@@ -78,14 +107,23 @@ def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
     ctx_sum = ctx.sum(axis=0).astype(np.float64)
     win_sum = (np.minimum(ctx, int(win)).sum(axis=0).astype(np.float64) if math.isfinite(win)
                else ctx_sum)
+    streams = engine.random_streams() if engine.config.jitter > 0 else None
     durations = np.asarray(engine.cost.step(
         decode_seqs=float(len(idx)), decode_ctx=ctx_sum, decode_ctx_win=win_sum),
         dtype=np.float64) * engine.jitter(n)
     if math.isfinite(max_duration_s):
         cut = int(np.searchsorted(np.cumsum(durations), max_duration_s)) + 1
         if cut < n:
-            n = max(cut, 1)
-            durations = durations[:n]
+            durations = durations[:max(cut, 1)]
+    return Stretch(idx, ctx, durations, streams)
+
+
+def commit(engine: Engine, stretch: Stretch, n: int) -> StepBatch:
+    """Apply the first `n` steps of a planned stretch (the engine has not moved since)."""
+    if n < len(stretch.durations) and stretch.streams is not None:
+        engine.adopt_random_streams(*stretch.streams)
+        engine.jitter(n)  # the stream as if only these steps had drawn
+    idx, ctx, st, q, bs = stretch.idx, stretch.ctx, engine.slots, engine.k + 1, engine.block_size
     # Blocks now held: enough for the last step's context plus its q tokens.
     last = -(-(ctx[:, n - 1] + q) // bs)
     grown = np.maximum(last - st.blocks[idx], 0)
@@ -95,4 +133,16 @@ def run_stretch(engine: Engine, max_steps: int, max_duration_s: float = math.inf
     engine.steps_done += n
     finished = engine.finish_done()
     engine.note_usage()
-    return StepBatch(durations, finished)
+    return StepBatch(stretch.durations[:n], finished)
+
+
+def note_usage_before_last(engine: Engine, stretch: Stretch) -> None:
+    """Note the KV blocks held after the stretch's next-to-last step, the most it holds before
+    its last step's finishes free theirs: what stepping one step at a time notes as its peak
+    (`commit` notes only the end)."""
+    if stretch.n < 2:
+        return
+    held = -(-(stretch.ctx[:, stretch.n - 2] + engine.k + 1) // engine.block_size)
+    grown = int(np.maximum(held - engine.slots.blocks[stretch.idx], 0).sum())
+    engine.counters_state.note_usage(engine.num_blocks - engine.free_blocks + grown,
+                                     engine.num_blocks, len(engine.waiting))

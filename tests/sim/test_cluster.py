@@ -115,26 +115,22 @@ def test_load_aware_routing_spreads_what_round_robin_piles_up() -> None:
 
 @pytest.mark.parametrize(("prefill", "decode", "conc", "rate"), [(1, 6, 12, None),
                                                                  (2, 3, 48, None),
-                                                                 (1, 4, 16, 2.0)])
-def test_decode_lookahead_changes_nothing_but_the_work(prefill: int, decode: int, conc: int,
-                                                       rate: float | None,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # Decode stretches that run to the earliest moment a transfer can reach them give the
-    # same token times as stretches cut at every other instance's step end.
-    from pytest_inferbench.sim import cluster_driver
-
+                                                                 (1, 4, 16, 2.0),
+                                                                 (2, 1, 96, None)])
+def test_stretches_give_the_token_times_of_stepping_one_step_at_a_time(
+        prefill: int, decode: int, conc: int, rate: float | None) -> None:
+    # Stretches priced to each instance's next finish and cut where a request reaches it
+    # give the same token times as every instance stepping one step at a time.
     config = EngineConfig(**{**M3.__dict__, "max_num_seqs": 64})
     dep = Deployment(Pool("prefill", config, prefill), Pool("decode", config, decode),
                      router="random")
     load = LoadSettings(request_rate=rate) if rate else LoadSettings(prompts_per_conc=2)
     workload = build_workload(1024, 256, conc, load)
-    runs = []
-    for lookahead in (False, True):
-        monkeypatch.setattr(cluster_driver, "Cluster",
-                            lambda d, seed=0, la=lookahead: Cluster(d, seed=seed, lookahead=la))
-        runs.append(simulate_deployment_point(dep, workload))
-    plain, ahead = runs
-    for a, b in zip(plain.records, ahead.records, strict=True):
-        np.testing.assert_allclose(a.chunk_times, b.chunk_times, rtol=0, atol=1e-9)
+    plain, fast = (simulate_deployment_point(dep, workload, stretch=s) for s in (False, True))
+    assert len(plain.records) == len(fast.records) == len(workload.requests)
+    for a, b in zip(plain.records, fast.records, strict=True):
+        np.testing.assert_allclose(a.chunk_times, b.chunk_times, rtol=1e-9, atol=0)
         np.testing.assert_array_equal(a.chunk_tokens, b.chunk_tokens)
-    assert ahead.server_metrics["engine_steps"] == plain.server_metrics["engine_steps"]
+        assert a.send_time == pytest.approx(b.send_time, rel=1e-9)
+    for key in ("engine_steps", "generation_tokens", "preemptions", "max_kv_cache_usage"):
+        assert fast.server_metrics[key] == plain.server_metrics[key], key
