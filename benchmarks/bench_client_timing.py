@@ -33,7 +33,7 @@ from pytest_inferbench.loadgen.affinity import pinned_to_one_cpu
 from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.metrics import RequestRecord, summarize
-from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
+from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.sim.server.launcher import running_sim_server
 from pytest_inferbench.workload import build_workload
 
@@ -56,7 +56,7 @@ def server(isl: int, osl: int, conc: int) -> ServerConfig:
     return ServerConfig(
         config_key="minimaxm3-fp4-mi355x-atom-mtp", image="sim", model=MODEL,
         model_prefix="minimaxm3", runner="mi355x", hardware="MI355X", precision="fp4",
-        framework="atom", multinode=False, disagg=False, tp=4, ep=1, dp_attn=False,
+        framework="atom", multinode=False, disagg=False, parallel=Parallelism(tp=4),
         spec_decoding="mtp", sweeps=(SeqLenSweep(isl, osl, (conc,), 1),), source=Path("bench"),
         line=1)
 

@@ -93,7 +93,7 @@ def main() -> int:
             node_wall += wall
             points += 1
             s = summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
-                          max_concurrency=m.max_concurrency, num_gpus=server.tp)
+                          max_concurrency=m.max_concurrency, num_gpus=server.parallel.tp)
             al = m.server_metrics.get("acceptance_length")
             print(f"{server.node_name + '::' + point.name:<62} {wall:7.3f} "
                   f"{s['mean_ttft_ms']:9.1f} {s['mean_tpot_ms']:8.2f} "

@@ -24,7 +24,7 @@ import yaml
 from . import yamllines
 
 if TYPE_CHECKING:
-    from .recipe import ServerConfig
+    from .recipe import Parallelism, ServerConfig
 
 PORT_PLACEHOLDER = "{port}"
 
@@ -173,14 +173,15 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             raise LaunchSpecError(f"{path}: mounts: {mount!r} (expected host:container[:ro|rw])")
     files = _files(path, "files", data.get("files", {}))
     client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
-    on = _overlays_on(server.ep, server.dp_attn, server)
+    on = _overlays_on(server.parallel, server)
     overlay_args, client = _apply_overlays(path, "overlays", data.get("overlays", {}), on, env,
                                            files, client)
     args = _place_overlay_args(path, args, overlay_args)
     # A server node serves every ISL/OSL of its entry: its context is sized for the longest.
     max_model_len = max((s.isl + s.osl + 256 for s in server.sweeps), default=32768)
-    values = {"{model}": server.model, "{tp}": str(server.tp), "{ep}": str(server.ep),
-              "{gpus}": str(server.tp), "{max_model_len}": str(max_model_len),
+    p = server.parallel
+    values = {"{model}": server.model, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.tp),
+              "{max_model_len}": str(max_model_len),
               "{mtp_tokens}": str(speculative_tokens(server))}
     roles = _roles(path, data, command, env, values, server, files)
     filled = {name: _fill_tree(content, values) for name, content in files.items()}
@@ -241,8 +242,8 @@ def _place_overlay_args(path: Path, args: list[str], overlay_args: list[str]) ->
     return args[:marks[0]] + overlay_args + args[marks[0] + 1:]
 
 
-def _overlays_on(ep: int, dp_attn: bool, server: ServerConfig) -> dict[str, bool]:
-    return {"ep": ep > 1, "dp-attn-ep": dp_attn and ep > 1, "dp-attn": dp_attn,
+def _overlays_on(p: Parallelism, server: ServerConfig) -> dict[str, bool]:
+    return {"ep": p.ep > 1, "dp-attn-ep": p.dp_attn and p.ep > 1, "dp-attn": p.dp_attn,
             "mtp": server.spec_decoding == "mtp"}
 
 
@@ -284,7 +285,7 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
         where = f"roles.{name}"
         role = _check_keys(path, where, body, ROLE_KEYS)
         worker = getattr(server, str(name)) if name in WORKER_ROLES else None
-        role_values, on = values, _overlays_on(server.ep, server.dp_attn, server)
+        role_values, on = values, _overlays_on(server.parallel, server)
         count = _count(path, f"{where}.count", role.get("count", 1))
         if worker is not None:
             if "count" in role:
@@ -293,9 +294,9 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
             if worker.num_worker == 0:
                 continue
             count = worker.num_worker
-            role_values = {**values, "{tp}": str(worker.tp), "{ep}": str(worker.ep),
-                           "{gpus}": str(worker.gpus)}
-            on = _overlays_on(worker.ep, worker.dp_attn, server)
+            p = worker.parallel
+            role_values = {**values, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.gpus)}
+            on = _overlays_on(p, server)
         role_env = {**env, **_str_dict(path, f"{where}.env", role.get("env", {}))}
         extra, _ = _apply_overlays(path, f"{where}.overlays", role.get("overlays", {}), on,
                                    role_env, files, {})

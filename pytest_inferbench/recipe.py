@@ -73,18 +73,16 @@ class SeqLenSweep:
 
 
 @dataclass(frozen=True)
-class Worker:
-    """One worker pool of a multinode entry (prefill or decode)."""
+class Parallelism:
+    """How a single-node server, or each worker of a multinode pool, splits the model: the
+    recipe's tp, ep, dp-attn, pp, dcp-size and pcp-size."""
 
-    num_worker: int
     tp: int
-    ep: int
-    dp_attn: bool
+    ep: int = 1
+    dp_attn: bool = False
     pp: int = 1
-    dcp: int = 1
-    pcp: int = 1
-    hardware: str | None = None
-    additional_settings: tuple[str, ...] = ()
+    dcp: int = 1  # decode context parallelism (`dcp-size`)
+    pcp: int = 1  # prefill context parallelism (`pcp-size`)
 
     @property
     def gpus(self) -> int:
@@ -92,19 +90,28 @@ class Worker:
         attention's TP (vLLM's `tp 1, ep 4` with DP attention is four data-parallel ranks)."""
         return max(self.tp, self.ep) * self.pp
 
+    def suffix(self, sep: str) -> str:
+        """Every parallelism but TP that is not the default, each after `sep`: `-ep8-dpa`."""
+        parts = [f"pp{self.pp}" if self.pp > 1 else "", f"dcp{self.dcp}" if self.dcp > 1 else "",
+                 f"pcp{self.pcp}" if self.pcp > 1 else "", f"ep{self.ep}" if self.ep > 1 else "",
+                 "dpa" if self.dp_attn else ""]
+        return "".join(sep + part for part in parts if part)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One worker pool of a multinode entry (prefill or decode)."""
+
+    num_worker: int
+    parallel: Parallelism
+    hardware: str | None = None
+    additional_settings: tuple[str, ...] = ()
+
     @property
     def shape(self) -> str:
         """`1x8ep8dpa`: workers x TP, then every other parallelism that is not the default."""
-        text = f"{self.num_worker}x{self.tp}"
-        text += _parallel_suffix(self.ep, self.dp_attn, self.pp, self.dcp, self.pcp, sep="")
+        text = f"{self.num_worker}x{self.parallel.tp}" + self.parallel.suffix("")
         return text + (f"-{self.hardware}" if self.hardware else "")
-
-
-def _parallel_suffix(ep: int, dp_attn: bool, pp: int, dcp: int, pcp: int, sep: str) -> str:
-    parts = [f"pp{pp}" if pp > 1 else "", f"dcp{dcp}" if dcp > 1 else "",
-             f"pcp{pcp}" if pcp > 1 else "", f"ep{ep}" if ep > 1 else "",
-             "dpa" if dp_attn else ""]
-    return "".join(sep + part for part in parts if part)
 
 
 def settings_digest(settings: tuple[str, ...]) -> str:
@@ -126,18 +133,13 @@ class ServerConfig:
     framework: str
     multinode: bool
     disagg: bool
-    tp: int
-    ep: int
-    dp_attn: bool
+    parallel: Parallelism  # a multinode server's: its decode pool's tp, ep and dp-attn
     spec_decoding: str
     sweeps: tuple[SeqLenSweep, ...]
     source: Path
     line: int  # 1-based line of the config key
     scenario: str = "fixed-seq-len"  # or "agentic-coding"
     skip_reason: str | None = None  # parsed and valid, but not runnable by this plugin yet
-    pp: int = 1
-    dcp: int = 1  # decode context parallelism (`dcp-size`)
-    pcp: int = 1  # prefill context parallelism (`pcp-size`)
     prefill: Worker | None = None  # multinode entries: the two worker pools
     decode: Worker | None = None
     offloading: str = "none"  # agentic KV offloading: `offloading` or `kv-offloading`
@@ -155,8 +157,7 @@ class ServerConfig:
             text = f"-p{self.prefill.shape}-d{self.decode.shape}"
             settings = self.prefill.additional_settings + self.decode.additional_settings
             return text + (f"-s{settings_digest(settings)}" if settings else "")
-        return f"-tp{self.tp}" + _parallel_suffix(self.ep, self.dp_attn, self.pp, self.dcp,
-                                                  self.pcp, sep="-")
+        return f"-tp{self.parallel.tp}" + self.parallel.suffix("-")
 
     @property
     def node_name(self) -> str:
@@ -181,9 +182,9 @@ class ServerConfig:
         """GPUs the server runs on: TP of a single-node server, every worker of both pools of
         a multinode one."""
         if self.prefill is not None and self.decode is not None:
-            return (self.prefill.num_worker * self.prefill.gpus
-                    + self.decode.num_worker * self.decode.gpus)
-        return self.tp
+            return (self.prefill.num_worker * self.prefill.parallel.gpus
+                    + self.decode.num_worker * self.decode.parallel.gpus)
+        return self.parallel.tp
 
     @property
     def speculative(self) -> bool:
@@ -248,11 +249,11 @@ class BenchPoint:
 
     def result_filename(self, runner_name: str | None = None) -> str:
         """InferenceX RESULT_FILENAME for this point (runner name defaults to the runner type)."""
-        s = self.server
-        dpa = "true" if s.dp_attn else "false"
+        s, p = self.server, self.server.parallel
+        dpa = "true" if p.dp_attn else "false"
         disagg = "true" if s.disagg else "false"
         return (
-            f"{self.exp_name}_{s.precision}_{s.framework}_tp{s.tp}-ep{s.ep}-dpa{dpa}"
+            f"{self.exp_name}_{s.precision}_{s.framework}_tp{p.tp}-ep{p.ep}-dpa{dpa}"
             f"_disagg-{disagg}_spec-{s.spec_decoding}_conc{self.conc}_{runner_name or s.runner}"
             + (f"_{self.tag}" if self.tag else "") + self.rate_suffix("_")
         )
@@ -266,9 +267,9 @@ class BenchPoint:
             "precision": s.precision,
             "runner": s.runner,
             "hardware": s.hardware,
-            "tp": s.tp,
-            "ep": s.ep,
-            "dp_attn": s.dp_attn,
+            "tp": s.parallel.tp,
+            "ep": s.parallel.ep,
+            "dp_attn": s.parallel.dp_attn,
             "spec_decoding": s.spec_decoding,
             "isl": self.isl,
             "osl": self.osl,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from yaml.nodes import Node
 
-from .recipe import SPEC_DECODING_VALUES, SeqLenSweep, ServerConfig, Worker
+from .recipe import SPEC_DECODING_VALUES, Parallelism, SeqLenSweep, ServerConfig, Worker
 from .yaml_walk import Walker
 
 if TYPE_CHECKING:
@@ -53,13 +53,8 @@ class Shape:
     """Everything that decides how a server is started: the identity of a server node."""
 
     scenario: str
-    tp: int
-    ep: int
-    dp_attn: bool
+    parallel: Parallelism
     spec_decoding: str
-    pp: int = 1
-    dcp: int = 1
-    pcp: int = 1
     prefill: Worker | None = None
     decode: Worker | None = None
     offloading: str = "none"
@@ -184,7 +179,8 @@ def _search_row(w: Walker, where: str, scenario: str, node: Node, entry: EntryCo
         decode = _worker(w, f.get("decode"), node, f"{where}.decode")
         if prefill is None or decode is None or concs is None or not ok:
             return None
-        return Shape(**common, tp=decode.tp, ep=decode.ep, dp_attn=decode.dp_attn,
+        p = decode.parallel
+        return Shape(**common, parallel=Parallelism(tp=p.tp, ep=p.ep, dp_attn=p.dp_attn),
                      prefill=prefill, decode=decode,
                      skip_reason=AGENTIC_SKIP if agentic else None), concs
     if "tp" not in f:
@@ -195,26 +191,25 @@ def _search_row(w: Walker, where: str, scenario: str, node: Node, entry: EntryCo
     parallel = _parallel(w, f, where)
     if parallel is None or concs is None or not ok:
         return None
-    return Shape(**common, **parallel, skip_reason=AGENTIC_SKIP if agentic else None), concs
+    return Shape(**common, parallel=parallel,
+                 skip_reason=AGENTIC_SKIP if agentic else None), concs
 
 
-def _parallel(w: Walker, f: dict[str, Node], where: str) -> dict[str, Any] | None:
+def _parallel(w: Walker, f: dict[str, Node], where: str) -> Parallelism | None:
     """tp, ep, dp-attn, pp, dcp-size, pcp-size of a row or a worker (ep 1, dp-attn false...)."""
-    out: dict[str, Any] = {
-        "tp": w.integer(f["tp"], f"{where}.tp") if "tp" in f else None,
-        "ep": w.integer(f["ep"], f"{where}.ep") if "ep" in f else 1,
-        "dp_attn": w.boolean(f["dp-attn"], f"{where}.dp-attn") if "dp-attn" in f else False,
-        "pp": w.integer(f["pp"], f"{where}.pp") if "pp" in f else 1,
-        "dcp": w.integer(f["dcp-size"], f"{where}.dcp-size") if "dcp-size" in f else 1,
-        "pcp": w.integer(f["pcp-size"], f"{where}.pcp-size") if "pcp-size" in f else 1,
-    }
-    if None in out.values():
+    tp = w.integer(f["tp"], f"{where}.tp") if "tp" in f else None
+    ep = w.integer(f["ep"], f"{where}.ep") if "ep" in f else 1
+    dp_attn = w.boolean(f["dp-attn"], f"{where}.dp-attn") if "dp-attn" in f else False
+    pp = w.integer(f["pp"], f"{where}.pp") if "pp" in f else 1
+    dcp = w.integer(f["dcp-size"], f"{where}.dcp-size") if "dcp-size" in f else 1
+    pcp = w.integer(f["pcp-size"], f"{where}.pcp-size") if "pcp-size" in f else 1
+    if tp is None or ep is None or dp_attn is None or pp is None or dcp is None or pcp is None:
         return None
-    if out["tp"] % out["dcp"]:
-        w.errors.add(f["dcp-size"], f"{where}.dcp-size", f"tp ({out['tp']}) is not divisible "
-                     f"by dcp-size ({out['dcp']}) (expected a divisor of tp)")
+    if tp % dcp:
+        w.errors.add(f["dcp-size"], f"{where}.dcp-size", f"tp ({tp}) is not divisible by "
+                     f"dcp-size ({dcp}) (expected a divisor of tp)")
         return None
-    return out
+    return Parallelism(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, dcp=dcp, pcp=pcp)
 
 
 def _offloading(w: Walker, f: dict[str, Node], where: str,
@@ -262,7 +257,7 @@ def _worker(w: Walker, node: Node | None, parent: Node, where: str) -> Worker | 
     parallel = _parallel(w, f, where)
     if workers is None or parallel is None or hardware is None or None in settings:
         return None
-    return Worker(num_worker=workers, **parallel, hardware=hardware or None,
+    return Worker(num_worker=workers, parallel=parallel, hardware=hardware or None,
                   additional_settings=tuple(s for s in settings if s is not None))
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from .recipe import Parallelism
 from .schema import RecipeError, load_recipe
 from .state import get_session_state
 
@@ -30,8 +31,9 @@ MARKER_HELP = (
     "inferbench_server(config_key, *, recipe=None, tp=..., ep=..., dp_attn=..., "
     "spec_decoding=...): the recipe server the test's inferbench_server fixture starts "
     "(shared with every other user of the same server)")
-SELECTORS = ("tp", "ep", "dp_attn", "spec_decoding", "pp", "dcp", "pcp", "runner", "hardware",
-             "framework", "precision", "model_prefix", "scenario")
+PARALLEL_SELECTORS = tuple(f.name for f in fields(Parallelism))  # asked of `server.parallel`
+SELECTORS = (*PARALLEL_SELECTORS, "spec_decoding", "runner", "hardware", "framework",
+             "precision", "model_prefix", "scenario")
 
 
 class ServerSelectError(Exception):
@@ -139,7 +141,8 @@ def find_server(config: pytest.Config, config_key: str, *, recipe: str | os.Path
             index.discovered = _discover(config)
         files = list(dict.fromkeys([*index.collected, *index.discovered]))
     named = [s for f in files for s in _servers(index, f) if s.config_key == config_key]
-    chosen = [s for s in named if all(getattr(s, k) == v for k, v in selectors.items())]
+    chosen = [s for s in named if all(getattr(s.parallel if k in PARALLEL_SELECTORS else s, k) == v
+                                      for k, v in selectors.items())]
     wanted = ", ".join([repr(config_key), *(f"{k}={v!r}" for k, v in selectors.items())])
     if not named:
         where = ", ".join(str(f) for f in files) or f"no recipe files under {config.rootpath}"

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_inferbench.backends.base import PointMeasurement
 from pytest_inferbench.metrics import RequestRecord
-from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
+from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.results import build_result, measurement_failures, write_json_atomic
 
 
@@ -21,7 +21,7 @@ def server(spec_decoding: str = "mtp") -> ServerConfig:
     return ServerConfig(
         config_key="minimaxm3-fp4-mi355x-atom-mtp", image="rocm/atom:test", model="amd/M3",
         model_prefix="minimaxm3", runner="mi355x", hardware="MI355X", precision="fp4",
-        framework="atom", multinode=False, disagg=False, tp=4, ep=1, dp_attn=False,
+        framework="atom", multinode=False, disagg=False, parallel=Parallelism(tp=4),
         spec_decoding=spec_decoding, sweeps=(SeqLenSweep(1024, 256, (4,), 12),),
         source=Path("amd-master.yaml"), line=10)
 

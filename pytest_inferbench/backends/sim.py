@@ -135,10 +135,11 @@ class SimBackend(Backend):
                 config, skipped = engine_config_from_argv(
                     role.argv, hardware=server.hardware, env=dict(role.env),
                     framework=engine_framework(server.framework), files=dict(spec.files))
-                if config.tp != worker.gpus:
+                p = worker.parallel
+                if config.tp != p.gpus:
                     raise DeploymentError(
                         f"the {name} role's argv runs {config.tp} GPUs per worker, the recipe's "
-                        f"{name} workers have {worker.gpus} (tp {worker.tp}, ep {worker.ep})")
+                        f"{name} workers have {p.gpus} (tp {p.tp}, ep {p.ep})")
                 ignored += [f"{name}: {word}" for word in skipped]
                 aggregated = server.decode.num_worker == 0
                 pools.append(Pool("aggregated" if aggregated else name, config,

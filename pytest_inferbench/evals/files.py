@@ -31,24 +31,24 @@ META_ENV = "meta_env.json"
 
 
 def meta_env(server: ServerConfig, result: EvalResult, model: str) -> dict[str, JSONValue]:
-    plan = result.plan
+    plan, p = result.plan, server.parallel
     conc = plan.concurrency if plan else result.concurrency
     return {
         "is_multinode": False,
         "framework": server.framework,
         "precision": server.precision,
         "spec_decoding": server.spec_decoding,
-        "tp": server.tp,
+        "tp": p.tp,
         "conc": conc,
-        "ep": server.ep,
-        "dp_attention": server.dp_attn,
-        "prefill_tp": server.tp,
-        "prefill_ep": server.ep,
-        "prefill_dp_attention": server.dp_attn,
+        "ep": p.ep,
+        "dp_attention": p.dp_attn,
+        "prefill_tp": p.tp,
+        "prefill_ep": p.ep,
+        "prefill_dp_attention": p.dp_attn,
         "prefill_num_workers": 1,
-        "decode_tp": server.tp,
-        "decode_ep": server.ep,
-        "decode_dp_attention": server.dp_attn,
+        "decode_tp": p.tp,
+        "decode_ep": p.ep,
+        "decode_dp_attention": p.dp_attn,
         "decode_num_workers": 1,
         "model": model,
         "infmax_model_prefix": server.model_prefix,

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.options import Settings
-from pytest_inferbench.recipe import BenchPoint, SeqLenSweep, ServerConfig
+from pytest_inferbench.recipe import BenchPoint, Parallelism, SeqLenSweep, ServerConfig
 
 
 def make_server(
@@ -28,9 +28,7 @@ def make_server(
         framework="atom",
         multinode=False,
         disagg=False,
-        tp=4,
-        ep=1,
-        dp_attn=False,
+        parallel=Parallelism(tp=4),
         spec_decoding=spec_decoding,
         sweeps=(SeqLenSweep(8192, 1024, (4, 64), 7),),
         source=Path("benchmarks/amd-master.yaml"),
@@ -105,8 +103,8 @@ def make_result(point: BenchPoint, **values: object) -> dict[str, object]:
         "hw": s.runner,
         "framework": s.framework,
         "precision": s.precision,
-        "tp": s.tp,
-        "ep": s.ep,
+        "tp": s.parallel.tp,
+        "ep": s.parallel.ep,
         "dp_attention": "false",
         "spec_decoding": s.spec_decoding,
         "isl": point.isl,

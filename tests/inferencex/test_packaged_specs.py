@@ -49,7 +49,7 @@ def test_every_single_node_config_resolves_to_a_packaged_spec_and_starts(
         except ServerStartError as exc:
             failures.append(str(exc))
             continue
-        assert handle.config.tp >= server.tp, server.node_name
+        assert handle.config.tp >= server.parallel.tp, server.node_name
         if (handle.config.spec is not None) != server.speculative:
             failures.append(f"{server.node_name}: speculative decoding "
                             f"{'missing' if server.speculative else 'unexpected'}")
@@ -122,9 +122,10 @@ SPOT_CHECKS = [
 def test_resolved_spec_matches_what_the_script_starts(
         servers: list[ServerConfig], tmp_path: Path, key: str, script: str, tp: int, ep: int,
         dpa: bool) -> None:
-    rows = [s for s in servers if (s.config_key, s.tp) == (key, tp)]
-    server = next((s for s in rows if (s.ep, s.dp_attn) == (ep, dpa)), None) or replace(
-        rows[0], ep=ep, dp_attn=dpa)  # a branch of the script that no master row takes
+    rows = [s for s in servers if (s.config_key, s.parallel.tp) == (key, tp)]
+    server = next((s for s in rows if (s.parallel.ep, s.parallel.dp_attn) == (ep, dpa)), None)
+    if server is None:  # a branch of the script that no master row takes
+        server = replace(rows[0], parallel=replace(rows[0].parallel, ep=ep, dp_attn=dpa))
     spec = resolve(server, tmp_path)
     # The spec holds the values of the node's largest point where a script derives one from it.
     sweep = max(server.sweeps, key=lambda s: (s.isl, max(s.concurrencies)))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_inferbench.launch import ClientOptions, ServerSpec
-from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
+from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.sim.server.launcher import running_sim_server
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def server_config(spec_decoding: str, isl: int, osl: int, conc: int) -> ServerCo
     return ServerConfig(
         config_key="minimaxm3-fp4-mi355x-atom", image="sim", model=MODEL,
         model_prefix="minimaxm3", runner="mi355x", hardware="MI355X", precision="fp4",
-        framework="atom", multinode=False, disagg=False, tp=4, ep=1, dp_attn=False,
+        framework="atom", multinode=False, disagg=False, parallel=Parallelism(tp=4),
         spec_decoding=spec_decoding, sweeps=(SeqLenSweep(isl, osl, (conc,), 1),),
         source=Path("loadgen-test.yaml"), line=1)
 

@@ -53,7 +53,8 @@ def test_conc_list_kept_as_is_and_defaults(tmp_path: Path, master_entry) -> None
     path.write_text(master_entry("m-fp4-mi355x-atom", ["{ tp: 2, conc-list: [64, 4, 16] }"]))
     (server,) = load_recipe(path).servers
     assert [p.conc for p in server.points()] == [64, 4, 16]
-    assert (server.ep, server.dp_attn, server.spec_decoding) == (1, False, "none")
+    assert (server.parallel.ep, server.parallel.dp_attn) == (1, False)
+    assert server.spec_decoding == "none"
     point = server.points()[0]
     assert point.max_model_len == 1024 + 1024 + 256
     assert point.exp_name == "minimaxm3_1k1k"

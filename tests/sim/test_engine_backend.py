@@ -11,7 +11,7 @@ from pytest_inferbench.backends import get_backend
 from pytest_inferbench.backends.base import LoadSettings, ServerStartError, StartContext
 from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.metrics import summarize
-from pytest_inferbench.recipe import SeqLenSweep, ServerConfig
+from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.workload import poisson_offsets
 
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", "{model}",
@@ -25,7 +25,7 @@ def server(model: str = "amd/MiniMax-M3-MXFP4", hardware: str = "MI355X",
     return ServerConfig(
         config_key="minimaxm3-fp4-mi355x-atom", image="rocm/atom-dev:test", model=model,
         model_prefix="minimaxm3", runner=hardware.lower(), hardware=hardware, precision="fp4",
-        framework="atom", multinode=False, disagg=False, tp=tp, ep=1, dp_attn=False,
+        framework="atom", multinode=False, disagg=False, parallel=Parallelism(tp=tp),
         spec_decoding="none", sweeps=(SeqLenSweep(1024, 1024, (1, 8), line=1),),
         source=Path("amd-master.yaml"), line=1)
 
@@ -33,7 +33,7 @@ def server(model: str = "amd/MiniMax-M3-MXFP4", hardware: str = "MI355X",
 def spec(node: ServerConfig, argv: tuple[str, ...] = ARGV) -> ServerSpec:
     return ServerSpec(
         image=node.image, argv=tuple(a.replace("{model}", node.model) for a in argv), env=(),
-        port=8888, health_path="/health", startup_timeout_s=60.0, gpu_count=node.tp,
+        port=8888, health_path="/health", startup_timeout_s=60.0, gpu_count=node.parallel.tp,
         served_model=node.model, hardware=node.hardware, framework="atom",
         client=ClientOptions(), launch_file=Path("launch/minimaxm3_fp4_mi355x_atom.yaml"))
 
