@@ -154,8 +154,14 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = Fa
     servers.sort(key=lambda s: -sum(p.conc for p in s.points()))
     total = sum(len(s.points()) for s in servers)
     t0 = time.perf_counter()
+    results: list[tuple[str, int, float, list[str]]] = []
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        results = pool.map(_run_node, servers, chunksize=1)
+        # A line per node as it ends: a long run shows how far it got if it is stopped.
+        for result in pool.imap_unordered(_run_node, servers, chunksize=1):
+            results.append(result)
+            print(f"  [{len(results)}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
+                  f"{result[0]}: {result[1]} points, {result[2]:.2f} s CPU, "
+                  f"{len(result[3])} failed", flush=True)
     wall = time.perf_counter() - t0
     done = sum(r[1] for r in results)
     cpu = sum(r[2] for r in results)

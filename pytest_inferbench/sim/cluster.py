@@ -28,7 +28,7 @@ from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
 from .engine import Engine, RequestRejectedError
 from .instance import Instance
 from .state import EngineCounters, StepResult
-from .stretch import advance as advance_engine
+from .stretch import commit as commit_stretch
 from .stretch import plan as plan_stretch
 
 if TYPE_CHECKING:
@@ -158,18 +158,20 @@ class Cluster:
     def _start(self, inst: Instance) -> None:
         engine = inst.engine
         inst.ended_busy = False
-        if self.stretch and not inst.deferred:
-            stretch = plan_stretch(engine, MAX_STRETCH)
-            if stretch is not None:
-                inst.run(self.now, stretch)
-                return
-        if self.stretch:  # one step; then the requests that came as the last one ended
-            batch = advance_engine(engine, 1)
+        # Requests that came as its last step ended join after the next one: one step first.
+        stretch = (plan_stretch(engine, 1 if inst.deferred else MAX_STRETCH) if self.stretch
+                   else None)
+        if stretch is not None and not inst.deferred:
+            inst.run(self.now, stretch)
+            return
+        if stretch is not None:
+            batch = commit_stretch(engine, stretch, stretch.n)
             durations, finished = batch.durations, batch.finished
         else:
             result = engine.step()
             durations, finished = np.array([result.duration_s]), result.finished
-            inst.emitted = result.emitted
+            if not self.stretch:
+                inst.emitted = result.emitted
         inst.busy_until = inst.timeline.add(self.now, durations)
         inst.finished = finished
         for rid, prompt, max_tokens, kv_ready in inst.deferred:

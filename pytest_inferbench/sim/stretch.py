@@ -131,7 +131,8 @@ def commit(engine: Engine, stretch: Stretch, n: int) -> StepBatch:
     st.blocks[idx] += grown
     st.advance_decode(idx, n, engine.counters_state)
     engine.steps_done += n
-    finished = engine.finish_done()
+    # Cut short, it ends before any request's planned steps do.
+    finished = engine.finish_done() if n == stretch.n else []
     engine.note_usage()
     return StepBatch(stretch.durations[:n], finished)
 
