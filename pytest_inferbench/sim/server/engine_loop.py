@@ -182,17 +182,27 @@ class EngineLoop:
             self.steps += 1
             step_end = step_start + float(result.duration_s) * self.time_scale
             if self.time_scale > 0:
-                delay = step_end - self.clock()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                else:
-                    await asyncio.sleep(0)
+                await self._sleep_until(step_end)
             else:
                 await asyncio.sleep(0)
                 step_end = self.clock()
             self.lag.note(self.clock() - step_end)
             self._deliver(result, step_end)
             step_start = step_end
+
+    async def _sleep_until(self, target: float) -> None:
+        """Sleep until the clock reads `target` or later, yielding at least once.
+
+        A timer may fire before its deadline (uvloop's libuv timers count whole milliseconds),
+        and tokens sent before the model's time would make the server faster than the model;
+        so the loop sleeps again for whatever is left rather than trusting one wake-up.
+        """
+        delay = target - self.clock()
+        if delay <= 0:
+            await asyncio.sleep(0)
+        while delay > 0:
+            await asyncio.sleep(delay)
+            delay = target - self.clock()
 
     def _deliver(self, result: StepResult, step_end: float) -> None:
         finished = set(result.finished)
