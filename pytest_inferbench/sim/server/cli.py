@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import socket
 import sys
@@ -232,7 +233,27 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def banner(config: ServeConfig, host: str, port: int) -> str:
+@dataclasses.dataclass(frozen=True)
+class EventStack:
+    """The event loop and HTTP parser uvicorn runs on.
+
+    uvloop and httptools are in the base install: at conc 256 the server streams thousands of SSE
+    chunks a second from one Python process, and asyncio's loop with the pure-Python h11 parser
+    falls behind the model's timeline there (benchmarks/bench_sim_server.py measures both). Where
+    a platform has no wheel for them (uvloop has none on Windows) the server runs on asyncio/h11
+    and says so in its banner.
+    """
+
+    loop: str
+    http: str
+
+    @classmethod
+    def best_available(cls) -> EventStack:
+        return cls(loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+                   http="httptools" if importlib.util.find_spec("httptools") else "h11")
+
+
+def banner(config: ServeConfig, host: str, port: int, stack: EventStack) -> str:
     engine = dict(config.info or {}).get("engine", {})
     assert isinstance(engine, dict)
     lines = [
@@ -240,7 +261,8 @@ def banner(config: ServeConfig, host: str, port: int) -> str:
         f"produces is simulated",
         f"inferbench-sim: model {', '.join(config.served_models)} on {engine.get('tp', '?')}x "
         f"{config.hardware}, time scale {config.time_scale}, seed {config.seed}",
-        f"inferbench-sim: listening on http://{host}:{port}",
+        f"inferbench-sim: listening on http://{host}:{port} "
+        f"(event loop {stack.loop}, HTTP parser {stack.http})",
     ]
     deployment = dict(config.info or {}).get("deployment")
     if isinstance(deployment, dict):
@@ -272,7 +294,8 @@ def serve(argv: Sequence[str]) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     port = int(sock.getsockname()[1])
-    print(banner(config, options.host, port), flush=True)
+    stack = EventStack.best_available()
+    print(banner(config, options.host, port, stack), flush=True)
     if options.port_file is not None:
         tmp = options.port_file.with_name(options.port_file.name + ".tmp")
         tmp.write_text(str(port))
@@ -286,6 +309,6 @@ def serve(argv: Sequence[str]) -> int:
 
     server = Server(uvicorn.Config(
         sim.app(), log_level=options.log_level, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=2))
+        timeout_graceful_shutdown=2, loop=stack.loop, http=stack.http))
     server.run(sockets=[sock])
     return 0

@@ -108,7 +108,7 @@ class Router:
 def route(argv: Sequence[str]) -> int:
     import uvicorn
 
-    from .cli import UsageError, bind
+    from .cli import EventStack, UsageError, bind
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
     parser.add_argument("--workers", required=True, help="comma-separated HOST:PORT list")
@@ -125,7 +125,9 @@ def route(argv: Sequence[str]) -> int:
         return 2
     print(f"inferbench-router: round robin over {', '.join(workers)}, listening on "
           f"http://{options.host}:{sock.getsockname()[1]}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(Router(workers).app(), log_level="warning",
-                                           access_log=False, timeout_graceful_shutdown=2))
+    stack = EventStack.best_available()
+    server = uvicorn.Server(uvicorn.Config(
+        Router(workers).app(), log_level="warning", access_log=False,
+        timeout_graceful_shutdown=2, loop=stack.loop, http=stack.http))
     server.run(sockets=[sock])
     return 0
