@@ -14,11 +14,14 @@ from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.disagg import Deployment, DeploymentError, Pool, Router, kv_transfer
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.spec_decode import SpecConfig
 from pytest_inferbench.workload import LoadSettings, build_workload
 
 M3 = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="vllm", tp=4,
                   kv_cache_dtype="fp8", block_size=128, max_num_batched_tokens=16384,
                   max_model_len=10000, max_num_seqs=32)
+EAGLE = SpecConfig(method="eagle3", draft_model="Inferact/MiniMax-M3-EAGLE3",
+                   num_speculative_tokens=3, acceptance_length=2.6)
 
 
 @pytest.mark.parametrize(("conc", "rate"), [(4, None), (48, None), (16, 3.0)])
@@ -113,15 +116,16 @@ def test_load_aware_routing_spreads_what_round_robin_piles_up() -> None:
     assert waits["load-aware"] < 0.8 * waits["round-robin"]
 
 
-@pytest.mark.parametrize(("prefill", "decode", "conc", "rate"), [(1, 6, 12, None),
-                                                                 (2, 3, 48, None),
-                                                                 (1, 4, 16, 2.0),
-                                                                 (2, 1, 96, None)])
+@pytest.mark.parametrize(("prefill", "decode", "conc", "rate", "extra"), [
+    (1, 6, 12, None, {}), (2, 3, 48, None, {}), (1, 4, 16, 2.0, {}), (2, 1, 96, None, {}),
+    (1, 3, 24, None, {"spec": EAGLE}), (1, 3, 24, None, {"jitter": 0.1})])
 def test_stretches_give_the_token_times_of_stepping_one_step_at_a_time(
-        prefill: int, decode: int, conc: int, rate: float | None) -> None:
+        prefill: int, decode: int, conc: int, rate: float | None, extra: dict[str, object]
+) -> None:
     # Stretches priced to each instance's next finish and cut where a request reaches it
-    # give the same token times as every instance stepping one step at a time.
-    config = EngineConfig(**{**M3.__dict__, "max_num_seqs": 64})
+    # give the same token times as every instance stepping one step at a time (speculative
+    # plans and the jitter stream included: a cut stretch draws only its own steps' jitter).
+    config = EngineConfig(**{**M3.__dict__, "max_num_seqs": 64, **extra})
     dep = Deployment(Pool("prefill", config, prefill), Pool("decode", config, decode),
                      router="random")
     load = LoadSettings(request_rate=rate) if rate else LoadSettings(prompts_per_conc=2)
