@@ -6,13 +6,18 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pytest
 
+from pytest_inferbench.sim.server.engine_loop import RequestTrace
+from pytest_inferbench.sim.server.openai_api import GenerationRequest
+from pytest_inferbench.sim.server.streaming import Generation, _choice, _sse
 from pytest_inferbench.tokenizer import count_tokens, filler_tokens
 
 from .conftest import MODEL
 
 if TYPE_CHECKING:
     from pytest_inferbench.sim.server.launcher import SimServer
+    from pytest_inferbench.sim.server.openai_api import Kind
 
 
 def post(server: SimServer, body: dict[str, Any], path: str = "/v1/completions") -> Any:
@@ -78,3 +83,16 @@ def test_chat_accepts_text_parts_and_tool_only_assistant_turns(mtp_server: SimSe
     assert body["object"] == "chat.completion"
     assert body["choices"][0]["message"]["role"] == "assistant"
     assert body["usage"]["prompt_tokens"] == (2 + 2) + (2 + 0) + (2 + 1) + 1
+
+
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+def test_a_pre_rendered_text_chunk_is_the_chunk_encoded_whole(kind: Kind) -> None:
+    request = GenerationRequest(
+        kind=kind, model='org/"quoted" model \u00e9', prompt_text="", prompt_tokens=1,
+        max_tokens=4, stream=True, include_usage=False, continuous_usage=False,
+        ignore_eos=True, temperature=0.0, stop=())
+    trace = RequestTrace(0, "cmpl-0123", 0.0, 1, 4)
+    gen = Generation(request, None, None, trace, None, 1_700_000_000)  # type: ignore[arg-type]
+    for text in ["plain", ' "quoted" \\ back\nslash \u2028 \u00e9 \U0001f600', ""]:
+        whole = _sse(gen.envelope([_choice(gen, text, None)], chunk=True))
+        assert gen.text_event(text) == whole

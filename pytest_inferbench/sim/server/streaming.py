@@ -10,7 +10,8 @@ faults end or freeze the stream at a token count, before `[DONE]`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,6 +35,20 @@ class Generation:
     queue: asyncio.Queue[Delivery]
     created: int
     sent: int = 0
+    # A mid-stream chunk's event around its JSON-quoted text, rendered once per request:
+    # at conc 256 the server sends thousands of chunks a second from one Python process.
+    _text_event: tuple[str, str] | None = field(default=None, repr=False)
+
+    def text_event(self, text: str) -> str:
+        """The SSE event of a chunk that carries `text` and nothing else (no finish reason, no
+        usage): the same bytes as building and encoding the whole chunk."""
+        if self._text_event is None:
+            marker = json.dumps(uuid.uuid4().hex)
+            whole = _sse(self.envelope([_choice(self, json.loads(marker), None)], chunk=True))
+            before, _, after = whole.partition(marker)
+            self._text_event = (before, after)
+        before, after = self._text_event
+        return before + json.dumps(text) + after
 
     def usage(self) -> dict[str, int]:
         prompt = self.request.prompt_tokens
@@ -107,14 +122,19 @@ async def stream_events(gen: Generation, loop: EngineLoop) -> AsyncIterator[str]
             if gen.request.continuous_usage:
                 opening["usage"] = gen.usage()
             yield _sse(opening)
-        chunk = gen.envelope([_choice(gen, gen.plan.text(gen.sent, count),
-                                      gen.plan.finish_reason if finished else None)], chunk=True)
+        text = gen.plan.text(gen.sent, count)
         gen.sent += count
-        if gen.request.continuous_usage:
-            chunk["usage"] = gen.usage()
+        if finished or gen.request.continuous_usage:
+            chunk = gen.envelope([_choice(gen, text, gen.plan.finish_reason if finished
+                                          else None)], chunk=True)
+            if gen.request.continuous_usage:
+                chunk["usage"] = gen.usage()
+            event = _sse(chunk)
+        else:
+            event = gen.text_event(text)
         trace.emissions.append((loop.clock(), count))
         trace.planned.append(delivery.step_end)
-        yield _sse(chunk)
+        yield event
         if finished:
             trace.outcome, trace.finish = "finished", loop.clock()
             if gen.request.include_usage:
