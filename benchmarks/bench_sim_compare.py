@@ -1,11 +1,12 @@
-"""One closed-loop point in process and over HTTP, by two clients: does the server keep time?
+"""One closed-loop point in process and over HTTP, by three clients: does the server keep time?
 
 The in-process driver (`sim.driver`, virtual time) predicts the point; the simulated server
-(time scale 1) serves it to the project's client (`loadgen.client.run_load`) and to the
-`openai` async client driving the same closed loop (C workers, each sending its next request
-when its last one ends). Each line is the median/p99 TTFT, median/p99 TPOT and output
-throughput; the server's lines add their deviation from the prediction. Real-time numbers
-depend on the machine's load: the load average is printed with them.
+(time scale 1) serves it to the project's client (`loadgen.client.run_load`), to the `openai`
+async client driving the same closed loop (C workers, each sending its next request when its
+last one ends), and, given its executable, to GuideLLM (`guidellm_client.py`). Each line is the
+median/p99 TTFT, median/p99 TPOT and output throughput; the server's lines add their deviation
+from the prediction. Real-time numbers depend on the machine's load: the load average is
+printed with them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import numpy as np
 
 from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
@@ -108,8 +110,24 @@ def _line(name: str, summary: dict[str, Any], reference: dict[str, Any] | None) 
     return f"  {name:18s}" + "  ".join(cells)
 
 
+def _server_view(base_url: str, measured: int) -> str:
+    """Where the time went, from the server's own timeline of the measured requests: TTFT from
+    its arrival to its first chunk leaving the server, and how late chunks left against the
+    model's plan. Client TTFT minus server TTFT is the client's side (send, connect, parse)."""
+    timeline = httpx.get(base_url + "/debug/inferbench/timeline").json()["requests"]
+    done = [t for t in timeline if t["emissions"]][-measured:]
+    ttft = np.asarray([t["emissions"][0][0] - t["arrival"] for t in done]) * 1e3
+    planned = np.asarray([t["planned"][0] - t["arrival"] for t in done]) * 1e3
+    late = np.concatenate([np.asarray([e[0] for e in t["emissions"]]) - np.asarray(t["planned"])
+                           for t in done]) * 1e3
+    return (f"  {'':18s}server side: TTFT median {np.median(ttft):.1f} ms (model's plan "
+            f"{np.median(planned):.1f}), p99 {np.percentile(ttft, 99):.1f} ms; chunks late "
+            f"vs plan p50 {np.median(late):.1f} ms, p99 {np.percentile(late, 99):.1f} ms")
+
+
 def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
-            prompts_per_conc: int) -> None:
+            prompts_per_conc: int, guidellm: str | None = None,
+            clients: Sequence[str] = ("project", "openai")) -> None:
     load = LoadSettings(prompts_per_conc=prompts_per_conc, warmup_per_conc=1)
     workload = build_workload(isl, osl, conc, load)
     config, _ = engine_config_from_argv(list(argv), hardware=HARDWARE, env={})
@@ -121,12 +139,24 @@ def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
     print(f"  {'':18s}" + "  ".join(f"{k:>17s}" if i else f"{k:>9s}"
                                      for i, k in enumerate(KEYS)))
     print(_line("in-process sim", reference, None))
-    for name, client in (("server, project", _project_client),
-                         ("server, openai", _openai_client)):
+    for name, client in (("project", _project_client), ("openai", _openai_client)):
+        if name not in clients:
+            continue
         with running_sim_server(argv, ["--time-scale", "1"]) as server:
             records, duration, loop = asyncio.run(client(server.base_url, model, conc,
                                                          rendered))
-        print(_line(name, _summary(records, duration, conc), reference), flush=True)
+            view = _server_view(server.base_url, len(records))
+        print(_line(f"server, {name}", _summary(records, duration, conc), reference))
+        print(view, flush=True)
         lag_ms = np.percentile(loop.lag_s, [90, 99]) * 1e3 if loop.lag_s.size else (0.0, 0.0)
         print(f"  {'':18s}client self-check: event-loop lag p90 {lag_ms[0]:.1f} ms, "
               f"p99 {lag_ms[1]:.1f} ms; client CPU {loop.cpu_fraction:.0%} of one core")
+    if guidellm is not None:
+        from guidellm_client import guidellm_closed_loop
+
+        with running_sim_server(argv, ["--time-scale", "1"]) as server:
+            records, duration = guidellm_closed_loop(guidellm, server.base_url, model, conc,
+                                                     rendered)
+            view = _server_view(server.base_url, len(records))
+        print(_line("server, guidellm", _summary(records, duration, conc), reference))
+        print(view, flush=True)

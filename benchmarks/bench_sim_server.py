@@ -1,7 +1,7 @@
 """How faithfully the simulated HTTP server keeps the engine's timeline, and how fast it can go.
 
     python benchmarks/bench_sim_server.py [--concurrency 1 16 64] [--output-tokens 256]
-    python benchmarks/bench_sim_server.py --compare [--concurrency 64 256]
+    python benchmarks/bench_sim_server.py --compare [--concurrency 64 256] [--guidellm EXE]
 
 Starts `python -m pytest_inferbench.sim serve` with the ATOM MiniMax-M3 + EAGLE3 argv on
 MI355X and, for each concurrency, streams that many completions at once. It prints:
@@ -15,7 +15,8 @@ MI355X and, for each concurrency, streams that many completions at once. It prin
 
 With `--compare` it runs one closed-loop point (ISL/OSL, `--prompts-per-conc` x conc requests
 after one warmup request per slot) in process (`sim.driver`, virtual time) and against the
-server at time scale 1, measured by the project's client and by the `openai` async client,
+server at time scale 1, measured by the project's client, by the `openai` async client and
+(`--guidellm`) by GuideLLM,
 and prints median/p99 TTFT, TPOT and output throughput with the server's deviation from the
 in-process prediction.
 
@@ -115,13 +116,19 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true",
                         help="in-process simulation vs the server, two clients")
     parser.add_argument("--prompts-per-conc", type=int, default=3)
+    parser.add_argument("--clients", nargs="+", choices=("project", "openai"),
+                        default=["project", "openai"],
+                        help="with --compare, the in-process clients to run (default both)")
+    parser.add_argument("--guidellm", metavar="EXECUTABLE", default=None,
+                        help="with --compare, also measure with GuideLLM (its own venv's "
+                             "`guidellm`; see benchmarks/guidellm_client.py)")
     args = parser.parse_args()
     if args.compare:
         from bench_sim_compare import compare
 
         for conc in args.concurrency or [64, 256]:
             compare(ATOM_MTP_ARGV, MODEL, conc, args.input_tokens, args.output_tokens or 1024,
-                    args.prompts_per_conc)
+                    args.prompts_per_conc, args.guidellm, args.clients)
         return
     args.concurrency = args.concurrency or [1, 16, 64]
     args.output_tokens = args.output_tokens or 256
