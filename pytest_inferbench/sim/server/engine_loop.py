@@ -11,6 +11,7 @@ added to the engine right away and join the next step, like a real scheduler.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import traceback
 from collections import deque
@@ -109,6 +110,7 @@ class EngineLoop:
         self.clock = clock
         self._queues: dict[int, asyncio.Queue[Delivery]] = {}
         self._awaiting_first: set[int] = set()  # requests that have had no token yet
+        self._last_submit = -math.inf  # server clock of the latest submission
         self._wake = asyncio.Event()
         self._next_id = 0
         self._task: asyncio.Task[None] | None = None
@@ -132,6 +134,7 @@ class EngineLoop:
         self.engine.add_request(request_id, prompt_tokens, max_tokens)
         self._queues[request_id] = queue
         self._awaiting_first.add(request_id)
+        self._last_submit = self.clock()
         self._wake.set()
         return request_id, queue
 
@@ -182,6 +185,10 @@ class EngineLoop:
                 await self._wake.wait()
                 # An idle engine starts its next step when work arrives, not in the past.
                 step_start = max(step_start, self.clock())
+            # A step never starts before a request it may schedule arrived: when deliveries fall
+            # behind the model (an overloaded machine), a new request joins a step that starts
+            # on its arrival, not one whose planned start has already passed.
+            step_start = max(step_start, self._last_submit)
             result = self.engine.step()
             self.steps += 1
             step_end = step_start + float(result.duration_s) * self.time_scale
