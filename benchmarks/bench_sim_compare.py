@@ -5,13 +5,16 @@ The in-process driver (`sim.driver`, virtual time) predicts the point; the simul
 async client driving the same closed loop (C workers, each sending its next request when its
 last one ends), and, given its executable, to GuideLLM (`guidellm_client.py`). Each line is the
 median/p99 TTFT, median/p99 TPOT and output throughput; the server's lines add their deviation
-from the prediction. Real-time numbers depend on the machine's load: the load average is
-printed with them.
+from the prediction. GuideLLM sends a wave one request at a time, so its line is held against
+its own arrivals replayed in process. After each client, the server's own timeline says where
+the time went (its TTFT from arrival to first chunk sent, and chunks' lateness against the
+model's plan). Real-time numbers depend on the machine's load: the load average is printed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -27,7 +30,7 @@ from pytest_inferbench.metrics import RequestRecord, summarize
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.server.launcher import running_sim_server
-from pytest_inferbench.workload import LoadSettings, build_workload
+from pytest_inferbench.workload import LoadSettings, PlannedRequest, Workload, build_workload
 
 if TYPE_CHECKING:
     from pytest_inferbench.loadgen.prompts import RenderedWorkload
@@ -110,6 +113,17 @@ def _line(name: str, summary: dict[str, Any], reference: dict[str, Any] | None) 
     return f"  {name:18s}" + "  ".join(cells)
 
 
+def _arrivals_of(records: Sequence[RequestRecord], workload: Workload) -> Workload:
+    """The workload a client actually sent: its requests' lengths at its send times (an open
+    loop under the same concurrency cap, no warmup: the server was idle when it began)."""
+    sent = sorted(records, key=lambda r: r.send_time)
+    first = sent[0].send_time
+    return dataclasses.replace(
+        workload, warmup=(), send_offsets=tuple(r.send_time - first for r in sent),
+        requests=tuple(PlannedRequest(r.input_tokens, r.output_tokens, text_key=i)
+                       for i, r in enumerate(sent)))
+
+
 def _server_view(base_url: str, measured: int) -> str:
     """Where the time went, from the server's own timeline of the measured requests: TTFT from
     its arrival to its first chunk leaving the server, and how late chunks left against the
@@ -158,5 +172,11 @@ def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
             records, duration = guidellm_closed_loop(guidellm, server.base_url, model, conc,
                                                      rendered)
             view = _server_view(server.base_url, len(records))
-        print(_line("server, guidellm", _summary(records, duration, conc), reference))
+        # GuideLLM dispatches a wave one request at a time (~10 ms each here), so its point is
+        # not the same closed loop: the reference is its own arrivals replayed in process.
+        replay = _arrivals_of(records, workload)
+        own = simulate_point(config, replay)
+        own_reference = _summary(own.records, own.duration_s, conc)
+        print(_line("in-process, replay", own_reference, None))
+        print(_line("server, guidellm", _summary(records, duration, conc), own_reference))
         print(view, flush=True)

@@ -116,9 +116,10 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true",
                         help="in-process simulation vs the server, two clients")
     parser.add_argument("--prompts-per-conc", type=int, default=3)
-    parser.add_argument("--clients", nargs="+", choices=("project", "openai"),
+    parser.add_argument("--clients", nargs="*", choices=("project", "openai"),
                         default=["project", "openai"],
-                        help="with --compare, the in-process clients to run (default both)")
+                        help="with --compare, the in-process clients to run (default both; "
+                             "none given: only --guidellm)")
     parser.add_argument("--guidellm", metavar="EXECUTABLE", default=None,
                         help="with --compare, also measure with GuideLLM (its own venv's "
                              "`guidellm`; see benchmarks/guidellm_client.py)")

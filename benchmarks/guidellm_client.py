@@ -62,7 +62,9 @@ def _run(executable: str, workdir: Path, url: str, model: str, conc: int,
             "--tokenizer", "kind=hf_auto",
             "--constraint", f"kind=max_requests,count={len(prompts)}",
             "--disable-console", "--output", f"kind=json,path={report}"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # One worker process holds all streams: its default of up to 10 processes, each busy at
+    # conc 256, would take the CPUs of a small machine from the server it measures.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GUIDELLM__MAX_WORKER_PROCESSES": "1"}
     env.pop("PYTHONPATH", None)  # its own environment, not this checkout's
     done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
                           check=False)
