@@ -216,18 +216,19 @@ class EngineLoop:
             delay = target - self.clock()
 
     def _deliver(self, result: StepResult, step_end: float) -> None:
-        """Hand each request its tokens of the step, first tokens first.
+        """Hand each request its tokens of the step: first and last tokens first.
 
         The model emits every token of a step at its end; one Python process then sends them
         one after another, so a step's last chunk leaves a few milliseconds after its first (at
-        conc 256, hundreds of chunks). First tokens go first: a TTFT is one gap, spoiled whole
-        by that delay, while a TPOT averages hundreds of gaps and an ITL's delay is mostly
-        matched by its predecessor's.
+        conc 256, hundreds of chunks). A request's first and last chunks go first: TTFT and
+        E2EL are each one stamp and would take that delay whole, and TPOT is their difference,
+        so both ends are kept alike (sending only first tokens early biased TPOT of short
+        outputs up); the chunks in between share the delay and their gaps average it out.
         """
         finished = set(result.finished)
         later = []
         for request_id, tokens in result.emitted:
-            if request_id in self._awaiting_first:
+            if request_id in self._awaiting_first or request_id in finished:
                 self._awaiting_first.discard(request_id)
                 self._put(request_id, Delivery(int(tokens), step_end, request_id in finished))
             else:
