@@ -124,19 +124,26 @@ def _arrivals_of(records: Sequence[RequestRecord], workload: Workload) -> Worklo
                        for i, r in enumerate(sent)))
 
 
-def _server_view(base_url: str, measured: int) -> str:
-    """Where the time went, from the server's own timeline of the measured requests: TTFT from
-    its arrival to its first chunk leaving the server, and how late chunks left against the
-    model's plan. Client TTFT minus server TTFT is the client's side (send, connect, parse)."""
-    timeline = httpx.get(base_url + "/debug/inferbench/timeline").json()["requests"]
-    done = [t for t in timeline if t["emissions"]][-measured:]
+def _server_view(base_url: str, records: Sequence[RequestRecord], client_clock: str) -> str:
+    """Where the time went, from the server's own timeline of the measured requests: the trip
+    in (client send to the server's arrival stamp), the server's TTFT (arrival to first chunk
+    sent) against the model's plan, and chunks' lateness against the plan. `client_clock` is
+    the clock of the records' times: "perf_counter" or "time" (wall)."""
+    timeline = httpx.get(base_url + "/debug/inferbench/timeline").json()
+    offset = {"perf_counter": timeline["perf_counter_minus_monotonic"],
+              "time": timeline["wall_minus_monotonic"]}[client_clock]
+    by_id = {t["id"]: t for t in timeline["requests"] if t["emissions"]}
+    done = [by_id[r.request_id] for r in records if r.request_id in by_id]
+    trip = np.asarray([by_id[r.request_id]["arrival"] + offset - r.send_time
+                       for r in records if r.request_id in by_id]) * 1e3
     ttft = np.asarray([t["emissions"][0][0] - t["arrival"] for t in done]) * 1e3
     planned = np.asarray([t["planned"][0] - t["arrival"] for t in done]) * 1e3
     late = np.concatenate([np.asarray([e[0] for e in t["emissions"]]) - np.asarray(t["planned"])
                            for t in done]) * 1e3
-    return (f"  {'':18s}server side: TTFT median {np.median(ttft):.1f} ms (model's plan "
-            f"{np.median(planned):.1f}), p99 {np.percentile(ttft, 99):.1f} ms; chunks late "
-            f"vs plan p50 {np.median(late):.1f} ms, p99 {np.percentile(late, 99):.1f} ms")
+    return (f"  {'':18s}server side ({len(done)} requests): trip in median {np.median(trip):.1f} "
+            f"ms; TTFT median {np.median(ttft):.1f} ms (model's plan {np.median(planned):.1f}), "
+            f"p99 {np.percentile(ttft, 99):.1f} ms; chunks late vs plan p50 "
+            f"{np.median(late):.1f} ms, p99 {np.percentile(late, 99):.1f} ms")
 
 
 def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
@@ -159,7 +166,7 @@ def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
         with running_sim_server(argv, ["--time-scale", "1"]) as server:
             records, duration, loop = asyncio.run(client(server.base_url, model, conc,
                                                          rendered))
-            view = _server_view(server.base_url, len(records))
+            view = _server_view(server.base_url, records, "perf_counter")
         print(_line(f"server, {name}", _summary(records, duration, conc), reference))
         print(view, flush=True)
         lag_ms = np.percentile(loop.lag_s, [90, 99]) * 1e3 if loop.lag_s.size else (0.0, 0.0)
@@ -171,7 +178,7 @@ def compare(argv: Sequence[str], model: str, conc: int, isl: int, osl: int,
         with running_sim_server(argv, ["--time-scale", "1"]) as server:
             records, duration = guidellm_closed_loop(guidellm, server.base_url, model, conc,
                                                      rendered)
-            view = _server_view(server.base_url, len(records))
+            view = _server_view(server.base_url, records, "time")
         # GuideLLM dispatches a wave one request at a time (~10 ms each here), so its point is
         # not the same closed loop: the reference is its own arrivals replayed in process.
         replay = _arrivals_of(records, workload)
