@@ -261,8 +261,9 @@ def banner(config: ServeConfig, host: str, port: int, stack: EventStack) -> str:
         f"produces is simulated",
         f"inferbench-sim: model {', '.join(config.served_models)} on {engine.get('tp', '?')}x "
         f"{config.hardware}, time scale {config.time_scale}, seed {config.seed}",
-        f"inferbench-sim: listening on http://{host}:{port} "
-        f"(event loop {stack.loop}, HTTP parser {stack.http})",
+        f"inferbench-sim: event loop {stack.loop}, HTTP parser {stack.http}",
+        # Ends in the port: launchers and log readers take the port from this line.
+        f"inferbench-sim: listening on http://{host}:{port}",
     ]
     deployment = dict(config.info or {}).get("deployment")
     if isinstance(deployment, dict):
