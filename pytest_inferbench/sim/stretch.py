@@ -67,6 +67,12 @@ class Stretch:
     def n(self) -> int:
         return len(self.durations)
 
+    def growth(self, engine: Engine, step: int) -> npt.NDArray[np.int64]:
+        """KV blocks each of its sequences adds to hold step `step`'s context plus its q tokens."""
+        held = -(-(self.ctx[:, step] + engine.k + 1) // engine.block_size)
+        grown: npt.NDArray[np.int64] = np.maximum(held - engine.slots.blocks[self.idx], 0)
+        return grown
+
 
 def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> Stretch | None:
     """Price the stretch the engine is in (None if it is in none), leaving the engine as it
@@ -123,10 +129,8 @@ def commit(engine: Engine, stretch: Stretch, n: int) -> StepBatch:
     if n < len(stretch.durations) and stretch.streams is not None:
         engine.adopt_random_streams(*stretch.streams)
         engine.jitter(n)  # the stream as if only these steps had drawn
-    idx, ctx, st, q, bs = stretch.idx, stretch.ctx, engine.slots, engine.k + 1, engine.block_size
-    # Blocks now held: enough for the last step's context plus its q tokens.
-    last = -(-(ctx[:, n - 1] + q) // bs)
-    grown = np.maximum(last - st.blocks[idx], 0)
+    idx, st = stretch.idx, engine.slots
+    grown = stretch.growth(engine, n - 1)  # blocks now held: enough for the last step
     engine.free_blocks -= int(grown.sum())
     st.blocks[idx] += grown
     st.advance_decode(idx, n, engine.counters_state)
@@ -143,7 +147,6 @@ def note_usage_before_last(engine: Engine, stretch: Stretch) -> None:
     (`commit` notes only the end)."""
     if stretch.n < 2:
         return
-    held = -(-(stretch.ctx[:, stretch.n - 2] + engine.k + 1) // engine.block_size)
-    grown = int(np.maximum(held - engine.slots.blocks[stretch.idx], 0).sum())
+    grown = int(stretch.growth(engine, stretch.n - 2).sum())
     engine.counters_state.note_usage(engine.num_blocks - engine.free_blocks + grown,
                                      engine.num_blocks, len(engine.waiting))
