@@ -226,15 +226,15 @@ class EngineLoop:
         outputs up); the chunks in between share the delay and their gaps average it out.
         """
         finished = set(result.finished)
-        later = []
+        later: list[tuple[int, Delivery]] = []  # neither a first nor a last chunk
         for request_id, tokens in result.emitted:
             if request_id in self._awaiting_first or request_id in finished:
                 self._awaiting_first.discard(request_id)
                 self._put(request_id, Delivery(int(tokens), step_end, request_id in finished))
             else:
-                later.append((request_id, tokens))
-        for request_id, tokens in later:
-            self._put(request_id, Delivery(int(tokens), step_end, request_id in finished))
+                later.append((request_id, Delivery(int(tokens), step_end, False)))
+        for request_id, delivery in later:
+            self._put(request_id, delivery)
         emitted = {request_id for request_id, _ in result.emitted}
         for request_id in finished:
             self._awaiting_first.discard(request_id)
