@@ -62,7 +62,10 @@ def assert_same(planned: SimulatedPoint, stepped: SimulatedPoint) -> None:
         assert a.send_time == pytest.approx(b.send_time, rel=1e-12)
     assert planned.server_metrics.keys() == stepped.server_metrics.keys()
     for key, value in stepped.server_metrics.items():
-        assert planned.server_metrics[key] == pytest.approx(value, rel=1e-12), key
+        if isinstance(value, (int, float)):
+            assert planned.server_metrics[key] == pytest.approx(value, rel=1e-12), key
+        else:  # pytest >= 9.2 refuses a relative tolerance on strings
+            assert planned.server_metrics[key] == value, key
 
 
 @pytest.mark.parametrize("case", list(CASES))
