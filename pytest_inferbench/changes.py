@@ -12,9 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-_FAST_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from .yamllines import load_data
 
 
 class GitError(Exception):
@@ -65,7 +63,7 @@ class Revision:
 def _entries(text: bytes | str | None) -> dict[str, object]:
     if not text:
         return {}
-    data = yaml.load(text, Loader=_FAST_LOADER)  # CSafeLoader: a safe loader
+    data = load_data(text)
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 

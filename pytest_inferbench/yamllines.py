@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 __all__ = ["MappingNode", "Node", "ScalarNode", "SequenceNode", "YamlSyntaxError",
-           "compose", "describe", "line_of", "read_text", "scalar", "to_python"]
+           "compose", "describe", "line_of", "load_data", "read_text", "scalar", "to_python"]
 
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _constructor = yaml.SafeLoader("")
@@ -40,6 +40,13 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise YamlSyntaxError(line, f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+
+
+def load_data(text: str | bytes) -> object:
+    """Plain data (no line numbers) through the same safe loader, for files read whole and
+    judged elsewhere (master files' keys, changelog history, catalog data). Raises
+    `yaml.YAMLError`."""
+    return yaml.load(text, Loader=_LOADER)
 
 
 def compose(text: str) -> Node | None:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from ..yamllines import YamlSyntaxError, compose, load_data
+
 PR_URL = re.compile(r"https://github\.com/SemiAnalysisAI/InferenceX/pull/(\d+)")
 PLACEHOLDERS = ("XXX", "https://github.com/SemiAnalysisAI/InferenceX/pull/XXX")
 FIELDS = (
@@ -71,9 +73,9 @@ def parse_changelog(text: str, path: Path) -> Changelog:
             line = text[: text.index(char)].count("\n") + 1
             problems.append(f"{path}:{line}: {name} are not allowed")
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        raise ChangelogError(f"{path}: invalid YAML: {exc}") from None
+        root = compose(text)
+    except YamlSyntaxError as exc:
+        raise ChangelogError(f"{path}:{exc.line}: invalid YAML: {exc.problem}") from None
     if root is None:
         return Changelog(path, (), tuple(problems))
     if not isinstance(root, yaml.SequenceNode):
@@ -123,7 +125,7 @@ def known_config_keys(directory: Path, globs: tuple[str, ...] = ("*-master.yaml"
     keys: set[str] = set()
     for pattern in globs:
         for master in sorted(directory.glob(pattern)):
-            data = yaml.safe_load(master.read_text(encoding="utf-8"))
+            data = load_data(master.read_text(encoding="utf-8"))
             if isinstance(data, dict):
                 keys.update(str(k) for k in data)
     return keys

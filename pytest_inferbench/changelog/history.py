@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from ..yamllines import load_data
 from . import PR_URL
 
 ENTRY_START = re.compile(rb"(?m)^- config-keys:")
@@ -32,7 +33,7 @@ def _chunks(raw: bytes) -> list[bytes]:
 
 def _data(raw: bytes) -> list[object]:
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = load_data(raw.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError):
         return []
     return data if isinstance(data, list) else []

@@ -12,8 +12,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from ..yamllines import load_data
 from .attention import AttentionShape, attention_params
 
 # Bytes per stored weight. MX formats carry one 8-bit scale per 32 elements.
@@ -153,7 +152,7 @@ class Framework:
 def _load(filename: str) -> dict[str, Any]:
     folder = resources.files("pytest_inferbench.sim").joinpath("catalog")
     text = folder.joinpath(filename).read_text()
-    data = yaml.safe_load(text)
+    data = load_data(text)
     if not isinstance(data, dict):
         raise CatalogError(f"catalog/{filename}: expected a mapping at the top")
     return data

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from ..yamllines import load_data
+
 OPTIONS_FLAGS = ("extra-llm-api-options", "config")
 # TensorRT-LLM defaults (LlmArgs / KvCacheConfig): 0.9 of free memory, 32 tokens per block.
 DEFAULT_FREE_FRACTION = 0.9
@@ -33,7 +35,7 @@ def read_options(name: str, files: dict[str, str]) -> dict[str, Any]:
         raise TrtOptionsError(f"--extra_llm_api_options {name}: no such file in the launch "
                               f"spec (files: {', '.join(sorted(files)) or 'none'})")
     try:
-        data = yaml.safe_load(text) or {}
+        data = load_data(text) or {}
     except yaml.YAMLError as exc:
         raise TrtOptionsError(f"{name}: YAML syntax error: {exc}") from None
     if not isinstance(data, dict):
