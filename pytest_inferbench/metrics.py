@@ -88,6 +88,11 @@ class RequestRecord:
     first_step: int = -1
 
 
+def first_send(records: Sequence[RequestRecord]) -> float:
+    """The origin of a point's relative times (per-request lines, the client's stalls)."""
+    return min((r.send_time for r in records), default=0.0)
+
+
 def percentile_label(p: float) -> str:
     """vLLM's key label: `99` for integral percentiles, `99.9` otherwise."""
     return str(int(p)) if float(p).is_integer() else str(p)

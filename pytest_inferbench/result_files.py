@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, percentile_label
+from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, first_send, percentile_label
 from .record import to_float, to_int
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def request_lines(records: Sequence[RequestRecord],
                   mask: Callable[[str], str] = str) -> list[dict[str, JSONValue]]:
     """One dict per request, in send order: times in seconds from the point's first send, TTFT
     and the gaps between streamed chunks (ITLs) in ms, tokens per chunk, status and error."""
-    origin = min((r.send_time for r in records), default=0.0)
+    origin = first_send(records)
     lines: list[dict[str, JSONValue]] = []
     for index, r in enumerate(records):
         chunks = [float(t) for t in r.chunk_times]

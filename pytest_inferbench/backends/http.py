@@ -30,7 +30,7 @@ from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
-from ..metrics import FloatArray
+from ..metrics import FloatArray, first_send
 from ..tokenizer import count_tokens
 from ..workload import DEFAULT_STALL_TIMEOUT_S
 from .base import LoadSettings, PointMeasurement, ServerHandle
@@ -191,7 +191,8 @@ class HttpServerHandle(ServerHandle):
         median_itl, median_ttft = _median_gaps(run.records)
         check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
                         dispatch_delay_s=_dispatch_delays(run.records),
-                        busy_s=sum(r.end_time - r.send_time for r in run.records))
+                        busy_s=sum(r.end_time - r.send_time for r in run.records),
+                        origin_s=first_send(run.records))
         if self.time_scale == 0:
             check["not_applicable"] = ("the server streams as fast as it can (simulator at time "
                                        "scale 0): its gaps are not timings to distort")

@@ -3,14 +3,15 @@
 A ticker task asks to wake every `interval_s`; how late it wakes is the event-loop lag, which
 is also how late a chunk that arrived meanwhile gets its timestamp. When the lag is large next
 to the intervals being measured (the median chunk ITL, or the TTFT when there is no ITL), the
-measurement is not trustworthy and the verdict says so, with the numbers.
+measurement is not trustworthy and the verdict says so, with the numbers. The stalls themselves
+are listed with their times, so a late stamp can be traced to the stall that caused it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +33,9 @@ LAG_FLOOR_S = 0.002
 # did not keep the concurrency in flight.
 MAX_DISPATCH_SHARE = 0.05
 HIGH_CPU_FRACTION = 0.9
+# The verdict lists stalls (lags of at least LAG_FLOOR_S) with their times; on a machine so busy
+# that there are more, the longest are kept.
+MAX_STALLS_LISTED = 500
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,9 @@ class LoopStats:
     lag_s: FloatArray
     cpu_s: float
     wall_s: float
+    # When each wake-up was due (perf_counter): the loop was unresponsive from due_s to
+    # due_s + lag_s.
+    due_s: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def cpu_fraction(self) -> float:
@@ -51,6 +58,7 @@ class LoopMonitor:
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         self.interval_s = interval_s
         self._lags: list[float] = []
+        self._dues: list[float] = []
         self._task: asyncio.Task[None] | None = None
         self._cpu0 = 0.0
         self._wall0 = 0.0
@@ -61,6 +69,7 @@ class LoopMonitor:
         while True:
             await asyncio.sleep(max(due - stamp(), 0.0))
             now = stamp()
+            self._dues.append(due)
             self._lags.append(now - due)
             due = now + self.interval_s
 
@@ -73,16 +82,18 @@ class LoopMonitor:
         await cancel_and_wait(self._task)
         return LoopStats(lag_s=np.asarray(self._lags, dtype=np.float64),
                          cpu_s=time.process_time() - self._cpu0,
-                         wall_s=time.perf_counter() - self._wall0)
+                         wall_s=time.perf_counter() - self._wall0,
+                         due_s=np.asarray(self._dues, dtype=np.float64))
 
 
 def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
             dispatch_delay_s: FloatArray | None = None,
-            busy_s: float = 0.0) -> dict[str, JSONValue]:
-    """The `client_check` dict: ok, reason, lag statistics (ms), dispatch delay, CPU.
+            busy_s: float = 0.0, origin_s: float = 0.0) -> dict[str, JSONValue]:
+    """The `client_check` dict: ok, reason, lag statistics (ms), dispatch delay, CPU, stalls.
 
     `dispatch_delay_s` holds, per request, how long the client took from deciding to send it
-    to having it on the wire; `busy_s` is the summed E2EL of the requests.
+    to having it on the wire; `busy_s` is the summed E2EL of the requests. `stalls` lists
+    `[start, lag]` pairs: seconds from `origin_s` (the point's first send) and milliseconds.
     """
     lag = stats.lag_s
     reference = median_itl_s if median_itl_s > 0 else median_ttft_s
@@ -110,6 +121,7 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
         "dispatch_share": share,
         "cpu_fraction": stats.cpu_fraction,
         "wall_s": stats.wall_s,
+        "stalls": _stalls(stats, origin_s),
     }
     reasons = []
     if p90 > typical_limit:
@@ -130,3 +142,14 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
     elif stats.cpu_fraction > HIGH_CPU_FRACTION:
         check["warning"] = f"client CPU {stats.cpu_fraction:.0%} of one core"
     return check
+
+
+def _stalls(stats: LoopStats, origin_s: float) -> list[JSONValue]:
+    """The lags of at least LAG_FLOOR_S as [start (s from origin), lag (ms)], in time order."""
+    lag, due = stats.lag_s, stats.due_s
+    if due.size != lag.size:
+        return []
+    stalled = np.flatnonzero(lag >= LAG_FLOOR_S)
+    if stalled.size > MAX_STALLS_LISTED:
+        stalled = np.sort(stalled[np.argsort(lag[stalled])[-MAX_STALLS_LISTED:]])
+    return [[float(due[i] - origin_s), float(lag[i]) * 1000] for i in stalled]

@@ -145,19 +145,31 @@ def test_no_speculation_means_no_acceptance_length() -> None:
 
 
 def test_event_loop_lag_fails_the_self_check() -> None:
+    hogs: list[float] = []
+
     async def blocked() -> dict[str, object]:
         monitor = LoopMonitor(interval_s=0.002)
+        origin = time.perf_counter()
         monitor.start()
         for _ in range(5):
             await asyncio.sleep(0.01)
+            hogs.append(time.perf_counter() - origin)
             time.sleep(0.03)  # the client hogging its own loop, as heavy parsing would
+        await asyncio.sleep(0.01)  # the ticker's wake-up after the last hog
         stats = await monitor.stop()
-        return verdict(stats, median_itl_s=0.02, median_ttft_s=0.2)
+        return verdict(stats, median_itl_s=0.02, median_ttft_s=0.2, origin_s=origin)
 
     check = asyncio.run(blocked())
     assert check["ok"] is False
     assert check["lag_max_ms"] >= 25
     assert "event-loop lag" in str(check["reason"])
+    # Each hog is listed as a stall that began when the ticker was due inside it, or just
+    # before (the ticker was due no later than one interval after its last wake-up).
+    stalls = check["stalls"]
+    assert isinstance(stalls, list)
+    for hog in hogs:
+        assert any(start <= hog + 0.03 and start + lag / 1000 >= hog + 0.025
+                   for start, lag in stalls), (hog, stalls)
 
 
 def test_idle_loop_passes_against_a_generous_interval() -> None:

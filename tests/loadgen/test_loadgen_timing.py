@@ -11,10 +11,12 @@ emission. The arrival-based TTFT is printed next to it.
 
 Every client stamp lies after the server's emission by the delivery delay: the kernel and the
 client's event loop. On a busy machine that delay is scheduling noise, and the client measures
-it as its event-loop lag (the self-check). The bounds are a fixed share of each metric plus the
-lag measured during this very run, so a loaded machine widens them by what it did to the client
-and an idle one leaves them tight; a client that stamps late for its own reasons (or on another
-clock) exceeds them. Figures on this machine: `benchmarks/bench_client_timing.py`.
+it as its event-loop lag (the self-check), stall by stall with their times. The bounds are a
+fixed share of each metric plus the lag measured during this very run, so a loaded machine
+widens them by what it did to the client and an idle one leaves them tight; a client that
+stamps late for its own reasons (or on another clock) exceeds them. TPOT is judged request by
+request: a request's first and last stamps may be late by the stalls that covered them, and no
+more. Figures on this machine: `benchmarks/bench_client_timing.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import pytest
 
 from pytest_inferbench.backends.base import LoadSettings
 from pytest_inferbench.backends.http import HttpServerHandle
-from pytest_inferbench.metrics import summarize
+from pytest_inferbench.loadgen.selfcheck import DEFAULT_INTERVAL_S, LAG_FLOOR_S
+from pytest_inferbench.metrics import first_send, summarize
 
 if TYPE_CHECKING:
     import types
@@ -36,16 +39,48 @@ if TYPE_CHECKING:
     from pytest_inferbench.sim.server.launcher import SimServer
 
 CONC = 64
+# A stall shorter than the ticker's interval can fall between two wake-ups, and one shorter
+# than the floor is not listed: either may hide in any stamp.
+UNLISTED_STALL_S = DEFAULT_INTERVAL_S + LAG_FLOOR_S
+
+
+def stall_over(stalls: np.ndarray, start: float, end: float) -> float:
+    """The longest listed client stall overlapping [start, end] (s), 0 when none did."""
+    if not stalls.size:
+        return 0.0
+    hit = (stalls[:, 0] <= end) & (stalls[:, 0] + stalls[:, 1] >= start)
+    return float(stalls[hit, 1].max()) if hit.any() else 0.0
+
+
+def tpot_excess(m: PointMeasurement, truth: dict[str, Any]) -> np.ndarray:
+    """Per request: |client TPOT - server TPOT| (s) less what the stalls over its first and
+    last stamps, and the unlisted ones, could add to it."""
+    listed = m.client_check["stalls"]
+    stalls = np.asarray(listed, dtype=np.float64).reshape(-1, 2)
+    stalls = np.column_stack([stalls[:, 0] + first_send(m.records), stalls[:, 1] / 1000])
+    excess = []
+    for r in m.records:
+        emitted = truth["emitted"][r.request_id]
+        ends = [(emitted[0], r.chunk_times[0]), (emitted[-1], r.chunk_times[-1])]
+        # The stamp may wait for a stall that began before the chunk arrived, up to one
+        # ticker interval earlier (the ticker was not yet due).
+        late = max(stall_over(stalls, e - DEFAULT_INTERVAL_S, c) for e, c in ends)
+        gaps = r.output_tokens - 1
+        error = abs((r.chunk_times[-1] - r.chunk_times[0]) - (emitted[-1] - emitted[0])) / gaps
+        excess.append(error - (late + UNLISTED_STALL_S) / gaps)
+    return np.asarray(excess)
 
 
 def server_truth(m: PointMeasurement, timeline: dict[str, Any]) -> dict[str, Any]:
     offset = float(timeline["perf_counter_minus_monotonic"])
     by_id = {t["id"]: t for t in timeline["requests"]}
     ttft_wire, ttft_arrival, tpot, gaps, gap_tokens, late, early = [], [], [], [], [], [], []
+    emitted_at = {}
     for r in m.records:
         t = by_id[r.request_id]
         emitted = np.asarray(t["emissions"], dtype=np.float64)
         times, tokens = emitted[:, 0] + offset, emitted[:, 1].astype(np.int64)
+        emitted_at[r.request_id] = times
         assert len(times) == len(r.chunk_times), "one SSE chunk per engine delivery"
         assert list(tokens) == list(r.chunk_tokens)
         assert int(tokens.sum()) == r.output_tokens == t["completion_tokens"]
@@ -69,6 +104,7 @@ def server_truth(m: PointMeasurement, timeline: dict[str, Any]) -> dict[str, Any
         "tokens_per_later_chunk": float(all_tokens.mean()),
         "delay_ms": np.percentile(np.concatenate(late), [50, 99, 100]) * 1000,
         "earliest_delay_ms": min(early) * 1000,
+        "emitted": emitted_at,
     }
 
 
@@ -86,11 +122,14 @@ def test_client_matches_the_server_timeline_under_eagle3(
     s = summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
                   max_concurrency=CONC, num_gpus=4)
     truth = server_truth(m, timeline)
+    excess_ms = tpot_excess(m, truth) * 1000
     al = m.server_metrics["acceptance_length"]
     print(f"\nclient vs server at conc {CONC}, EAGLE3 (server AL {al:.3f}):"
           f"\n  TTFT median {s['median_ttft_ms']:.2f} vs {truth['ttft_ms']:.2f} ms"
           f" (from the server's arrival stamp: {truth['ttft_from_arrival_ms']:.2f} ms)"
-          f"\n  TPOT median {s['median_tpot_ms']:.3f} vs {truth['tpot_ms']:.3f} ms"
+          f"\n  TPOT median {s['median_tpot_ms']:.3f} vs {truth['tpot_ms']:.3f} ms; per request,"
+          f" error beyond the stalls over its ends: median {np.median(excess_ms):.3f} ms,"
+          f" max {excess_ms.max():.3f} ms"
           f"\n  per-token ITL median {s['median_itl_per_token_ms']:.3f}"
           f" vs {truth['itl_per_token_ms']:.3f} ms"
           f"\n  chunk ITL median {s['median_itl_ms']:.3f} ms,"
@@ -104,12 +143,15 @@ def test_client_matches_the_server_timeline_under_eagle3(
     # The client's own lag figures decide how much scheduling noise the medians may carry. The
     # lag is sampled once per wake-up, so a long stall is one sample while the chunks that
     # arrive during it are many: the tail (p99), not the typical lag, bounds a median stamp
-    # delay. TPOT is a difference of two stamps over the request's n - 1 gaps.
+    # delay.
     tail_ms = m.client_check["lag_p99_ms"]
-    fewest_gaps = min(r.output_tokens for r in m.records) - 1
     assert abs(s["median_ttft_ms"] - truth["ttft_ms"]) <= 0.01 * truth["ttft_ms"] + tail_ms
-    assert (abs(s["median_tpot_ms"] - truth["tpot_ms"])
-            <= 0.01 * truth["tpot_ms"] + tail_ms / fewest_gaps)
+    # TPOT is a difference of two stamps over the request's n - 1 gaps. Requests finish
+    # together, so one stall can delay the last stamps of half of them and move the median
+    # TPOT by more than any typical lag: each request is allowed the stalls that covered its
+    # own two stamps. The median request stays within 1% beyond that; a client that stamps a
+    # request's first or last chunk late for its own reasons does not.
+    assert np.median(excess_ms) <= 0.01 * truth["tpot_ms"]
     assert (abs(s["median_itl_per_token_ms"] - truth["itl_per_token_ms"])
             <= 0.02 * truth["itl_per_token_ms"] + tail_ms)
     # Chunk ITL (vLLM's) counts one sample per speculative step: it is the per-token ITL times
