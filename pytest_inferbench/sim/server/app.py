@@ -14,7 +14,8 @@ step deliveries fell behind the model's step ends on this machine: steps, mean_s
 steps_over_5ms); each finished (or aborted, truncated,
 stalled) request has `id` (the response id the client saw), `request_id`, `arrival`,
 `prompt_tokens`, `max_tokens`, `emissions` ([send time, tokens] per chunk), `planned` (the
-engine model's time for each emission), `completion_tokens`, `finish` and `outcome`. Times are
+engine model's time for each emission), `completion_tokens`, `finish`, `outcome` and
+`submitted` (when the engine got it, its body read and parsed). Times are
 on the server's `time.monotonic()`, the system-wide CLOCK_MONOTONIC on Linux, so a client on
 the same machine compares its own `time.monotonic()` stamps directly (or adds the offsets).
 """
@@ -230,7 +231,7 @@ class SimulatorApp:
             return error_response(ApiError(400, str(exc), param="prompt"))
         prefix = "cmpl" if kind == "completion" else "chatcmpl"
         trace = RequestTrace(request_id, f"{prefix}-{uuid.uuid4().hex}", arrival,
-                             parsed.prompt_tokens, plan.tokens)
+                             parsed.prompt_tokens, plan.tokens, submitted=self.clock())
         generation = Generation(parsed, plan, faults, trace, queue, int(time.time()))
         if not parsed.stream:
             try:

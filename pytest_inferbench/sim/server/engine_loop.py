@@ -68,6 +68,9 @@ class RequestTrace:
     planned: list[float] = field(default_factory=list)  # the model's time of each emission
     finish: float | None = None
     outcome: str = "running"  # finished | aborted | truncated | stalled | error
+    # When the engine got it: after the body was read and parsed (a client that sends its body
+    # late is late here, not at `arrival`, the handler's start).
+    submitted: float | None = None
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -76,7 +79,7 @@ class RequestTrace:
             "emissions": [[t, n] for t, n in self.emissions],
             "planned": self.planned,
             "completion_tokens": sum(n for _, n in self.emissions),
-            "finish": self.finish, "outcome": self.outcome,
+            "finish": self.finish, "outcome": self.outcome, "submitted": self.submitted,
         }
 
 
