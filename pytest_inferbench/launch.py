@@ -98,10 +98,12 @@ class ServerSpec:
 LAUNCH_KEYS = ("image", "command", "args", "env", "files", "mounts", "port", "health-path",
                "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
                "nodes")
-ROLE_KEYS = ("count", "command", "args", "env", "srun-args", "overlays")
+ROLE_KEYS = ("count", "command", "args", "env", "srun-args", "overlays", "settings")
 # A multinode server's worker pools: a role of one of these names runs the recipe's workers of
 # that pool (its count is their num-worker; `{tp}`, `{ep}`, `{gpus}` and its overlays are
-# theirs). `decode.num-worker: 0` (aggregated) leaves the decode role out.
+# theirs). `decode.num-worker: 0` (aggregated) leaves the decode role out. Its `settings` map
+# an additional-settings word of either pool (`CONFIG_FILE=recipes/...`) to the argv words that
+# recipe file gives this role's workers, after the overlays' (the last value of a flag counts).
 WORKER_ROLES = ("prefill", "decode")
 # Packaged specs for multinode entries of a framework, whatever the model: the roles only.
 MULTINODE_DIR = "multinode"
@@ -300,6 +302,16 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
         role_env = {**env, **_str_dict(path, f"{where}.env", role.get("env", {}))}
         extra, _ = _apply_overlays(path, f"{where}.overlays", role.get("overlays", {}), on,
                                    role_env, files, {})
+        settings = role.get("settings", {})
+        if not isinstance(settings, dict):
+            raise LaunchSpecError(f"{path}: {where}.settings: expected a mapping")
+        # A recipe file configures the whole deployment, whichever pool's settings name it.
+        words = [w for pool in (server.prefill, server.decode) if pool is not None and worker
+                 for w in pool.additional_settings]
+        for word in dict.fromkeys(words):
+            if word in settings:
+                setting = _check_keys(path, f"{where}.settings.{word}", settings[word], ("args",))
+                extra += _str_list(path, f"{where}.settings.{word}.args", setting.get("args", []))
         words = (_str_list(path, f"{where}.command", role["command"]) if "command" in role
                  else command)
         words = words + _str_list(path, f"{where}.args", role.get("args", [])) + extra

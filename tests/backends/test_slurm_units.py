@@ -144,6 +144,8 @@ roles:
     ("roles: {w: {args: [x]}}\nargs: [y]\ncommand: [s]", r"roles: give args per role"),
     ("roles: {router: {count: 1}}", r"roles.router: no command"),
     ("roles: []\ncommand: [s]", r"roles: empty"),
+    ("roles: {w: {args: [x], settings: [A=1]}}\ncommand: [s]",
+     r"roles.w.settings: expected a mapping"),
 ])
 def test_bad_roles_are_named_with_the_file(tmp_path: Path, body: str, error: str) -> None:
     recipe = write_recipe(tmp_path)
