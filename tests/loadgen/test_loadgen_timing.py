@@ -52,23 +52,28 @@ def stall_over(stalls: np.ndarray, start: float, end: float) -> float:
     return float(stalls[hit, 1].max()) if hit.any() else 0.0
 
 
-def tpot_excess(m: PointMeasurement, truth: dict[str, Any]) -> np.ndarray:
-    """Per request: |client TPOT - server TPOT| (s) less what the stalls over its first and
-    last stamps, and the unlisted ones, could add to it."""
+def stall_excess(m: PointMeasurement, truth: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, how much its client TTFT and TPOT exceed the server's (s) beyond what the
+    stalls over its first and last stamps, and the unlisted ones, could add to them."""
     listed = m.client_check["stalls"]
     stalls = np.asarray(listed, dtype=np.float64).reshape(-1, 2)
     stalls = np.column_stack([stalls[:, 0] + first_send(m.records), stalls[:, 1] / 1000])
-    excess = []
-    for r in m.records:
-        emitted = truth["emitted"][r.request_id]
-        ends = [(emitted[0], r.chunk_times[0]), (emitted[-1], r.chunk_times[-1])]
+
+    def allowed(emitted: float, stamped: float) -> float:
         # The stamp may wait for a stall that began before the chunk arrived, up to one
         # ticker interval earlier (the ticker was not yet due).
-        late = max(stall_over(stalls, e - DEFAULT_INTERVAL_S, c) for e, c in ends)
+        return stall_over(stalls, emitted - DEFAULT_INTERVAL_S, stamped) + UNLISTED_STALL_S
+
+    ttft, tpot = [], []
+    for r in m.records:
+        emitted = truth["emitted"][r.request_id]
+        first = allowed(emitted[0], r.chunk_times[0])
+        last = allowed(emitted[-1], r.chunk_times[-1])
+        ttft.append((r.chunk_times[0] - emitted[0]) - first)
         gaps = r.output_tokens - 1
         error = abs((r.chunk_times[-1] - r.chunk_times[0]) - (emitted[-1] - emitted[0])) / gaps
-        excess.append(error - (late + UNLISTED_STALL_S) / gaps)
-    return np.asarray(excess)
+        tpot.append(error - max(first, last) / gaps)
+    return np.asarray(ttft), np.asarray(tpot)
 
 
 def server_truth(m: PointMeasurement, timeline: dict[str, Any]) -> dict[str, Any]:
@@ -122,14 +127,16 @@ def test_client_matches_the_server_timeline_under_eagle3(
     s = summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
                   max_concurrency=CONC, num_gpus=4)
     truth = server_truth(m, timeline)
-    excess_ms = tpot_excess(m, truth) * 1000
+    ttft_excess_ms, tpot_excess_ms = (e * 1000 for e in stall_excess(m, truth))
     al = m.server_metrics["acceptance_length"]
     print(f"\nclient vs server at conc {CONC}, EAGLE3 (server AL {al:.3f}):"
           f"\n  TTFT median {s['median_ttft_ms']:.2f} vs {truth['ttft_ms']:.2f} ms"
-          f" (from the server's arrival stamp: {truth['ttft_from_arrival_ms']:.2f} ms)"
+          f" (from the server's arrival stamp: {truth['ttft_from_arrival_ms']:.2f} ms); per"
+          f" request, beyond the stalls over its first stamp: median"
+          f" {np.median(ttft_excess_ms):.3f} ms, max {ttft_excess_ms.max():.3f} ms"
           f"\n  TPOT median {s['median_tpot_ms']:.3f} vs {truth['tpot_ms']:.3f} ms; per request,"
-          f" error beyond the stalls over its ends: median {np.median(excess_ms):.3f} ms,"
-          f" max {excess_ms.max():.3f} ms"
+          f" error beyond the stalls over its ends: median {np.median(tpot_excess_ms):.3f} ms,"
+          f" max {tpot_excess_ms.max():.3f} ms"
           f"\n  per-token ITL median {s['median_itl_per_token_ms']:.3f}"
           f" vs {truth['itl_per_token_ms']:.3f} ms"
           f"\n  chunk ITL median {s['median_itl_ms']:.3f} ms,"
@@ -140,18 +147,17 @@ def test_client_matches_the_server_timeline_under_eagle3(
     assert s["completed"] == m.num_prompts == 2 * CONC
     assert s["token_accounting_ok"] and s["chunk_token_total"] == s["total_output_tokens"]
     assert truth["earliest_delay_ms"] >= 0  # no chunk is stamped before the server sent it
-    # The client's own lag figures decide how much scheduling noise the medians may carry. The
-    # lag is sampled once per wake-up, so a long stall is one sample while the chunks that
-    # arrive during it are many: the tail (p99), not the typical lag, bounds a median stamp
-    # delay.
+    # Requests start and finish together, so one stall (a loaded machine descheduling the
+    # client, or the client working through a burst of 64 chunks) delays the first or last
+    # stamps of half of them at once and moves a median by more than any typical lag. Each
+    # request is allowed the stalls that covered its own stamps; the median request stays
+    # within 1% beyond that. A client that stamps a first or last chunk late for its own
+    # reasons (or on another clock) does not. TPOT is two stamps over n - 1 gaps.
+    assert np.median(ttft_excess_ms) <= 0.01 * truth["ttft_ms"]
+    assert np.median(tpot_excess_ms) <= 0.01 * truth["tpot_ms"]
+    # The lag is sampled once per wake-up, so a long stall is one sample while the chunks that
+    # arrive during it are many: the tail (p99), not the typical lag, bounds a median delay.
     tail_ms = m.client_check["lag_p99_ms"]
-    assert abs(s["median_ttft_ms"] - truth["ttft_ms"]) <= 0.01 * truth["ttft_ms"] + tail_ms
-    # TPOT is a difference of two stamps over the request's n - 1 gaps. Requests finish
-    # together, so one stall can delay the last stamps of half of them and move the median
-    # TPOT by more than any typical lag: each request is allowed the stalls that covered its
-    # own two stamps. The median request stays within 1% beyond that; a client that stamps a
-    # request's first or last chunk late for its own reasons does not.
-    assert np.median(excess_ms) <= 0.01 * truth["tpot_ms"]
     assert (abs(s["median_itl_per_token_ms"] - truth["itl_per_token_ms"])
             <= 0.02 * truth["itl_per_token_ms"] + tail_ms)
     # Chunk ITL (vLLM's) counts one sample per speculative step: it is the per-token ITL times
