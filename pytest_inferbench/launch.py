@@ -302,16 +302,8 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
         role_env = {**env, **_str_dict(path, f"{where}.env", role.get("env", {}))}
         extra, _ = _apply_overlays(path, f"{where}.overlays", role.get("overlays", {}), on,
                                    role_env, files, {})
-        settings = role.get("settings", {})
-        if not isinstance(settings, dict):
-            raise LaunchSpecError(f"{path}: {where}.settings: expected a mapping")
-        # A recipe file configures the whole deployment, whichever pool's settings name it.
-        words = [w for pool in (server.prefill, server.decode) if pool is not None and worker
-                 for w in pool.additional_settings]
-        for word in dict.fromkeys(words):
-            if word in settings:
-                setting = _check_keys(path, f"{where}.settings.{word}", settings[word], ("args",))
-                extra += _str_list(path, f"{where}.settings.{word}.args", setting.get("args", []))
+        extra += _setting_args(path, where, role.get("settings", {}),
+                               server if worker is not None else None)
         words = (_str_list(path, f"{where}.command", role["command"]) if "command" in role
                  else command)
         words = words + _str_list(path, f"{where}.args", role.get("args", [])) + extra
@@ -323,6 +315,22 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
             env=tuple(sorted(role_env.items())),
             srun_args=tuple(_str_list(path, f"{where}.srun-args", role.get("srun-args", [])))))
     return tuple(specs)
+
+
+def _setting_args(path: Path, where: str, settings: object, server: ServerConfig | None
+                  ) -> list[str]:
+    """A worker role's words from the recipe files its server's pools name (none off a pool)."""
+    if not isinstance(settings, dict):
+        raise LaunchSpecError(f"{path}: {where}.settings: expected a mapping")
+    # A recipe file configures the whole deployment, whichever pool's settings name it.
+    pools = (server.prefill, server.decode) if server is not None else ()
+    named = [w for pool in pools if pool is not None for w in pool.additional_settings]
+    words: list[str] = []
+    for word in dict.fromkeys(named):
+        if word in settings:
+            setting = _check_keys(path, f"{where}.settings.{word}", settings[word], ("args",))
+            words += _str_list(path, f"{where}.settings.{word}.args", setting.get("args", []))
+    return words
 
 
 def _fill_tree(value: object, values: dict[str, str]) -> object:
