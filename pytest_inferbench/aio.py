@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -12,9 +11,15 @@ T = TypeVar("T")
 async def cancel_and_wait(task: asyncio.Future[T] | None) -> None:
     """Cancel `task` (None: nothing started) and wait until it has ended, so nothing it holds
     outlives the caller. Its cancellation is the expected end; any other error it ended with
-    is raised here."""
+    is raised here. A cancellation of the caller itself (Ctrl-C under `asyncio.run` cancels the
+    main task) goes on up: swallowing it would let a run carry on after it was interrupted."""
     if task is None:
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await task
+    except asyncio.CancelledError:
+        caller = asyncio.current_task()
+        cancelling = getattr(caller, "cancelling", None)  # Python >= 3.11
+        if cancelling is not None and cancelling():
+            raise
