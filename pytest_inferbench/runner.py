@@ -40,7 +40,7 @@ def write_point_files(results_dir: Path, result: PointRecord) -> list[str]:
     raw_path, agg_path = result_files.point_paths(results_dir / POINTS_DIR,
                                                   result.result_filename)
     raw = result_files.raw_result(result)
-    write_json_atomic(raw_path, raw)
+    write_json_atomic(raw_path, raw, indent=None)  # one line, as benchmark_serving.py writes it
     try:
         agg = result_files.agg_result(raw)
     except ZeroDivisionError:

@@ -35,7 +35,9 @@ def run(pytester: pytest.Pytester, *options: str) -> dict[str, object]:
     points = pytester.path / "inferbench-results" / "points"
     (raw_path,) = [p for p in points.iterdir() if not p.name.startswith(AGG_PREFIX)]
     assert (points / f"{AGG_PREFIX}{raw_path.name}").is_file()
-    raw: dict[str, object] = json.loads(raw_path.read_text())
+    text = raw_path.read_text()
+    assert text.count("\n") == 1 and text.endswith("}\n")  # one line, as benchmark_serving.py
+    raw: dict[str, object] = json.loads(text)
     return raw
 
 
