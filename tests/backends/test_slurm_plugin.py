@@ -78,8 +78,15 @@ class Run:
         return left
 
 
+# pytest as a terminal starts it, with Python's own Ctrl-C handler: a suite launched from a
+# background job of a shell without job control inherits SIGINT ignored, and so would the run.
+PYTEST_WITH_CTRL_C = ("import runpy, signal; "
+                      "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                      "runpy.run_module('pytest', run_name='__main__', alter_sys=True)")
+
+
 def start_run(cwd: Path, *args: str) -> Run:
-    process = subprocess.Popen([sys.executable, "-m", "pytest", *FAST, *args], cwd=cwd,
+    process = subprocess.Popen([sys.executable, "-c", PYTEST_WITH_CTRL_C, *FAST, *args], cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)  # its own process group, as a CI job's
     run = Run(process)
