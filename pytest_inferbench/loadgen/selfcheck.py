@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,7 +45,7 @@ class LoopStats:
     wall_s: float
     # When each wake-up was due (perf_counter): the loop was unresponsive from due_s to
     # due_s + lag_s.
-    due_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    due_s: FloatArray
 
     @property
     def cpu_fraction(self) -> float:
@@ -147,8 +147,6 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
 def _stalls(stats: LoopStats, origin_s: float) -> list[JSONValue]:
     """The lags of at least LAG_FLOOR_S as [start (s from origin), lag (ms)], in time order."""
     lag, due = stats.lag_s, stats.due_s
-    if due.size != lag.size:
-        return []
     stalled = np.flatnonzero(lag >= LAG_FLOOR_S)
     if stalled.size > MAX_STALLS_LISTED:
         stalled = np.sort(stalled[np.argsort(lag[stalled])[-MAX_STALLS_LISTED:]])
