@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import decode_sums
 from .engine import Trace
 from .physics import windowed_sum
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from .engine import Engine
     from .spec_decode import AcceptanceSampler
+    from .state import CounterState
 
     IntArray = npt.NDArray[np.int64]
     FloatArray = npt.NDArray[np.float64]
@@ -205,21 +207,14 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     s0, steps_n = sch.first, sch.last - sch.first + 1
     complete = np.asarray(sch.complete, np.int64) - s0
     plan = plans.steps
-    # Every decode step of every request, request after request: its step and context.
-    starts = np.cumsum(plan) - plan  # each request's first element
-    n_el = int(plan.sum())
-    el = np.arange(n_el, dtype=np.int64)
-    at = el + np.repeat(complete + 1 - starts, plan)
-    firsts, lasts = starts[plan > 0], (starts + plan - 1)[plan > 0]
     if k:
-        pos = el + np.repeat(plans.offsets - starts, plan)  # its draw
-        ctx = plans.context(pos, np.repeat(isl, plan), firsts)
+        drafted = _Drafted(plans, isl, complete, steps_n, q, bs, w)
+        sums = drafted.sums
     else:
-        ctx = el + np.repeat(isl - starts, plan)
-    held = _ceil_div(ctx + q, bs)  # blocks a decode step holds (its context and the q it writes)
+        sums = decode_sums.linear(isl, plan, complete + 1, steps_n, q, bs, w)
     # Blocks held during each step: decode steps, plus prefill holdings from each chunk's
     # step to the step before the next chunk (or the first decode step, or after the finish).
-    during = np.bincount(at, weights=held, minlength=steps_n + 1).astype(np.float64)
+    during = sums.held.copy()
     chunk_at = np.asarray(sch.chunk_steps, np.int64) - s0
     chunk_req = np.asarray(sch.chunk_req, np.int64)
     chunk_blocks = np.asarray(sch.chunk_blocks, np.int64)
@@ -235,7 +230,7 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     if float(during.max()) > engine.num_blocks:
         return None  # the engine would preempt or hold an admission back
     last_held = prev.copy()
-    last_held[plan > 0] = held[lasts]
+    last_held[plan > 0] = sums.last_held
     freed = np.bincount(complete + plan, weights=last_held, minlength=steps_n)[:steps_n]
     visited = np.asarray(sch.visited, np.int64) - s0
     usage_after = during[visited] - freed[visited]
@@ -244,15 +239,12 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     seqs = np.cumsum(np.bincount(complete + 1, minlength=steps_n + 2)
                      - np.bincount(complete + plan + 1, minlength=steps_n + 2))[:steps_n]
     seqs = seqs.astype(np.float64)
-    ctx_sum = np.bincount(at, weights=ctx, minlength=steps_n)[:steps_n].astype(np.float64)
-    win_sum = (np.bincount(at, weights=np.minimum(ctx, w), minlength=steps_n)[:steps_n]
-               .astype(np.float64) if math.isfinite(w) else ctx_sum)
     pre = np.zeros((6, steps_n))
     if sch.prefill:
         cols = np.asarray(list(sch.prefill), np.int64) - s0
         pre[:, cols] = np.asarray(list(sch.prefill.values())).T
     durations = np.asarray(engine.cost.step(
-        decode_seqs=seqs, decode_ctx=ctx_sum, decode_ctx_win=win_sum,
+        decode_seqs=seqs, decode_ctx=sums.ctx, decode_ctx_win=sums.ctx_win,
         prefill_tokens=pre[0], prefill_seqs=pre[1], prefill_ctx=pre[2], prefill_ctx_win=pre[3],
         prefill_pairs=pre[4], prefill_win_pairs=pre[5]), dtype=np.float64)
     if engine.config.jitter > 0:
@@ -264,24 +256,18 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     c.prompt_tokens += int(isl.sum())
     c.generation_tokens += int(osl.sum())
     c.requests_finished += len(isl)
-    acc = plans.accepted[pos] if k else el  # accepted drafts per step
     if k:
-        c.drafts += len(acc)
-        c.accepted += int(acc.sum())
-        c.histogram += np.bincount(acc, minlength=k + 1)
+        drafted.count(c)
     c.note_usage(int(usage_after.max()), engine.num_blocks, sch.waiting_peak)
     engine.adopt_random_streams(sampler, jitter_rng)
     engine.steps_done += steps_n
 
-    # Each trace: its steps (views of one range) and tokens (views of one array holding, per
-    # request, 1 for the prefill's token then each decode step's).
-    tokens = np.ones(len(isl) + n_el, np.int64)
-    first_token = starts + np.arange(len(isl))
-    if k and n_el:
-        # A step emits its accepted drafts and one token; the last emits what is still owed.
-        emitted = acc + 1
-        emitted[lasts] = (osl - 1 + isl)[plan > 0] - ctx[lasts]  # owed: osl - 1 - (ctx - isl)
-        tokens[el + np.repeat(np.arange(1, len(isl) + 1), plan)] = emitted
+    # Each trace: its steps (views of one range) and tokens (views of one array: with drafts,
+    # per request 1 for the prefill's token then each decode step's; without, all ones).
+    if k:
+        tokens, first_token = drafted.tokens(osl), drafted.starts + np.arange(len(isl))
+    else:
+        tokens, first_token = _ones(int(plan.max()) + 1), np.zeros(len(isl), np.int64)
     all_steps = np.arange(s0, s0 + steps_n + 1, dtype=np.int64)
     out: list[tuple[int, int, Trace]] = []
     for r in sch.finish_order:
@@ -326,8 +312,53 @@ class _DecodePlans:
         return ctx
 
 
-def _ceil_div(a: IntArray, b: int) -> IntArray:
-    if b & (b - 1) == 0:  # a power of two: a shift, several times faster than a division
-        out: IntArray = (a + (b - 1)) >> (b.bit_length() - 1)
-        return out
-    return -(-a // b)
+class _Drafted:
+    """The per-step sums with speculative decoding, over every (request, decode step)
+    element: each step moves a context by its drawn accepted drafts plus one."""
+
+    def __init__(self, plans: _DecodePlans, isl: IntArray, complete: IntArray, steps_n: int,
+                 q: int, bs: int, w: float) -> None:
+        plan = self.plan = plans.steps
+        self.plans = plans
+        self.starts = np.cumsum(plan) - plan  # each request's first element
+        n_el = int(plan.sum())
+        self.el = el = np.arange(n_el, dtype=np.int64)
+        at = el + np.repeat(complete + 1 - self.starts, plan)
+        firsts = self.starts[plan > 0]
+        self.lasts = (self.starts + plan - 1)[plan > 0]
+        self.pos = el + np.repeat(plans.offsets - self.starts, plan)  # its draw
+        self.ctx = ctx = plans.context(self.pos, np.repeat(isl, plan), firsts)
+        self.isl = isl
+        held = decode_sums.ceil_div(ctx + q, bs)  # its context and the q tokens it writes
+        ctx_sum = np.bincount(at, weights=ctx, minlength=steps_n)[:steps_n].astype(np.float64)
+        win_sum = (np.bincount(at, weights=np.minimum(ctx, w), minlength=steps_n)[:steps_n]
+                   .astype(np.float64) if math.isfinite(w) else ctx_sum)
+        self.sums = decode_sums.DecodeSums(
+            np.bincount(at, weights=held, minlength=steps_n + 1).astype(np.float64),
+            ctx_sum, win_sum, held[self.lasts])
+        self.accepted = plans.accepted[self.pos]  # accepted drafts per step
+
+    def count(self, c: CounterState) -> None:
+        """The engine's draft counters for these steps."""
+        c.drafts += len(self.accepted)
+        c.accepted += int(self.accepted.sum())
+        c.histogram += np.bincount(self.accepted, minlength=c.k + 1)
+
+    def tokens(self, osl: IntArray) -> IntArray:
+        """Per request, 1 for the prefill's token then what each decode step emits: its
+        accepted drafts and one token; the last emits what is still owed."""
+        plan, isl = self.plan, self.isl
+        tokens = np.ones(len(isl) + len(self.el), np.int64)
+        if len(self.el):
+            emitted = self.accepted + 1
+            # owed: osl - 1 - (ctx - isl)
+            emitted[self.lasts] = (osl - 1 + isl)[plan > 0] - self.ctx[self.lasts]
+            tokens[self.el + np.repeat(np.arange(1, len(isl) + 1), plan)] = emitted
+        return tokens
+
+
+def _ones(n: int) -> IntArray:
+    """One token per step for every trace (views of one read-only array)."""
+    ones = np.ones(n, np.int64)
+    ones.flags.writeable = False
+    return ones

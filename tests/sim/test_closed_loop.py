@@ -30,6 +30,9 @@ CASES = {
     "plain": (M3, 1024, 256, 16),
     "eagle3": (replace(M3, spec=EAGLE), 1024, 256, 16),
     "sliding-window": (GPTOSS, 1024, 256, 16),
+    # Blocks held grow by a staircase: a block size that is no power of two, and pages of one.
+    "odd-block-size": (replace(M3, block_size=7), 1000, 200, 16),
+    "page-size-one": (replace(GPTOSS, block_size=1), 700, 150, 8),
     "chunked-prefill": (replace(M3, max_num_batched_tokens=2048), 6000, 64, 8),
     "queue-behind-max-num-seqs": (replace(M3, max_num_seqs=5), 512, 128, 12),
     "one-token-replies": (M3, 300, 1, 8),

@@ -1,0 +1,88 @@
+"""Per-step sums over a closed loop's decoding sequences, from per-request ranges.
+
+A planned load (`closed_loop.py`) prices every step from what its decoding sequences add up
+to: their contexts, their contexts capped at the attention window and the KV blocks they hold.
+With speculative decoding each step moves a sequence's context by a drawn amount, so the sums
+are taken over every (request, decode step) element. Without it a sequence's context grows by
+exactly one token per step, so each request contributes an arithmetic ramp over its range of
+steps, and a ramp's sum over any set of requests is a difference array plus `step x count`:
+the sums cost O(requests + steps) instead of O(tokens). Blocks held are a staircase (one more
+block every `block_size` steps), added as one event per block boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    IntArray = npt.NDArray[np.int64]
+    FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class DecodeSums:
+    """What the decoding sequences add up to in each of a load's steps."""
+
+    held: FloatArray  # KV blocks held (context and the tokens written), steps + 1 entries
+    ctx: FloatArray  # contexts, one entry per step
+    ctx_win: FloatArray  # contexts capped at the attention window (`ctx` when there is none)
+    last_held: IntArray  # per request with decode steps: blocks held in its last one
+
+
+def ceil_div(a: IntArray, b: int) -> IntArray:
+    if b & (b - 1) == 0:  # a power of two: a shift, several times faster than a division
+        out: IntArray = (a + (b - 1)) >> (b.bit_length() - 1)
+        return out
+    return -(-a // b)
+
+
+def _ranged(at: IntArray, until: IntArray, values: IntArray | FloatArray | None, n: int
+            ) -> FloatArray:
+    """Per step, the sum of values[r] over the requests whose range [at, until) holds it."""
+    diff = (np.bincount(at, weights=values, minlength=n + 1)
+            - np.bincount(until, weights=values, minlength=n + 1))
+    out: FloatArray = np.cumsum(diff[:n], dtype=np.float64)
+    return out
+
+
+def linear(isl: IntArray, plan: IntArray, first_decode: IntArray, steps_n: int, q: int,
+           block_size: int, window: float) -> DecodeSums:
+    """The sums without speculative decoding (`q` = 1 token per step): request r decodes in
+    steps first_decode[r] .. first_decode[r] + plan[r] - 1 with context isl[r] + j in its
+    j-th decode step. Integer sums, so they equal the element-wise sums exactly."""
+    keep = plan > 0
+    isl, plan, a = isl[keep], plan[keep], first_decode[keep]
+    b = a + plan
+    n = steps_n
+    steps = np.arange(n, dtype=np.float64)
+    base = (isl - a).astype(np.float64)  # context at step s is base + s
+    ctx = _ranged(a, b, base, n) + steps * _ranged(a, b, None, n)
+    if math.isfinite(window):
+        # The context reaches the window at step `cap` and stays capped from there on.
+        cap = a + np.clip(np.ceil(window - isl).astype(np.int64), 0, plan)
+        ctx_win = (_ranged(a, cap, base, n) + steps * _ranged(a, cap, None, n)
+                   + window * _ranged(cap, b, None, n))
+    else:
+        ctx_win = ctx
+    # Blocks for context + q: h0 in the first decode step, one more at each j >= 1 where
+    # x + j - 1 is a multiple of the block size (x = isl + q).
+    x = isl + q
+    h0 = ceil_div(x, block_size)
+    last = ceil_div(x + plan - 1, block_size)
+    j1 = (1 - x) % block_size
+    j1[j1 == 0] = block_size
+    count = np.maximum(-(-(plan - j1) // block_size), 0)
+    total = int(count.sum())
+    offsets = np.cumsum(count) - count
+    nth = np.arange(total, dtype=np.int64) - np.repeat(offsets, count)
+    events = np.repeat(a + j1, count) + nth * block_size
+    diff = (np.bincount(a, weights=h0, minlength=n + 2) + np.bincount(events, minlength=n + 2)
+            - np.bincount(b, weights=last, minlength=n + 2))
+    held: FloatArray = np.cumsum(diff[:n + 1], dtype=np.float64)
+    return DecodeSums(held, ctx, ctx_win, last)
