@@ -87,6 +87,12 @@ class RequestRecord:
     step_ends: FloatArray | None = None
     first_step: int = -1
 
+    def tokens_per_chunk(self) -> IntArray:
+        """`chunk_tokens`, or one token per chunk where the record keeps no counts."""
+        if len(self.chunk_tokens) == len(self.chunk_times):
+            return self.chunk_tokens
+        return np.ones(len(self.chunk_times), np.int64)
+
 
 def first_send(records: Sequence[RequestRecord]) -> float:
     """The origin of a point's relative times (per-request lines, the client's stalls)."""
@@ -219,47 +225,64 @@ class _Flat:
     output_tokens: IntArray
     input_tokens: IntArray
     chunk_count: IntArray
-    times: FloatArray
-    tokens: IntArray
+    first: FloatArray  # per request: its first chunk's time
+    last: FloatArray  # per request: its last chunk's time
+    times: FloatArray | None  # every chunk's time; None when ITLs are counted per step
+    tokens: IntArray | None  # every chunk's tokens; None when every chunk carried one
 
     @classmethod
-    def of(cls, ok: Sequence[RequestRecord]) -> _Flat:
+    def of(cls, ok: Sequence[RequestRecord], step_ends: FloatArray | None,
+           firsts: IntArray | None) -> _Flat:
+        """`step_ends` and `firsts` (`_shared_steps`): chunk times are read off the steps
+        instead of concatenated."""
         n = len(ok)
         counts = np.fromiter((len(r.chunk_times) for r in ok), np.int64, n)
-        tokens = [
-            r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times)
-            else np.ones(len(r.chunk_times), np.int64)
-            for r in ok
-        ]
+        times: FloatArray | None = None
+        if step_ends is not None and firsts is not None:
+            first, last = step_ends[firsts], step_ends[firsts + counts - 1]
+        else:
+            times = (np.concatenate([r.chunk_times for r in ok]).astype(np.float64, copy=False)
+                     if n else _empty_float())
+            ends = np.cumsum(counts)
+            first, last = times[ends - counts], times[ends - 1]
+        tokens = None
+        if any(len(r.chunk_tokens) for r in ok):
+            tokens = np.concatenate([r.tokens_per_chunk() for r in ok]).astype(np.int64,
+                                                                              copy=False)
         return cls(
             send=np.fromiter((r.send_time for r in ok), np.float64, n),
             output_tokens=np.fromiter((r.output_tokens for r in ok), np.int64, n),
             input_tokens=np.fromiter((r.input_tokens for r in ok), np.int64, n),
-            chunk_count=counts,
-            times=np.concatenate([r.chunk_times for r in ok]).astype(np.float64, copy=False)
-            if n else _empty_float(),
-            tokens=np.concatenate(tokens).astype(np.int64, copy=False) if n else _empty_int(),
-        )
+            chunk_count=counts, first=first, last=last, times=times, tokens=tokens)
+
+    def token_sums(self) -> IntArray:
+        """Tokens per request, summed over its chunks (the client's cross-check)."""
+        if self.tokens is None:
+            return self.chunk_count
+        starts = np.cumsum(self.chunk_count) - self.chunk_count
+        sums: IntArray = (np.add.reduceat(self.tokens, starts) if self.tokens.size
+                          else _empty_int())
+        return sums
 
 
-def _latencies(flat: _Flat, with_gaps: bool = True) -> tuple[dict[str, FloatArray], IntArray]:
-    """Per-request TTFT/E2EL/TPOT and (`with_gaps`) the chunk and per-token ITL samples, in
-    seconds."""
-    ends = np.cumsum(flat.chunk_count)
-    starts = ends - flat.chunk_count
-    ttft = flat.times[starts] - flat.send if flat.send.size else _empty_float()
-    e2el = flat.times[ends - 1] - flat.send if flat.send.size else _empty_float()
+def _latencies(flat: _Flat) -> tuple[dict[str, FloatArray], IntArray]:
+    """Per-request TTFT/E2EL/TPOT and (when the chunk times are kept) the chunk and per-token
+    ITL samples, in seconds."""
+    ttft = flat.first - flat.send
+    e2el = flat.last - flat.send
     multi = flat.output_tokens > 1
     tpot = (e2el[multi] - ttft[multi]) / (flat.output_tokens[multi] - 1)
     tpot_for_goodput = np.zeros_like(ttft)
     tpot_for_goodput[multi] = tpot
 
-    if with_gaps and flat.times.size > 1:
+    if flat.times is not None and flat.times.size > 1:
+        starts = np.cumsum(flat.chunk_count) - flat.chunk_count
         gaps = np.diff(flat.times)
         within = np.ones(gaps.size, dtype=bool)
         within[starts[1:] - 1] = False  # the step from one request's last chunk to the next's first
         gaps = gaps[within]
-        gap_tokens = flat.tokens[1:][within]
+        gap_tokens = (flat.tokens[1:][within] if flat.tokens is not None
+                      else np.ones(gaps.size, np.int64))
     else:
         gaps, gap_tokens = _empty_float(), _empty_int()
     # A chunk without tokens cannot split its gap over anything; its weight 0 drops it.
@@ -292,7 +315,7 @@ def _itl_by_step(flat: _Flat, ends: FloatArray, firsts: IntArray, percentiles: S
     per_step = np.cumsum(np.bincount(firsts + 1, minlength=n + 1)
                          - np.bincount(firsts + flat.chunk_count, minlength=n + 1))[1:n]
     out = _weighted_stats(gap, per_step, "itl", percentiles)
-    if not flat.tokens.size or int(flat.tokens.max()) == 1:
+    if flat.tokens is None or not flat.tokens.size or int(flat.tokens.max()) == 1:
         out.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
                     for key, value in out.items()})
         return out
@@ -370,15 +393,15 @@ def summarize(
             r.send_time, r.end_time, r.input_tokens, r.output_tokens, False, error=NO_CHUNK_ERROR)
         for r in records if not (r.success and len(r.chunk_times))
     ]
-    flat = _Flat.of(ok)
     step_ends = _shared_steps(ok)
-    lat, itl_weights = _latencies(flat, with_gaps=step_ends is None)
+    firsts = (np.fromiter((r.first_step for r in ok), np.int64, len(ok))
+              if step_ends is not None else None)
+    flat = _Flat.of(ok, step_ends, firsts)
+    lat, itl_weights = _latencies(flat)
 
     total_in = int(flat.input_tokens.sum())
     total_out = int(flat.output_tokens.sum())
-    chunk_starts = np.cumsum(flat.chunk_count) - flat.chunk_count
-    chunk_token_sums = (
-        np.add.reduceat(flat.tokens, chunk_starts) if flat.tokens.size else _empty_int())
+    chunk_token_sums = flat.token_sums()
     mismatched = int(np.count_nonzero(chunk_token_sums != flat.output_tokens))
     total_chunks = int(flat.chunk_count.sum())
 
@@ -399,8 +422,7 @@ def summarize(
     for metric in LATENCY_METRICS:
         if step_ends is None or metric != "itl":
             summary.update(_stats(lat[metric], metric, percentiles))
-    if step_ends is not None:
-        firsts = np.fromiter((r.first_step for r in ok), np.int64, len(ok))
+    if step_ends is not None and firsts is not None:
         summary.update(_itl_by_step(flat, step_ends, firsts, percentiles))
     elif itl_weights.size and bool(np.all(itl_weights == 1)):
         # One token per chunk: per-token ITL is the chunk ITL, already computed (no 2nd sort).
@@ -412,9 +434,9 @@ def summarize(
     summary.update({
         "total_chunks": total_chunks,
         "mean_tokens_per_chunk": (
-            float(flat.tokens.sum()) / total_chunks if total_chunks else 0.0),
+            float(chunk_token_sums.sum()) / total_chunks if total_chunks else 0.0),
         "errors": group_errors(failed_records),
-        "chunk_token_total": int(flat.tokens.sum()),
+        "chunk_token_total": int(chunk_token_sums.sum()),
         "token_mismatch_requests": mismatched,
         "token_accounting_ok": mismatched == 0,
         "achieved_concurrency": _rate(float(lat["e2el"].sum()), duration_s),

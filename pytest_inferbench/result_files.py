@@ -151,7 +151,7 @@ def request_lines(records: Sequence[RequestRecord],
             "ttft_ms": (chunks[0] - r.send_time) * 1000 if chunks else None,
             "itl_ms": [(b - a) * 1000 for a, b in itertools.pairwise(chunks)],
             # An empty chunk_tokens means one token per chunk (`RequestRecord`): written out.
-            "chunk_tokens": [int(n) for n in r.chunk_tokens] or [1] * len(chunks),
+            "chunk_tokens": r.tokens_per_chunk().tolist(),
             "e2el_ms": (r.end_time - r.send_time) * 1000,
         })
     return lines

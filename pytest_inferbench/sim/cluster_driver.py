@@ -15,7 +15,7 @@ import numpy as np
 
 from ..metrics import RequestRecord
 from .cluster import ClientTrace, Cluster
-from .driver import SimulatedPoint, counter_deltas
+from .driver import SimulatedPoint, counter_deltas, record_tokens
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -83,11 +83,13 @@ def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
                      first_id=0)
     records: list[RequestRecord | None] = [None] * len(requests)
     queue_s = np.zeros(len(requests))
+    drafting = any(inst.engine.k for inst in cluster.instances)
     for i, t_send, trace in done:
+        output_tokens, tokens = record_tokens(trace.tokens, drafting)
         records[i] = RequestRecord(
             send_time=t_send - t0, end_time=float(trace.times[-1]) - t0,
-            input_tokens=requests[i].input_tokens, output_tokens=int(trace.tokens.sum()),
-            success=True, chunk_times=trace.times - t0, chunk_tokens=trace.tokens,
+            input_tokens=requests[i].input_tokens, output_tokens=output_tokens,
+            success=True, chunk_times=trace.times - t0, chunk_tokens=tokens,
             scheduled_time=float(arrivals[i]) if open_loop else None)
         queue_s[i] = max(trace.first_scheduled_s - t_send, 0.0)
     after = {role: cluster.counters(role) for role in cluster.roles}

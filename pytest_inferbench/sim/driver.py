@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .state import EngineCounters
 
 MAX_STRETCH = 1 << 20
+ONE_PER_CHUNK = np.zeros(0, np.int64)  # a record's empty chunk_tokens: one token per chunk
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
     after = engine.counters()
     records: list[RequestRecord | None] = [None] * len(isl)
     queue_s = np.zeros(len(isl))
+    drafting = engine.k > 0
     for i, t_send, trace in done:
         steps = trace.steps
         first = int(steps[0])
@@ -188,10 +190,10 @@ def simulate_point(config: EngineConfig, workload: Workload,
             times = clock.ends[first:first + len(steps)]  # the metrics count ITLs per step
         else:
             times, first = clock.ends[steps], -1
+        output_tokens, tokens = record_tokens(trace.tokens, drafting)
         records[i] = RequestRecord(
             send_time=t_send, end_time=float(times[-1]), input_tokens=int(isl[i]),
-            output_tokens=int(trace.tokens.sum()), success=True, chunk_times=times,
-            chunk_tokens=trace.tokens,
+            output_tokens=output_tokens, success=True, chunk_times=times, chunk_tokens=tokens,
             scheduled_time=float(arrivals[i]) if open_loop else None,
             step_ends=clock.ends, first_step=first)
         sched = trace.first_scheduled_step
@@ -200,6 +202,16 @@ def simulate_point(config: EngineConfig, workload: Workload,
     metrics["mean_queue_time_ms"] = float(np.maximum(queue_s, 0).mean() * 1e3) if len(isl) else 0.0
     metrics["max_queue_time_ms"] = float(np.maximum(queue_s, 0).max() * 1e3) if len(isl) else 0.0
     return SimulatedPoint([r for r in records if r is not None], clock.now, metrics)
+
+
+def record_tokens(tokens: npt.NDArray[np.int64], drafting: bool
+                  ) -> tuple[int, npt.NDArray[np.int64]]:
+    """A record's output tokens and chunk tokens from its trace's tokens per chunk. Without
+    drafts every chunk carries one token and the record keeps no per-chunk counts (an empty
+    `chunk_tokens` says so), which spares the metrics a pass over every token."""
+    if drafting:
+        return int(tokens.sum()), tokens
+    return len(tokens), ONE_PER_CHUNK
 
 
 def counter_deltas(before: EngineCounters, after: EngineCounters) -> dict[str, float]:

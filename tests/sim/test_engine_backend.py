@@ -57,7 +57,7 @@ def test_default_backend_runs_points_and_says_they_are_simulated() -> None:
         assert len(m.records) == 3 * conc
         assert any("simulated prediction" in note for note in m.notes)
         for r in m.records:
-            assert r.success and r.output_tokens == int(r.chunk_tokens.sum())
+            assert r.success and r.output_tokens == int(r.tokens_per_chunk().sum())
             assert 819 <= r.output_tokens <= 1024 and 819 <= r.input_tokens <= 1024
             assert r.send_time <= r.chunk_times[0] and r.chunk_times[-1] == r.end_time
             assert np.all(np.diff(r.chunk_times) > 0)
