@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def _value(point: Row, key: str) -> float | None:
     value = point.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -51,22 +54,32 @@ def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
         for p in group:
             by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
         for ax, (x_key, x_label) in zip(axes, panels, strict=True):
-            for node, rows in sorted(by_node.items()):
+            for index, (node, rows) in enumerate(sorted(by_node.items())):
                 rows = sorted(rows, key=lambda r: int(_value(r, "conc") or 0))
                 xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), load_label(r)) for r in rows]
                 xy = [(x, y, c) for x, y, c in xy if x is not None and y is not None]
                 if not xy:
                     continue
-                ax.plot([x for x, _, _ in xy], [y for _, y, _ in xy], marker="o", label=node)
+                # A node keeps its color and line style in both panels (one shared legend).
+                ax.plot([x for x, _, _ in xy], [y for _, y, _ in xy], marker="o", label=node,
+                        color=f"C{index % 10}", linestyle=LINE_STYLES[index // 10 % 4])
                 for x, y, label in xy:
                     ax.annotate(
                         label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
-                    )
+                    ).set_in_layout(False)
             ax.set_xlabel(x_label)
             ax.set_ylabel("Throughput per GPU (tok/s/GPU)")
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8, title="server node (labels: concurrency @request rate)",
-                      title_fontsize=8)
+        # Both panels draw the same nodes: one legend below them. (A legend per panel placed
+        # at "best" searched every point of every curve: most of a matrix plot's time.)
+        legend = {label: handle for ax in axes
+                  for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+        labels = sorted(legend)
+        handles = [legend[label] for label in labels]
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", fontsize=8,
+                       ncols=min(3, len(handles)), title_fontsize=8,
+                       title="server node (labels: concurrency @request rate)")
         simulated = any(p.get("simulated") is True for p in group)
         not_timed = any(p.get("timings_meaningful") is False for p in group)
         fig.suptitle(
