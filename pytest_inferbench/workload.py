@@ -22,6 +22,7 @@ InferenceX semantics (vLLM `benchmark_serving`, random dataset):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,7 +34,11 @@ from .datasets import RANDOM, DatasetError, DatasetSpec, text_prompts
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import numpy.typing as npt
+
     from .record import JSONValue
+
+    IntArray = npt.NDArray[np.int64]
 
 WARMUP_MODES = ("same", "distinct")
 DEFAULT_RANGE_RATIO = 0.8  # InferenceX's RANDOM_RANGE_RATIO
@@ -82,6 +87,14 @@ class PlannedRequest:
     follows: int | None = None
 
 
+def _length_arrays(requests: tuple[PlannedRequest, ...]) -> tuple[IntArray, IntArray]:
+    arrays = (np.fromiter((r.input_tokens for r in requests), np.int64, len(requests)),
+              np.fromiter((r.output_tokens for r in requests), np.int64, len(requests)))
+    for array in arrays:
+        array.flags.writeable = False  # shared by every reader of a cached workload
+    return arrays
+
+
 @dataclass(frozen=True)
 class Workload:
     requests: tuple[PlannedRequest, ...]  # the measured requests, in send order
@@ -104,6 +117,15 @@ class Workload:
             head[r.text_key] = start
             chains.setdefault(start, []).append(i)
         return list(chains.values())
+
+    @functools.cached_property
+    def length_arrays(self) -> tuple[IntArray, IntArray]:
+        """Input and output lengths of the measured requests (read-only arrays)."""
+        return _length_arrays(self.requests)
+
+    @functools.cached_property
+    def warmup_length_arrays(self) -> tuple[IntArray, IntArray]:
+        return _length_arrays(self.warmup)
 
     @property
     def input_lens(self) -> list[int]:
@@ -148,6 +170,21 @@ def build_workload(isl: int, osl: int, conc: int, load: LoadSettings, *,
     what the template adds to a prompt; the drawn lengths include it. `count_tokens` counts a
     text dataset's prompts (the caller's tokenizer)."""
     template_tokens = template_tokens if chat_template else 0
+    if load.dataset.kind in ("sharegpt", "jsonl"):
+        return _build(isl, osl, conc, load, chat_template, template_tokens, count_tokens)
+    return _drawn(isl, osl, conc, load, chat_template, template_tokens)
+
+
+# Drawn lengths depend on nothing but the arguments, and a matrix asks for the same
+# (ISL, OSL, concurrency) on every server node: the immutable workload is drawn once.
+@functools.lru_cache(maxsize=32)
+def _drawn(isl: int, osl: int, conc: int, load: LoadSettings, chat_template: bool,
+           template_tokens: int) -> Workload:
+    return _build(isl, osl, conc, load, chat_template, template_tokens, None)
+
+
+def _build(isl: int, osl: int, conc: int, load: LoadSettings, chat_template: bool,
+           template_tokens: int, count_tokens: Callable[[str], int] | None) -> Workload:
     num = load.prompts_per_conc * conc
     num_warmup = load.warmup_per_conc * conc
     text_dataset = load.dataset.kind in ("sharegpt", "jsonl")

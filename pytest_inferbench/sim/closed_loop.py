@@ -86,12 +86,19 @@ class _Schedule:
         q, bs, w = engine.k + 1, engine.block_size, engine.window
         budget_max, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
         isl_l, plan = isl.tolist(), self.plan
+        # Bound methods and lists in locals: this loop runs once per event of every request.
+        complete, scheduled, arrival, sent_after = (self.complete, self.scheduled,
+                                                    self.arrival, self.sent_after)
+        chunk_steps, chunk_req, chunk_blocks = (self.chunk_steps.append, self.chunk_req.append,
+                                                self.chunk_blocks.append)
+        visited, finish_order, prefill = self.visited.append, self.finish_order.append, self.prefill
+        heappush, heappop = heapq.heappush, heapq.heappop
         pending = deque(range(len(isl_l)))
         waiting: deque[int] = deque()
         for _ in range(min(concurrency, len(isl_l))):  # an idle engine takes them at once
             r = pending.popleft()
             waiting.append(r)
-            self.arrival[r] = self.first
+            arrival[r] = self.first
         running = 0  # requests admitted and not finished
         prefilling: list[int] = []
         prefilled: dict[int, int] = {}
@@ -100,6 +107,7 @@ class _Schedule:
         finishes: list[tuple[int, int]] = []
         decoding = 0
         transit: list[int] = []
+        waiting_peak = 0
         s = self.first
         while waiting or running or transit:
             budget = budget_max - decoding * q
@@ -115,7 +123,7 @@ class _Schedule:
                 running += 1
                 prefilling.append(r)
                 prefilled[r] = 0
-                self.scheduled[r] = s
+                scheduled[r] = s
                 c = min(isl_l[r], budget)
                 chunks.append((r, c))
                 budget -= c
@@ -126,63 +134,72 @@ class _Schedule:
             if chunks:
                 p_tok = p_seqs = p_ctx = p_win = pairs = win_pairs = 0.0
                 for r, c in chunks:
-                    c0 = float(prefilled[r])
+                    c0 = prefilled[r]
                     c1 = c0 + c
                     p_tok += c
-                    p_seqs += 1.0 if prefilled[r] + c == isl_l[r] else 0.0
                     p_ctx += c1
-                    p_win += min(c1, w)
-                    a, b = windowed_sum(c0, c1, w)
-                    pairs += a
-                    win_pairs += b
-                self.prefill[s] = (p_tok, p_seqs, p_ctx, p_win, pairs, win_pairs)
-                for r, c in chunks:
-                    prefilled[r] += c
-                    self.chunk_steps.append(s)
-                    self.chunk_req.append(r)
-                    self.chunk_blocks.append(-(-prefilled[r] // bs))
-                    if prefilled[r] < isl_l[r]:
+                    if c1 <= w:  # all of the chunk's attention is within the window
+                        full = (c1 * (c1 + 1) - c0 * (c0 + 1)) / 2.0
+                        pairs += full
+                        win_pairs += full
+                        p_win += c1
+                    else:
+                        a, b = windowed_sum(float(c0), float(c1), w)
+                        pairs += a
+                        win_pairs += b
+                        p_win += w
+                    prefilled[r] = c1
+                    chunk_steps(s)
+                    chunk_req(r)
+                    chunk_blocks(-(-c1 // bs))
+                    if c1 < isl_l[r]:
                         continue
+                    p_seqs += 1.0
                     prefilling.remove(r)
-                    self.complete[r] = s
+                    complete[r] = s
                     steps = plan[r]
                     if steps:
-                        heapq.heappush(finishes, (s + steps, r))
+                        heappush(finishes, (s + steps, r))
                         started += 1
                     else:
                         done_now.append(r)
+                prefill[s] = (p_tok, p_seqs, p_ctx, p_win, pairs, win_pairs)
             while finishes and finishes[0][0] == s:
-                done_now.append(heapq.heappop(finishes)[1])
+                done_now.append(heappop(finishes)[1])
                 decoding -= 1
-            done_now.sort()
+            if len(done_now) > 1:
+                done_now.sort()
             running -= len(done_now)
             decoding += started
-            self.visited.append(s)
-            self.waiting_peak = max(self.waiting_peak, len(waiting))
+            visited(s)
+            if len(waiting) > waiting_peak:
+                waiting_peak = len(waiting)
             # The driver: requests sent after the last step reach the engine now; this
             # step's finishes free client slots, whose requests are in transit for one step
             # when the engine still has work.
-            for r in transit:
-                waiting.append(r)
-                self.arrival[r] = s + 1
-            transit = []
+            if transit:
+                for r in transit:
+                    waiting.append(r)
+                    arrival[r] = s + 1
+                transit = []
             busy = bool(waiting or running)
             for r in done_now:
-                self.finish_order.append(r)
+                finish_order(r)
                 if pending:
                     nxt = pending.popleft()
-                    self.sent_after[nxt] = s
+                    sent_after[nxt] = s
                     if busy:
                         transit.append(nxt)
                     else:
                         waiting.append(nxt)
-                        self.arrival[nxt] = s + 1
+                        arrival[nxt] = s + 1
             admissible = (waiting and running < max_seqs
                           and budget_max - running * q > 0)
             if transit or prefilling or admissible or not finishes:
                 s += 1
             else:  # a stretch of identical decode steps up to the next finish
                 s = finishes[0][0]
+        self.waiting_peak = waiting_peak
         self.last = s - 1
 
 

@@ -24,12 +24,11 @@ from .engine import Engine
 from .stretch import advance
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
 
     import numpy.typing as npt
 
     from ..record import JSONValue
-    from ..workload import PlannedRequest, Workload
+    from ..workload import Workload
     from .config import EngineConfig
     from .engine import Trace
     from .state import EngineCounters
@@ -66,12 +65,6 @@ class _Timeline:
         self.ends[self.n:self.n + k] = ends
         self.n += k
         self.now = float(ends[-1])
-
-
-def _lengths(requests: Sequence[PlannedRequest]
-             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    return (np.fromiter((r.input_tokens for r in requests), np.int64, len(requests)),
-            np.fromiter((r.output_tokens for r in requests), np.int64, len(requests)))
 
 
 def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
@@ -158,11 +151,11 @@ def simulate_point(config: EngineConfig, workload: Workload,
     engine = engine or Engine(config, keep_traces=True)
     engine.keep_traces = True
     engine.report_emitted = False  # the traces say it all
-    isl, osl = _lengths(workload.requests)
+    isl, osl = workload.length_arrays
     concurrency = workload.concurrency
     warm = _Timeline()
     if workload.warmup:
-        warm_isl, warm_osl = _lengths(workload.warmup)
+        warm_isl, warm_osl = workload.warmup_length_arrays
         warm.n = engine.steps_done
         warm.ends = np.zeros(engine.steps_done + 4096)
         _run_load(engine, warm, warm_isl, warm_osl, np.zeros(len(warm_isl)), concurrency,
