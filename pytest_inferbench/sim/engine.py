@@ -278,14 +278,16 @@ class Engine:
         budget = self.config.max_num_batched_tokens
         run = self.run_array()
         dec = run[st.decoding[run]] if len(run) else run
-        if len(dec) * q <= budget:
-            need = -(-(st.ctx[dec] + q) // self.block_size) - st.blocks[dec]
-            need = np.maximum(need, 0)
-            total = int(need.sum())
-            if total <= self.free_blocks:  # the common case: everyone fits
-                self.free_blocks -= total
-                st.blocks[dec] += need
-                return dec, budget - len(dec) * q
+        # More decoders than the token budget holds: the first ones in admission order decode,
+        # the rest wait for a later step (the loop below does the same, one slot at a time).
+        head = dec if len(dec) * q <= budget else dec[:budget // q]
+        need = -(-(st.ctx[head] + q) // self.block_size) - st.blocks[head]
+        need = np.maximum(need, 0)
+        total = int(need.sum())
+        if total <= self.free_blocks:  # the common case: every decoder's blocks fit
+            self.free_blocks -= total
+            st.blocks[head] += need
+            return head, budget - len(head) * q
         decode: list[int] = []
         for slot in dec.tolist():
             if st.rid[slot] < 0 or budget < q:

@@ -82,9 +82,17 @@ def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> St
         return None
     idx = engine.run_array()
     q = engine.k + 1
-    if not st.decoding[idx].all() or len(idx) * q > engine.config.max_num_batched_tokens:
+    if not st.decoding[idx].all():
         return None
-    if engine.can_admit():
+    budget = engine.config.max_num_batched_tokens
+    if len(idx) * q > budget:
+        # Only the first budget // q decode (`Engine._schedule_decode`); the rest wait. The
+        # budget left over could admit a waiting request, so the batch is fixed only when none
+        # can come in.
+        if engine.waiting and len(engine.running) < engine.config.max_num_seqs:
+            return None
+        idx = idx[:budget // q]
+    elif engine.can_admit():
         return None
     p0 = st.p[idx]
     n = min(int((st.plan_steps[idx] - p0).min()), max_steps)

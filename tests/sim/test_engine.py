@@ -13,7 +13,7 @@ from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
 from pytest_inferbench.sim.engine import Engine, RequestRejectedError
 from pytest_inferbench.sim.physics import ACTIVATION_BUFFERS, EngineConfigError, shard_model
-from pytest_inferbench.sim.stretch import advance
+from pytest_inferbench.sim.stretch import advance, plan
 
 BASE = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="atom", tp=4,
                     max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
@@ -85,6 +85,36 @@ def test_fast_path_equals_step_by_step(spec: SpecConfig | None) -> None:
     assert fast == slow
     assert t_fast == pytest.approx(t_slow, rel=1e-9)
     assert fast_engine.counters().preemptions > 0  # the small cache made it preempt
+
+
+@pytest.mark.parametrize("spec", [None, EAGLE], ids=["plain", "eagle3"])
+@pytest.mark.parametrize("kv_tokens", [None, 6_000], ids=["roomy-cache", "small-cache"])
+def test_fast_path_equals_step_by_step_when_decoders_outnumber_the_token_budget(
+        spec: SpecConfig | None, kv_tokens: int | None) -> None:
+    # 16 plain decoders or 16 drafting ones (4 tokens each) per step, of the 24 running.
+    config = replace(BASE, spec=spec, max_num_seqs=32,
+                     max_num_batched_tokens=64 if spec else 16)
+    config = with_kv_tokens(config, kv_tokens) if kv_tokens else config
+    work = lengths_for(60, 400, 300, seed=5)
+    conc = 24
+    t_slow, slow = closed_loop(Engine(config, keep_traces=True), work, conc, fast=False)
+    t_fast, fast = closed_loop(Engine(config, keep_traces=True), work, conc, fast=True)
+    assert fast == slow
+    assert t_fast == pytest.approx(t_slow, rel=1e-9)
+
+
+def test_a_batch_wider_than_the_token_budget_is_a_stretch_of_its_first_decoders() -> None:
+    engine = Engine(replace(BASE, max_num_seqs=32, max_num_batched_tokens=16),
+                    keep_traces=True)
+    for rid in range(24):
+        engine.add_request(rid, 8, 50)
+    while engine.waiting or not engine.slots.decoding[engine.run_array()].all():
+        engine.step()
+    stretch = plan(engine, 1 << 20)
+    assert stretch is not None and stretch.n > 1
+    assert stretch.idx.tolist() == engine.run_array()[:16].tolist()  # admission order
+    engine.add_request(99, 8, 50)  # a waiting request the leftover budget could admit
+    assert plan(engine, 1 << 20) is None
 
 
 def test_fcfs_and_max_num_seqs() -> None:
