@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .record import to_float
+from .sample_stats import latency_stats, weighted_stats
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -97,113 +98,6 @@ class RequestRecord:
 def first_send(records: Sequence[RequestRecord]) -> float:
     """The origin of a point's relative times (per-request lines, the client's stalls)."""
     return min((r.send_time for r in records), default=0.0)
-
-
-def percentile_label(p: float) -> str:
-    """vLLM's key label: `99` for integral percentiles, `99.9` otherwise."""
-    return str(int(p)) if float(p).is_integer() else str(p)
-
-
-def _lerp(a: FloatArray, b: FloatArray, t: FloatArray) -> FloatArray:
-    """numpy's own interpolation for `method="linear"`, so results match `np.percentile`."""
-    diff = b - a
-    return np.where(t >= 0.5, b - diff * (1.0 - t), a + diff * t)
-
-
-def _quantiles_sorted(ordered: FloatArray, qs: Sequence[float]) -> FloatArray:
-    """Linear-interpolated percentiles of an already sorted array (as `np.percentile`)."""
-    n = ordered.size
-    pos = np.asarray(qs, dtype=np.float64) / 100.0 * (n - 1)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, n - 1)
-    return _lerp(ordered[lo], ordered[hi], pos - lo)
-
-
-def _stat_keys(name: str, percentiles: Sequence[float], mean: float, std: float,
-               qs: Sequence[float] | FloatArray) -> dict[str, float]:
-    out = {
-        f"mean_{name}_ms": mean * 1000.0,
-        f"median_{name}_ms": float(qs[0]) * 1000.0,
-        f"std_{name}_ms": std * 1000.0,
-    }
-    for p, q in zip(percentiles, qs[1:], strict=True):
-        out[f"p{percentile_label(p)}_{name}_ms"] = float(q) * 1000.0
-    return out
-
-
-def _dot(a: FloatArray, b: FloatArray) -> float:
-    """Sum of a * b without BLAS: ndarray.dot wakes OpenBLAS's threads, which on a busy
-    machine cost ~10x the arithmetic in CPU time."""
-    return float(np.einsum("i,i->", a, b))
-
-
-def _stats(values: FloatArray, name: str, percentiles: Sequence[float]) -> dict[str, float]:
-    """mean/median/std/p* of `values` (seconds) as `<stat>_<name>_ms` keys."""
-    if values.size == 0:
-        return _stat_keys(name, percentiles, 0.0, 0.0, [0.0] * (len(percentiles) + 1))
-    # One full sort beats np.percentile's multi-kth partition by ~5x on millions of samples.
-    qs = _quantiles_sorted(np.sort(values), [50.0, *percentiles])
-    mean = float(values.mean())
-    centered = values - mean
-    std = float(np.sqrt(_dot(centered, centered) / values.size))
-    return _stat_keys(name, percentiles, mean, std, qs)
-
-
-# Tokens per chunk are packed into the low mantissa bits of each (non-negative) gap, so one
-# integer sort orders values and carries their weights; argsort would be ~5x slower. The
-# packing moves a value by at most 2**-44 of itself.
-_WEIGHT_BITS = 8
-_WEIGHT_MASK = (1 << _WEIGHT_BITS) - 1
-
-
-def _from_sorted_counts(ordered: FloatArray, through: IntArray, qs: Sequence[float]
-                        ) -> FloatArray:
-    """Linear-interpolated percentiles of sorted `ordered` values, `through[i]` being how many
-    samples the first i+1 values stand for (numpy's default percentile method)."""
-    total = int(through[-1])
-    pos = np.asarray(qs, dtype=np.float64) / 100.0 * (total - 1)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, total - 1)
-    at_lo = ordered[np.searchsorted(through, lo, side="right")]
-    at_hi = ordered[np.searchsorted(through, hi, side="right")]
-    return _lerp(at_lo, at_hi, pos - lo)
-
-
-def _counted_quantiles(values: FloatArray, counts: IntArray, qs: Sequence[float]
-                       ) -> FloatArray:
-    """Exact percentiles of `values[i]` repeated `counts[i]` times (few distinct values)."""
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    return _from_sorted_counts(ordered, np.cumsum(counts[order]), qs)
-
-
-def _weighted_quantiles(values: FloatArray, weights: IntArray, qs: Sequence[float]) -> FloatArray:
-    """Percentiles of `values[i]` repeated `weights[i]` times, without building that array."""
-    if int(weights.max()) > _WEIGHT_MASK or bool(np.signbit(values).any()):
-        return _counted_quantiles(values, weights, qs)
-    keys = (values.view(np.int64) & ~_WEIGHT_MASK) | weights
-    keys.sort()
-    ordered = (keys & ~_WEIGHT_MASK).view(np.float64)
-    return _from_sorted_counts(ordered, np.cumsum(keys & _WEIGHT_MASK), qs)
-
-
-def _weighted_stats(values: FloatArray, weights: IntArray, name: str,
-                    percentiles: Sequence[float]) -> dict[str, float]:
-    """Statistics of `values[i]` repeated `weights[i]` times (token-weighted ITL)."""
-    if weights.size and int(weights.min()) <= 0:
-        keep = weights > 0
-        values, weights = values[keep], weights[keep]
-    total = int(weights.sum())
-    if total == 0:
-        return _stats(_empty_float(), name, percentiles)
-    if total == weights.size:  # one token per chunk: per-token ITL is the chunk ITL
-        return _stats(values, name, percentiles)
-    qs = _weighted_quantiles(values, weights, [50.0, *percentiles])
-    fweights = weights.astype(np.float64)
-    mean = _dot(values, fweights) / total
-    centered = values - mean
-    std = float(np.sqrt(_dot(centered * centered, fweights) / total))
-    return _stat_keys(name, percentiles, mean, std, qs)
 
 
 def _rate(amount: float, duration_s: float) -> float:
@@ -314,7 +208,7 @@ def _itl_by_step(flat: _Flat, ends: FloatArray, firsts: IntArray, percentiles: S
     # Each request's gaps end at steps first + 1 .. first + chunks - 1.
     per_step = np.cumsum(np.bincount(firsts + 1, minlength=n + 1)
                          - np.bincount(firsts + flat.chunk_count, minlength=n + 1))[1:n]
-    out = _weighted_stats(gap, per_step, "itl", percentiles)
+    out = weighted_stats(gap, per_step, "itl", percentiles)
     if flat.tokens is None or not flat.tokens.size or int(flat.tokens.max()) == 1:
         out.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
                     for key, value in out.items()})
@@ -330,7 +224,7 @@ def _itl_by_step(flat: _Flat, ends: FloatArray, firsts: IntArray, percentiles: S
     at, tokens = np.divmod(seen, width)
     keep = tokens > 0  # a chunk without tokens cannot split its gap (weight 0)
     at, tokens = at[keep], tokens[keep]
-    out.update(_weighted_stats(gap[at - 1] / tokens, pairs[seen][keep] * tokens,
+    out.update(weighted_stats(gap[at - 1] / tokens, pairs[seen][keep] * tokens,
                                PER_TOKEN_ITL, percentiles))
     return out
 
@@ -421,7 +315,7 @@ def summarize(
     }
     for metric in LATENCY_METRICS:
         if step_ends is None or metric != "itl":
-            summary.update(_stats(lat[metric], metric, percentiles))
+            summary.update(latency_stats(lat[metric], metric, percentiles))
     if step_ends is not None and firsts is not None:
         summary.update(_itl_by_step(flat, step_ends, firsts, percentiles))
     elif itl_weights.size and bool(np.all(itl_weights == 1)):
@@ -429,7 +323,7 @@ def summarize(
         summary.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
                         for key, value in list(summary.items()) if key.endswith("_itl_ms")})
     else:
-        summary.update(_weighted_stats(lat[PER_TOKEN_ITL], itl_weights, PER_TOKEN_ITL,
+        summary.update(weighted_stats(lat[PER_TOKEN_ITL], itl_weights, PER_TOKEN_ITL,
                                        percentiles))
     summary.update({
         "total_chunks": total_chunks,

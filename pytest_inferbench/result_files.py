@@ -25,8 +25,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, first_send, percentile_label
+from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, first_send
 from .record import to_float, to_int
+from .sample_stats import percentile_label
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
