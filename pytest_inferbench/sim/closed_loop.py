@@ -21,12 +21,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import decode_sums
-from .engine import Trace
 from .physics import windowed_sum
 
 if TYPE_CHECKING:
@@ -209,9 +209,9 @@ class _Unplannable(Exception):
 
 def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: FloatArray,
                      concurrency: int, chains: list[list[int]] | None
-                     ) -> tuple[FloatArray, list[tuple[int, int, Trace]]] | None:
-    """The load's step durations and (i, step it was sent after, trace) per request in finish
-    order, with the engine advanced past it; None (engine untouched) if it does not apply."""
+                     ) -> tuple[FloatArray, PlannedFinishes] | None:
+    """The load's step durations and its requests in finish order, with the engine advanced
+    past it; None (engine untouched) if it does not apply."""
     if not _applies(engine, isl, osl, arrivals, concurrency, chains):
         return None
     k, q, bs, w = engine.k, engine.k + 1, engine.block_size, engine.window
@@ -279,20 +279,32 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     engine.adopt_random_streams(sampler, jitter_rng)
     engine.steps_done += steps_n
 
-    # Each trace: its steps (views of one range) and tokens (views of one array: with drafts,
-    # per request 1 for the prefill's token then each decode step's; without, all ones).
+    # With drafts, each request's tokens per chunk: views of one array holding, request after
+    # request, 1 for the prefill's token then each decode step's.
+    order = sch.finish_order
+    per_request = None
     if k:
-        tokens, first_token = drafted.tokens(osl), drafted.starts + np.arange(len(isl))
-    else:
-        tokens, first_token = _ones(int(plan.max()) + 1), np.zeros(len(isl), np.int64)
-    all_steps = np.arange(s0, s0 + steps_n + 1, dtype=np.int64)
-    out: list[tuple[int, int, Trace]] = []
-    for r in sch.finish_order:
-        c0, n, f = sch.complete[r], sch.plan[r], int(first_token[r])
-        out.append((r, sch.sent_after[r],
-                    Trace(all_steps[c0 - s0:c0 - s0 + n + 1], tokens[f:f + n + 1],
-                          sch.arrival[r], sch.scheduled[r])))
-    return durations, out
+        tokens, starts = drafted.tokens(osl), (drafted.starts + np.arange(len(isl))).tolist()
+        per_request = [tokens[starts[r]:starts[r] + sch.plan[r] + 1] for r in order]
+    return durations, PlannedFinishes(
+        index=order, sent_after=[sch.sent_after[r] for r in order],
+        first_step=[sch.complete[r] for r in order], chunks=[sch.plan[r] + 1 for r in order],
+        scheduled=[sch.scheduled[r] for r in order], tokens=per_request)
+
+
+@dataclass(frozen=True)
+class PlannedFinishes:
+    """A planned load's requests in finish order, as columns (no object per request): index,
+    the step it was sent after (-1: at the start), the step whose end emitted its first token
+    (its chunks come from that step and the ones right after), its chunks, the step that first
+    computed part of its prompt, and with drafts its tokens per chunk (None: one each)."""
+
+    index: list[int]
+    sent_after: list[int]
+    first_step: list[int]
+    chunks: list[int]
+    scheduled: list[int]
+    tokens: list[IntArray] | None
 
 
 class _DecodePlans:
@@ -372,10 +384,3 @@ class _Drafted:
             emitted[self.lasts] = (osl - 1 + isl)[plan > 0] - self.ctx[self.lasts]
             tokens[self.el + np.repeat(np.arange(1, len(isl) + 1), plan)] = emitted
         return tokens
-
-
-def _ones(n: int) -> IntArray:
-    """One token per step for every trace (views of one read-only array)."""
-    ones = np.ones(n, np.int64)
-    ones.flags.writeable = False
-    return ones

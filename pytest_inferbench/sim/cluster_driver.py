@@ -85,7 +85,8 @@ def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
     queue_s = np.zeros(len(requests))
     drafting = any(inst.engine.k for inst in cluster.instances)
     for i, t_send, trace in done:
-        output_tokens, tokens = record_tokens(trace.tokens, drafting)
+        output_tokens, tokens = record_tokens(trace.tokens if drafting else None,
+                                              len(trace.times))
         records[i] = RequestRecord(
             send_time=t_send - t0, end_time=float(trace.times[-1]) - t0,
             input_tokens=requests[i].input_tokens, output_tokens=output_tokens,

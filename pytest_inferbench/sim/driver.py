@@ -70,9 +70,9 @@ class _Timeline:
 def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
               osl: npt.NDArray[np.int64], arrivals: npt.NDArray[np.float64], concurrency: int,
               first_id: int, chains: list[list[int]] | None = None, plan: bool = True
-              ) -> list[tuple[int, float, Trace]]:
+              ) -> _Done:
     """Send request i when it is due and fewer than `concurrency` are in flight (the client's
-    semaphore); returns (i, send time, trace) per request.
+    semaphore); returns the finished requests.
 
     The client sends at max(due time, when its semaphore slot freed); the engine sees the
     request at the next step boundary, as a server that queues it until its next iteration.
@@ -89,8 +89,10 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
     if planned is not None:
         durations, finished = planned
         clock.extend(durations)
-        return [(i, start if after < 0 else float(clock.ends[after]), trace)
-                for i, after, trace in finished]
+        after = np.asarray(finished.sent_after, np.int64)
+        sends = np.where(after < 0, start, clock.ends[np.maximum(after, 0)])
+        return _Done(finished.index, sends.tolist(), finished.first_step, finished.chunks,
+                     finished.scheduled, finished.tokens, {})
     # A chain (a conversation's turns) goes on in the slot its last request freed, as the
     # client's per-connection worker sends it; chains start in order as slots free up.
     chains = chains if chains is not None else [[i] for i in range(len(isl))]
@@ -115,7 +117,7 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
                 admit(i)
 
     send_due()
-    done: list[tuple[int, float, Trace]] = []
+    done: list[tuple[int, float, Trace]] = []  # (i, send time, trace) in finish order
     while pending or in_transit or engine.has_work():
         if not engine.has_work():
             if in_transit:  # an idle engine starts its next step when they arrive
@@ -141,7 +143,39 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
             if i in successor:
                 pending.appendleft(successor[i])
         send_due()
-    return done
+    return _Done.of(done, engine.k > 0)
+
+
+@dataclass(frozen=True)
+class _Done:
+    """The finished requests of a load in finish order, as columns: index, send time, the
+    step whose end brought its first chunk (-1 where a preemption broke its steps: `steps`
+    has them by position), its chunks, the step that first computed part of its prompt, and
+    with drafts its tokens per chunk (None: one each)."""
+
+    index: list[int]
+    send: list[float]
+    first_step: list[int]
+    chunks: list[int]
+    scheduled: list[int]
+    tokens: list[npt.NDArray[np.int64]] | None
+    steps: dict[int, npt.NDArray[np.int64]]
+
+    @classmethod
+    def of(cls, done: list[tuple[int, float, Trace]], drafting: bool) -> _Done:
+        firsts: list[int] = []
+        broken: dict[int, npt.NDArray[np.int64]] = {}
+        for pos, (_, _, trace) in enumerate(done):
+            steps = trace.steps
+            first = int(steps[0])
+            if steps[-1] - first + 1 != len(steps):  # preempted: not one run of steps
+                first = -1
+                broken[pos] = steps
+            firsts.append(first)
+        return cls([i for i, _, _ in done], [t for _, t, _ in done], firsts,
+                   [len(trace.steps) for _, _, trace in done],
+                   [trace.first_scheduled_step for _, _, trace in done],
+                   [trace.tokens for _, _, trace in done] if drafting else None, broken)
 
 
 def simulate_point(config: EngineConfig, workload: Workload,
@@ -174,37 +208,33 @@ def simulate_point(config: EngineConfig, workload: Workload,
                      chains=workload.chains(), plan=plan)
     after = engine.counters()
     records: list[RequestRecord | None] = [None] * len(isl)
-    queue_s = np.zeros(len(isl))
-    drafting = engine.k > 0
-    for i, t_send, trace in done:
-        steps = trace.steps
-        first = int(steps[0])
-        if steps[-1] - first + 1 == len(steps):  # never preempted: one run of steps
-            times = clock.ends[first:first + len(steps)]  # the metrics count ITLs per step
-        else:
-            times, first = clock.ends[steps], -1
-        output_tokens, tokens = record_tokens(trace.tokens, drafting)
+    ends, tokens = clock.ends, done.tokens
+    for pos, i in enumerate(done.index):
+        first, n = done.first_step[pos], done.chunks[pos]
+        # One run of steps: the metrics count ITLs per step off the shared ends.
+        times = ends[first:first + n] if first >= 0 else ends[done.steps[pos]]
+        output_tokens, chunk_tokens = record_tokens(None if tokens is None else tokens[pos], n)
         records[i] = RequestRecord(
-            send_time=t_send, end_time=float(times[-1]), input_tokens=int(isl[i]),
-            output_tokens=output_tokens, success=True, chunk_times=times, chunk_tokens=tokens,
-            scheduled_time=float(arrivals[i]) if open_loop else None,
-            step_ends=clock.ends, first_step=first)
-        sched = trace.first_scheduled_step
-        queue_s[i] = (clock.ends[sched - 1] if sched > 0 else 0.0) - t_send
+            send_time=done.send[pos], end_time=float(times[-1]), input_tokens=int(isl[i]),
+            output_tokens=output_tokens, success=True, chunk_times=times,
+            chunk_tokens=chunk_tokens, scheduled_time=float(arrivals[i]) if open_loop else None,
+            step_ends=ends, first_step=first)
+    sched = np.asarray(done.scheduled, np.int64)
+    queue_s = np.where(sched > 0, ends[np.maximum(sched - 1, 0)], 0.0) - np.asarray(done.send)
     metrics = server_metrics(before, after, engine)
     metrics["mean_queue_time_ms"] = float(np.maximum(queue_s, 0).mean() * 1e3) if len(isl) else 0.0
     metrics["max_queue_time_ms"] = float(np.maximum(queue_s, 0).max() * 1e3) if len(isl) else 0.0
     return SimulatedPoint([r for r in records if r is not None], clock.now, metrics)
 
 
-def record_tokens(tokens: npt.NDArray[np.int64], drafting: bool
+def record_tokens(tokens: npt.NDArray[np.int64] | None, chunks: int
                   ) -> tuple[int, npt.NDArray[np.int64]]:
-    """A record's output tokens and chunk tokens from its trace's tokens per chunk. Without
-    drafts every chunk carries one token and the record keeps no per-chunk counts (an empty
+    """A record's output tokens and chunk tokens from its tokens per chunk; None (no drafts)
+    means one token per chunk, and the record keeps no per-chunk counts (an empty
     `chunk_tokens` says so), which spares the metrics a pass over every token."""
-    if drafting:
+    if tokens is not None:
         return int(tokens.sum()), tokens
-    return len(tokens), ONE_PER_CHUNK
+    return chunks, ONE_PER_CHUNK
 
 
 def counter_deltas(before: EngineCounters, after: EngineCounters) -> dict[str, float]:
