@@ -68,6 +68,8 @@ class Redactor:
         if isinstance(value, Mapping):
             return self.scrub_record(value)
         if isinstance(value, (list, tuple)):
+            if set(map(type, value)) <= _NUMBERS:
+                return type(value)(value)  # numbers only (per-request arrays): nothing to mask
             return type(value)(self._scrub(v) for v in value)
         return value
 
@@ -78,6 +80,9 @@ class Redactor:
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
+
+
+_NUMBERS = frozenset({int, float, bool, type(None)})
 
 
 def _url_userinfo(url: str | None) -> list[str]:

@@ -158,15 +158,25 @@ def measurement_failures(result: Record) -> list[str]:
     return failures
 
 
+_FLAT = frozenset({int, bool, str, type(None)})  # JSON as they are
+_NUMBERS = frozenset({int, float, bool})
+
+
 def _jsonable(value: object) -> object:
     """Builtin types only; non-finite floats become null (JSON has no NaN)."""
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        # A point's per-request arrays hold tens of thousands of numbers: one look at their
+        # types (and, for floats, their finiteness) instead of a call per element.
+        kinds = set(map(type, value))
+        if kinds <= _FLAT or (kinds <= _NUMBERS and all(map(math.isfinite, value))):
+            return list(value)
         return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
-        if value.dtype.kind in "iub":  # integers and booleans: builtin, no NaN to replace
-            return value.tolist()
+        finite = value.dtype.kind == "f" and bool(np.isfinite(value).all())
+        if value.dtype.kind in "iub" or finite:
+            return value.tolist()  # builtin numbers, no NaN to replace
         return [_jsonable(v) for v in value.tolist()]
     if isinstance(value, np.generic):
         return _jsonable(value.item())

@@ -115,6 +115,30 @@ def test_atomic_write_never_shows_half_a_file(tmp_path: Path) -> None:
     assert not any(name.endswith(".tmp") for name in os.listdir(path.parent))
 
 
+def test_written_json_has_no_nan_in_lists_arrays_or_nesting(tmp_path: Path) -> None:
+    path = tmp_path / "point.json"
+    write_json_atomic(path, {
+        "floats": [1.5, float("nan"), 2, True, None], "finite": [0.25, 3, False],
+        "array": np.array([1.0, np.inf]), "ints": np.arange(3), "words": ("a", 1, None),
+        "nested": [[1, float("-inf")], {"x": np.float64("nan")}]}, indent=None)
+    assert json.loads(path.read_text()) == {
+        "floats": [1.5, None, 2, True, None], "finite": [0.25, 3, False],
+        "array": [1.0, None], "ints": [0, 1, 2], "words": ["a", 1, None],
+        "nested": [[1, None], {"x": None}]}
+
+
+def test_masking_a_record_reaches_strings_inside_lists_and_keeps_number_lists() -> None:
+    from pytest_inferbench.redact import Redactor
+
+    redactor = Redactor((("TOKEN", "s3cr3t-value-123"),))
+    numbers = [1, 2.5, None, True]
+    scrubbed = redactor.scrub_record({"lens": numbers, "errors": ["bad s3cr3t-value-123", 4],
+                                      "deep": [{"k": "s3cr3t-value-123"}]})
+    assert scrubbed == {"lens": numbers, "errors": ["bad ***TOKEN***", 4],
+                        "deep": [{"k": "***TOKEN***"}]}
+    assert scrubbed["lens"] is not numbers  # a copy, as every other value
+
+
 def test_estimated_chunk_tokens_are_not_a_cross_check() -> None:
     point = server().points()[0]
     m = measurement(mismatch=True)
