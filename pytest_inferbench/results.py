@@ -70,6 +70,11 @@ def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
     }
 
 
+# The per-request arrays of a point's record: its raw file keeps them; what travels to the
+# xdist controller and into summary.json leaves them out (tens of thousands of numbers a point).
+PER_REQUEST_KEYS = ("input_lens", "output_lens")
+
+
 def build_result(point: BenchPoint, measurement: PointMeasurement, *,
                  spec: ServerSpec | None, backend: str, image: str | None = None,
                  goodput_slos: Mapping[str, float] | None = None,

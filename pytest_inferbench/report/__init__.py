@@ -119,7 +119,11 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
 
     results = item.stash.get(RESULTS_KEY, None)
     if results:
-        setattr(report, RESULTS_ATTR, [dict(result) for result in results])
+        from ..results import PER_REQUEST_KEYS
+
+        setattr(report, RESULTS_ATTR, [
+            {k: v for k, v in result.items() if k not in PER_REQUEST_KEYS}
+            for result in results])
 
 
 def register(config: pytest.Config) -> None:

@@ -92,7 +92,11 @@ def test_a_dataset_run_on_sim_and_a_bad_file_is_a_usage_error(pytester: pytest.P
     summary = json.loads((pytester.path / "inferbench-results" / "summary.json").read_text())
     (point,) = summary["points"]
     assert point["workload"]["dataset"] == "jsonl:prompts.jsonl"
-    assert point["input_lens"] == [3] * 4
+    # The per-request arrays live in the point's raw file, not in summary.json.
+    assert "input_lens" not in point
+    (raw_file,) = (p for p in (pytester.path / "inferbench-results" / "points").iterdir()
+                   if not p.name.startswith("agg_"))
+    assert json.loads(raw_file.read_text())["input_lens"] == [3] * 4
     (pytester.path / "bad.jsonl").write_text('{"prompt": "fine"}\n{"text": "no prompt"}\n')
     bad = pytester.runpytest_subprocess("-p", "no:cacheprovider",
                                         "--inferbench-dataset=jsonl:bad.jsonl")
