@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
+LEGEND_COLUMNS = 4
+LEGEND_ROW_INCHES = 0.19  # one 8-point legend line
 
 
 def _value(point: Row, key: str) -> float | None:
@@ -45,7 +47,6 @@ def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
     written: list[Path] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     for (model, isl, osl), group in sorted(groups.items()):
-        fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True)
         panels = (
             ("median_intvty", "Interactivity, median (tok/s/user)"),
             ("median_e2el", "End-to-end latency, median (s)"),
@@ -53,6 +54,12 @@ def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
         by_node: dict[str, list[Row]] = {}
         for p in group:
             by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
+        # The legend sits under the panels: the figure grows by its rows (a matrix plot can
+        # hold dozens of nodes), so the panels keep their height.
+        legend_columns = min(LEGEND_COLUMNS, len(by_node))
+        legend_rows = -(-len(by_node) // legend_columns)
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5.0 + 0.6 + LEGEND_ROW_INCHES * legend_rows),
+                                 constrained_layout=True)
         for ax, (x_key, x_label) in zip(axes, panels, strict=True):
             for index, (node, rows) in enumerate(sorted(by_node.items())):
                 rows = sorted(rows, key=lambda r: int(_value(r, "conc") or 0))
@@ -78,7 +85,7 @@ def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
         handles = [legend[label] for label in labels]
         if handles:
             fig.legend(handles, labels, loc="outside lower center", fontsize=8,
-                       ncols=min(3, len(handles)), title_fontsize=8,
+                       ncols=legend_columns, title_fontsize=8,
                        title="server node (labels: concurrency @request rate)")
         simulated = any(p.get("simulated") is True for p in group)
         not_timed = any(p.get("timings_meaningful") is False for p in group)
