@@ -119,6 +119,12 @@ class Workload:
         return list(chains.values())
 
     @functools.cached_property
+    def conversational(self) -> bool:
+        """Whether some request follows another (a conversation's turns); else `chains()` is
+        each request alone."""
+        return any(r.follows is not None for r in self.requests)
+
+    @functools.cached_property
     def length_arrays(self) -> tuple[IntArray, IntArray]:
         """Input and output lengths of the measured requests (read-only arrays)."""
         return _length_arrays(self.requests)

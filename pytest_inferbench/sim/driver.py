@@ -205,7 +205,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
     arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
                 else np.zeros(len(isl)))
     done = _run_load(engine, clock, isl, osl, arrivals, concurrency, first_id=0,
-                     chains=workload.chains(), plan=plan)
+                     chains=workload.chains() if workload.conversational else None, plan=plan)
     after = engine.counters()
     records: list[RequestRecord | None] = [None] * len(isl)
     ends, tokens = clock.ends, done.tokens
