@@ -7,7 +7,11 @@ Simulated results say so in the title.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 from .tables import Row, load_label
@@ -29,13 +33,23 @@ def _value(point: Row, key: str) -> float | None:
     return float(value)
 
 
-def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
-    """Write the PNGs and return their paths; None when matplotlib is not installed."""
-    try:
-        import matplotlib
+# What a figure reads of a point: a child process gets these, not the whole record.
+PLOTTED_KEYS = ("model_prefix", "isl", "osl", "server_node", "conc", "request_rate",
+                "tput_per_gpu", "median_intvty", "median_e2el", "simulated",
+                "timings_meaningful")
+# Below this many figures one process draws them all: a drawing process takes about a second
+# to start (Python, matplotlib), about what one figure takes.
+PARALLEL_FIGURES = 4
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
+    """Write the PNGs and return their paths; None when matplotlib is not installed.
+
+    Figures are independent: a matrix run's dozen or more are drawn by one process per CPU
+    (each figure with dozens of curves and hundreds of labelled points takes a second or two
+    of matplotlib's text layout and rasterizing)."""
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
         return None
     groups: dict[tuple[str, int, int], list[Row]] = {}
@@ -43,62 +57,118 @@ def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
         if _value(p, "tput_per_gpu") is not None:
             key = (str(p.get("model_prefix", "model")), int(_value(p, "isl") or 0),
                    int(_value(p, "osl") or 0))
-            groups.setdefault(key, []).append(p)
-    written: list[Path] = []
+            groups.setdefault(key, []).append({k: p[k] for k in PLOTTED_KEYS if k in p})
     out_dir.mkdir(parents=True, exist_ok=True)
-    for (model, isl, osl), group in sorted(groups.items()):
-        panels = (
-            ("median_intvty", "Interactivity, median (tok/s/user)"),
-            ("median_e2el", "End-to-end latency, median (s)"),
-        )
-        by_node: dict[str, list[Row]] = {}
-        for p in group:
-            by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
-        # The legend sits under the panels: the figure grows by its rows (a matrix plot can
-        # hold dozens of nodes), so the panels keep their height.
-        legend_columns = min(LEGEND_COLUMNS, len(by_node))
-        legend_rows = -(-len(by_node) // legend_columns)
-        fig, axes = plt.subplots(1, 2, figsize=(13, 5.0 + 0.6 + LEGEND_ROW_INCHES * legend_rows),
-                                 constrained_layout=True)
-        for ax, (x_key, x_label) in zip(axes, panels, strict=True):
-            for index, (node, rows) in enumerate(sorted(by_node.items())):
-                rows = sorted(rows, key=lambda r: int(_value(r, "conc") or 0))
-                xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), load_label(r)) for r in rows]
-                xy = [(x, y, c) for x, y, c in xy if x is not None and y is not None]
-                if not xy:
-                    continue
-                # A node keeps its color and line style in both panels (one shared legend).
-                ax.plot([x for x, _, _ in xy], [y for _, y, _ in xy], marker="o", label=node,
-                        color=f"C{index % 10}", linestyle=LINE_STYLES[index // 10 % 4])
-                for x, y, label in xy:
-                    ax.annotate(
-                        label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
-                    ).set_in_layout(False)
-            ax.set_xlabel(x_label)
-            ax.set_ylabel("Throughput per GPU (tok/s/GPU)")
-            ax.grid(True, alpha=0.3)
-        # Both panels draw the same nodes: one legend below them. (A legend per panel placed
-        # at "best" searched every point of every curve: most of a matrix plot's time.)
-        legend = {label: handle for ax in axes
-                  for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-        labels = sorted(legend)
-        handles = [legend[label] for label in labels]
-        if handles:
-            fig.legend(handles, labels, loc="outside lower center", fontsize=8,
-                       ncols=legend_columns, title_fontsize=8,
-                       title="server node (labels: concurrency @request rate)")
-        simulated = any(p.get("simulated") is True for p in group)
-        not_timed = any(p.get("timings_meaningful") is False for p in group)
-        fig.suptitle(
-            f"{model} ISL {isl} / OSL {osl}"
-            + ("  -  SIMULATED (performance model, not hardware)" if simulated else "")
-            + ("  -  TIMINGS NOT MEANINGFUL (time scale 0)" if not_timed else "")
-        )
-        path = out_dir / f"{_slug(model)}_isl{isl}_osl{osl}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
+    jobs = [(key, rows, out_dir / f"{_slug(key[0])}_isl{key[1]}_osl{key[2]}.png")
+            for key, rows in sorted(groups.items())]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    shares = min(len(jobs), cpus or 1) if len(jobs) >= PARALLEL_FIGURES else 1
+    # Largest figures first, each to the least loaded share; share 0 is drawn here.
+    loads = [0] * shares
+    assigned: list[list[int]] = [[] for _ in range(shares)]
+    for index in sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1])):
+        share = loads.index(min(loads))
+        assigned[share].append(index)
+        loads[share] += len(jobs[index][1])
+    # Other shares go to child interpreters (a plain subprocess, not multiprocessing: that
+    # would re-run the caller's main module, and pytest's controller runs threads).
+    children = [(indices, _start_child([jobs[i] for i in indices]))
+                for indices in assigned[1:]]
+    for i in assigned[0]:
+        draw_figure(*jobs[i])
+    for indices, child in children:
+        if child is None or child.wait() != 0:  # drawn here: the same error, if any, raises
+            for i in indices:
+                draw_figure(*jobs[i])
+    return [path for _, _, path in jobs]
+
+
+def _start_child(jobs: list[tuple[tuple[str, int, int], list[Row], Path]]
+                 ) -> subprocess.Popen[bytes] | None:
+    """A child drawing `jobs`; None if it could not be started."""
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from pytest_inferbench.report.plots import draw_from_stdin;"
+             " draw_from_stdin()"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    assert child.stdin is not None
+    try:
+        with child.stdin:
+            child.stdin.write(json.dumps([[list(key), rows, str(path)]
+                                          for key, rows, path in jobs]).encode())
+    except OSError:  # it died before reading them: its exit status says so
+        pass
+    return child
+
+
+def draw_from_stdin() -> None:
+    """A child interpreter's share of the figures: JSON `[[key, rows, path], ...]` on stdin."""
+    from pathlib import Path
+
+    for key, rows, path in json.load(sys.stdin):
+        draw_figure((str(key[0]), int(key[1]), int(key[2])), rows, Path(path))
+
+
+def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path:
+    """One (model prefix, ISL/OSL) figure: both panels, one curve per server node."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model, isl, osl = key
+    panels = (
+        ("median_intvty", "Interactivity, median (tok/s/user)"),
+        ("median_e2el", "End-to-end latency, median (s)"),
+    )
+    by_node: dict[str, list[Row]] = {}
+    for p in group:
+        by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
+    # The legend sits under the panels: the figure grows by its rows (a matrix plot can
+    # hold dozens of nodes), so the panels keep their height.
+    legend_columns = min(LEGEND_COLUMNS, len(by_node))
+    legend_rows = -(-len(by_node) // legend_columns)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.0 + 0.6 + LEGEND_ROW_INCHES * legend_rows),
+                             constrained_layout=True)
+    for ax, (x_key, x_label) in zip(axes, panels, strict=True):
+        for index, (node, rows) in enumerate(sorted(by_node.items())):
+            rows = sorted(rows, key=lambda r: int(_value(r, "conc") or 0))
+            xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), load_label(r)) for r in rows]
+            xy = [(x, y, c) for x, y, c in xy if x is not None and y is not None]
+            if not xy:
+                continue
+            # A node keeps its color and line style in both panels (one shared legend).
+            ax.plot([x for x, _, _ in xy], [y for _, y, _ in xy], marker="o", label=node,
+                    color=f"C{index % 10}", linestyle=LINE_STYLES[index // 10 % 4])
+            for x, y, label in xy:
+                ax.annotate(
+                    label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+                ).set_in_layout(False)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("Throughput per GPU (tok/s/GPU)")
+        ax.grid(True, alpha=0.3)
+    # Both panels draw the same nodes: one legend below them. (A legend per panel placed
+    # at "best" searched every point of every curve: most of a matrix plot's time.)
+    legend = {label: handle for ax in axes
+              for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    labels = sorted(legend)
+    handles = [legend[label] for label in labels]
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", fontsize=8,
+                   ncols=legend_columns, title_fontsize=8,
+                   title="server node (labels: concurrency @request rate)")
+    simulated = any(p.get("simulated") is True for p in group)
+    not_timed = any(p.get("timings_meaningful") is False for p in group)
+    fig.suptitle(
+        f"{model} ISL {isl} / OSL {osl}"
+        + ("  -  SIMULATED (performance model, not hardware)" if simulated else "")
+        + ("  -  TIMINGS NOT MEANINGFUL (time scale 0)" if not_timed else "")
+    )
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _slug(text: str) -> str:
