@@ -25,13 +25,20 @@ a throughput over a non-positive duration is 0.0; an interactivity whose TPOT is
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from .record import to_float
+from .request_records import (
+    Flat,
+    RequestRecord,
+    StepRecords,
+    first_send,
+    flatten,
+    send_times,
+)
 from .sample_stats import latency_stats, weighted_stats
 
 if TYPE_CHECKING:
@@ -41,6 +48,8 @@ if TYPE_CHECKING:
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+# The per-request type lives in `request_records`; its importers have always found it here.
+__all__ = ["RequestRecord", "StepRecords", "first_send", "summarize"]
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 PER_TOKEN_ITL = "itl_per_token"
@@ -49,117 +58,18 @@ DEFAULT_PERCENTILES = (90.0, 99.0, 99.9)
 NO_CHUNK_ERROR = "succeeded without any content chunk"
 
 
-def _empty_float() -> FloatArray:
-    return np.zeros(0, dtype=np.float64)
-
-
-def _empty_int() -> IntArray:
-    return np.zeros(0, dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """What one request did, on one clock (seconds; any origin, the same for all records).
-
-    `chunk_times[i]` is the arrival time of the i-th streamed chunk that carried content
-    (the first is the first token) and `chunk_tokens[i]` the number of tokens it carried
-    (more than one under speculative decoding; empty means one token per chunk).
-    `output_tokens` is the server's own count (usage.completion_tokens); the sum of
-    `chunk_tokens` is the client's cross-check. `error` says why a request failed.
-    """
-
-    send_time: float
-    end_time: float
-    input_tokens: int
-    output_tokens: int
-    success: bool
-    chunk_times: FloatArray = field(default_factory=_empty_float)
-    chunk_tokens: IntArray = field(default_factory=_empty_int)
-    error: str = ""
-    token_source: str = ""  # how chunk_tokens were counted: "usage", "tokenizer", "words", ...
-    request_id: str = ""  # the server's response id, to join client and server timelines
-    scheduled_time: float | None = None  # open loop: when the schedule wanted it sent
-    # When the client set out to send it; `send_time` is when the request was on the wire
-    # (the same when the transport cannot tell). The gap is the client's own dispatch delay.
-    dispatch_time: float | None = None
-    # The simulator's: chunk i arrived at the end of engine step `first_step + i`, whose end
-    # is `step_ends[first_step + i]` (one array for all records of a point), so ITLs are
-    # counted per step instead of sorted per chunk. Elsewhere None.
-    step_ends: FloatArray | None = None
-    first_step: int = -1
-
-    def tokens_per_chunk(self) -> IntArray:
-        """`chunk_tokens`, or one token per chunk where the record keeps no counts."""
-        if len(self.chunk_tokens) == len(self.chunk_times):
-            return self.chunk_tokens
-        return np.ones(len(self.chunk_times), np.int64)
-
-
-def first_send(records: Sequence[RequestRecord]) -> float:
-    """The origin of a point's relative times (per-request lines, the client's stalls)."""
-    return min((r.send_time for r in records), default=0.0)
-
-
 def _rate(amount: float, duration_s: float) -> float:
     return amount / duration_s if duration_s > 0 else 0.0
 
 
 def _send_rate(records: Sequence[RequestRecord]) -> float | None:
     """Requests sent per second between the first and the last send (None below two sends)."""
-    sends = [r.send_time for r in records]
-    span = max(sends) - min(sends) if len(sends) > 1 else 0.0
+    sends = send_times(records)
+    span = float(sends.max() - sends.min()) if len(sends) > 1 else 0.0
     return (len(sends) - 1) / span if span > 0 else None
 
 
-@dataclass(frozen=True)
-class _Flat:
-    """The successful requests flattened into arrays (one row per request or per chunk)."""
-
-    send: FloatArray
-    output_tokens: IntArray
-    input_tokens: IntArray
-    chunk_count: IntArray
-    first: FloatArray  # per request: its first chunk's time
-    last: FloatArray  # per request: its last chunk's time
-    times: FloatArray | None  # every chunk's time; None when ITLs are counted per step
-    tokens: IntArray | None  # every chunk's tokens; None when every chunk carried one
-
-    @classmethod
-    def of(cls, ok: Sequence[RequestRecord], step_ends: FloatArray | None,
-           firsts: IntArray | None) -> _Flat:
-        """`step_ends` and `firsts` (`_shared_steps`): chunk times are read off the steps
-        instead of concatenated."""
-        n = len(ok)
-        counts = np.fromiter((len(r.chunk_times) for r in ok), np.int64, n)
-        times: FloatArray | None = None
-        if step_ends is not None and firsts is not None:
-            first, last = step_ends[firsts], step_ends[firsts + counts - 1]
-        else:
-            times = (np.concatenate([r.chunk_times for r in ok]).astype(np.float64, copy=False)
-                     if n else _empty_float())
-            ends = np.cumsum(counts)
-            first, last = times[ends - counts], times[ends - 1]
-        tokens = None
-        if any(len(r.chunk_tokens) for r in ok):
-            tokens = np.concatenate([r.tokens_per_chunk() for r in ok]).astype(np.int64,
-                                                                              copy=False)
-        return cls(
-            send=np.fromiter((r.send_time for r in ok), np.float64, n),
-            output_tokens=np.fromiter((r.output_tokens for r in ok), np.int64, n),
-            input_tokens=np.fromiter((r.input_tokens for r in ok), np.int64, n),
-            chunk_count=counts, first=first, last=last, times=times, tokens=tokens)
-
-    def token_sums(self) -> IntArray:
-        """Tokens per request, summed over its chunks (the client's cross-check)."""
-        if self.tokens is None:
-            return self.chunk_count
-        starts = np.cumsum(self.chunk_count) - self.chunk_count
-        sums: IntArray = (np.add.reduceat(self.tokens, starts) if self.tokens.size
-                          else _empty_int())
-        return sums
-
-
-def _latencies(flat: _Flat) -> tuple[dict[str, FloatArray], IntArray]:
+def _latencies(flat: Flat) -> tuple[dict[str, FloatArray], IntArray]:
     """Per-request TTFT/E2EL/TPOT and (when the chunk times are kept) the chunk and per-token
     ITL samples, in seconds."""
     ttft = flat.first - flat.send
@@ -178,7 +88,7 @@ def _latencies(flat: _Flat) -> tuple[dict[str, FloatArray], IntArray]:
         gap_tokens = (flat.tokens[1:][within] if flat.tokens is not None
                       else np.ones(gaps.size, np.int64))
     else:
-        gaps, gap_tokens = _empty_float(), _empty_int()
+        gaps, gap_tokens = np.zeros(0, np.float64), np.zeros(0, np.int64)
     # A chunk without tokens cannot split its gap over anything; its weight 0 drops it.
     if gap_tokens.size and int(gap_tokens.min()) > 0:
         per_token = gaps / gap_tokens
@@ -190,15 +100,7 @@ def _latencies(flat: _Flat) -> tuple[dict[str, FloatArray], IntArray]:
     }, gap_tokens
 
 
-def _shared_steps(ok: Sequence[RequestRecord]) -> FloatArray | None:
-    """The step end times every record's chunks arrived at, if they all share one."""
-    ends = ok[0].step_ends if ok else None
-    if ends is None or any(r.step_ends is not ends or r.first_step < 0 for r in ok):
-        return None
-    return ends
-
-
-def _itl_by_step(flat: _Flat, ends: FloatArray, firsts: IntArray, percentiles: Sequence[float]
+def _itl_by_step(flat: Flat, ends: FloatArray, firsts: IntArray, percentiles: Sequence[float]
                  ) -> dict[str, float]:
     """Chunk and per-token ITL statistics from per-step counts: a gap ending at step t is
     ends[t] - ends[t-1] for every request (the very difference of its chunk times), so the
@@ -281,16 +183,19 @@ def summarize(
     `goodput_slos` maps ttft/tpot/e2el to a limit in ms; a request is good when it meets all.
     A record that claims success without any content chunk counts as failed.
     """
-    ok = [r for r in records if r.success and len(r.chunk_times)]
-    failed_records = [
-        r if not r.success else RequestRecord(
-            r.send_time, r.end_time, r.input_tokens, r.output_tokens, False, error=NO_CHUNK_ERROR)
-        for r in records if not (r.success and len(r.chunk_times))
-    ]
-    step_ends = _shared_steps(ok)
-    firsts = (np.fromiter((r.first_step for r in ok), np.int64, len(ok))
-              if step_ends is not None else None)
-    flat = _Flat.of(ok, step_ends, firsts)
+    if isinstance(records, StepRecords):  # all succeeded, each with its chunks
+        ok: Sequence[RequestRecord] = records
+        failed_records: list[RequestRecord] = []
+    else:
+        ok = [r for r in records if r.success and len(r.chunk_times)]
+        failed_records = [
+            r if not r.success else RequestRecord(
+                r.send_time, r.end_time, r.input_tokens, r.output_tokens, False,
+                error=NO_CHUNK_ERROR)
+            for r in records if not (r.success and len(r.chunk_times))
+        ]
+    flat = flatten(ok)
+    step_ends, firsts = flat.step_ends, flat.first_steps
     lat, itl_weights = _latencies(flat)
 
     total_in = int(flat.input_tokens.sum())

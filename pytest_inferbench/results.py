@@ -109,11 +109,17 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     result["benchmark_start_time_unix"] = started
     result["benchmark_end_time_unix"] = started + measurement.duration_s
     # Per request in send order; a failed request's output is 0 tokens, as vLLM counts it.
-    result["input_lens"] = [r.input_tokens for r in measurement.records]
-    result["output_lens"] = [r.output_tokens if r.success else 0 for r in measurement.records]
+    records = measurement.records
+    if isinstance(records, metrics.StepRecords):  # all succeeded; counted by the simulator's words
+        result["input_lens"] = records.input_tokens.tolist()
+        result["output_lens"] = records.output_tokens.tolist()
+    else:
+        result["input_lens"] = [r.input_tokens for r in records]
+        result["output_lens"] = [r.output_tokens if r.success else 0 for r in records]
     result["workload"] = dict(measurement.workload)
     result["token_counts_estimated"] = bool(measurement.workload.get("token_counts_estimated"))
-    sources = sorted({r.token_source for r in measurement.records if r.token_source})
+    sources = ([] if isinstance(records, metrics.StepRecords)
+               else sorted({r.token_source for r in records if r.token_source}))
     result["chunk_token_source"] = ",".join(sources)
     server = dict(measurement.server_metrics)
     al = server.get("acceptance_length")

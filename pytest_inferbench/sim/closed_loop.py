@@ -279,17 +279,14 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     engine.adopt_random_streams(sampler, jitter_rng)
     engine.steps_done += steps_n
 
-    # With drafts, each request's tokens per chunk: views of one array holding, request after
-    # request, 1 for the prefill's token then each decode step's.
+    # With drafts, the tokens per chunk of every request, request after request: 1 for the
+    # prefill's token then each decode step's.
     order = sch.finish_order
-    per_request = None
-    if k:
-        tokens, starts = drafted.tokens(osl), (drafted.starts + np.arange(len(isl))).tolist()
-        per_request = [tokens[starts[r]:starts[r] + sch.plan[r] + 1] for r in order]
     return durations, PlannedFinishes(
         index=order, sent_after=[sch.sent_after[r] for r in order],
         first_step=[sch.complete[r] for r in order], chunks=[sch.plan[r] + 1 for r in order],
-        scheduled=[sch.scheduled[r] for r in order], tokens=per_request)
+        scheduled=[sch.scheduled[r] for r in order],
+        tokens=drafted.tokens(osl) if k else None)
 
 
 @dataclass(frozen=True)
@@ -297,14 +294,15 @@ class PlannedFinishes:
     """A planned load's requests in finish order, as columns (no object per request): index,
     the step it was sent after (-1: at the start), the step whose end emitted its first token
     (its chunks come from that step and the ones right after), its chunks, the step that first
-    computed part of its prompt, and with drafts its tokens per chunk (None: one each)."""
+    computed part of its prompt; and with drafts every chunk's tokens, in request order (request
+    after request; None: one each)."""
 
     index: list[int]
     sent_after: list[int]
     first_step: list[int]
     chunks: list[int]
     scheduled: list[int]
-    tokens: list[IntArray] | None
+    tokens: IntArray | None
 
 
 class _DecodePlans:

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import RequestRecord
+from ..metrics import RequestRecord, StepRecords
+from ..request_records import ONE_PER_CHUNK
 from .closed_loop import plan_closed_loop
 from .engine import Engine
 from .stretch import advance
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
 
     import numpy.typing as npt
 
@@ -34,12 +36,11 @@ if TYPE_CHECKING:
     from .state import EngineCounters
 
 MAX_STRETCH = 1 << 20
-ONE_PER_CHUNK = np.zeros(0, np.int64)  # a record's empty chunk_tokens: one token per chunk
 
 
 @dataclass(frozen=True)
 class SimulatedPoint:
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord]
     duration_s: float
     server_metrics: dict[str, JSONValue]
 
@@ -92,7 +93,7 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
         after = np.asarray(finished.sent_after, np.int64)
         sends = np.where(after < 0, start, clock.ends[np.maximum(after, 0)])
         return _Done(finished.index, sends.tolist(), finished.first_step, finished.chunks,
-                     finished.scheduled, finished.tokens, {})
+                     finished.scheduled, None, {}, request_tokens=finished.tokens)
     # A chain (a conversation's turns) goes on in the slot its last request freed, as the
     # client's per-connection worker sends it; chains start in order as slots free up.
     chains = chains if chains is not None else [[i] for i in range(len(isl))]
@@ -160,6 +161,8 @@ class _Done:
     scheduled: list[int]
     tokens: list[npt.NDArray[np.int64]] | None
     steps: dict[int, npt.NDArray[np.int64]]
+    # A planned load's tokens per chunk instead, request after request in request order.
+    request_tokens: npt.NDArray[np.int64] | None = None
 
     @classmethod
     def of(cls, done: list[tuple[int, float, Trace]], drafting: bool) -> _Done:
@@ -207,24 +210,51 @@ def simulate_point(config: EngineConfig, workload: Workload,
     done = _run_load(engine, clock, isl, osl, arrivals, concurrency, first_id=0,
                      chains=workload.chains() if workload.conversational else None, plan=plan)
     after = engine.counters()
-    records: list[RequestRecord | None] = [None] * len(isl)
-    ends, tokens = clock.ends, done.tokens
-    for pos, i in enumerate(done.index):
-        first, n = done.first_step[pos], done.chunks[pos]
-        # One run of steps: the metrics count ITLs per step off the shared ends.
-        times = ends[first:first + n] if first >= 0 else ends[done.steps[pos]]
-        output_tokens, chunk_tokens = record_tokens(None if tokens is None else tokens[pos], n)
-        records[i] = RequestRecord(
-            send_time=done.send[pos], end_time=float(times[-1]), input_tokens=int(isl[i]),
-            output_tokens=output_tokens, success=True, chunk_times=times,
-            chunk_tokens=chunk_tokens, scheduled_time=float(arrivals[i]) if open_loop else None,
-            step_ends=ends, first_step=first)
+    ends = clock.ends
+    records = _records(done, ends, isl, osl, arrivals if open_loop else None)
     sched = np.asarray(done.scheduled, np.int64)
     queue_s = np.where(sched > 0, ends[np.maximum(sched - 1, 0)], 0.0) - np.asarray(done.send)
     metrics = server_metrics(before, after, engine)
     metrics["mean_queue_time_ms"] = float(np.maximum(queue_s, 0).mean() * 1e3) if len(isl) else 0.0
     metrics["max_queue_time_ms"] = float(np.maximum(queue_s, 0).max() * 1e3) if len(isl) else 0.0
-    return SimulatedPoint([r for r in records if r is not None], clock.now, metrics)
+    return SimulatedPoint(records, clock.now, metrics)
+
+
+def _records(done: _Done, ends: npt.NDArray[np.float64], isl: npt.NDArray[np.int64],
+             osl: npt.NDArray[np.int64], scheduled: npt.NDArray[np.float64] | None
+             ) -> Sequence[RequestRecord]:
+    """The finished requests' records in send order: columns over the step timeline, or
+    (where a preemption broke a request's run of steps) one record each."""
+    n = len(done.index)
+    if not done.steps:
+        at = np.empty(n, np.int64)  # request i's position in finish order
+        at[np.asarray(done.index, np.int64)] = np.arange(n)
+        chunks = np.asarray(done.chunks, np.int64)[at]
+        tokens = done.request_tokens
+        if done.tokens is not None:
+            per_request = done.tokens
+            tokens = (np.concatenate([per_request[pos] for pos in at.tolist()]) if n
+                      else np.zeros(0, np.int64))
+        return StepRecords(
+            send_time=np.asarray(done.send, np.float64)[at], input_tokens=isl[:n],
+            output_tokens=(osl[:n] if tokens is None
+                           else np.add.reduceat(tokens, np.cumsum(chunks) - chunks)
+                           if n else osl[:n]),
+            first_step=np.asarray(done.first_step, np.int64)[at], chunks=chunks,
+            step_ends=ends, tokens=tokens, scheduled_time=scheduled)
+    records: list[RequestRecord | None] = [None] * n
+    for pos, i in enumerate(done.index):
+        first, count = done.first_step[pos], done.chunks[pos]
+        times = ends[first:first + count] if first >= 0 else ends[done.steps[pos]]
+        output_tokens, chunk_tokens = record_tokens(
+            None if done.tokens is None else done.tokens[pos], count)
+        records[i] = RequestRecord(
+            send_time=done.send[pos], end_time=float(times[-1]), input_tokens=int(isl[i]),
+            output_tokens=output_tokens, success=True, chunk_times=times,
+            chunk_tokens=chunk_tokens,
+            scheduled_time=None if scheduled is None else float(scheduled[i]),
+            step_ends=ends, first_step=first)
+    return [r for r in records if r is not None]
 
 
 def record_tokens(tokens: npt.NDArray[np.int64] | None, chunks: int
