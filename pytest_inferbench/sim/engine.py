@@ -288,21 +288,26 @@ class Engine:
             self.free_blocks -= total
             st.blocks[head] += need
             return head, budget - len(head) * q
-        decode: list[int] = []
-        for slot in dec.tolist():
-            if st.rid[slot] < 0 or budget < q:
-                continue
-            need1 = max(self._blocks_for(int(st.ctx[slot]) + q) - int(st.blocks[slot]), 0)
-            while need1 > self.free_blocks and self.running[-1] != slot:
-                self._preempt(self.running[-1])
-            if need1 > self.free_blocks:
-                self._preempt(slot)
-                continue
-            self.free_blocks -= need1
-            st.blocks[slot] += need1
-            decode.append(slot)
-            budget -= q
-        return np.asarray(decode, dtype=np.int64), budget
+        # Blocks run short: preempt from the back of the running set (the newest first) until
+        # the decoders in front fit. Scanning decoders in admission order and preempting the
+        # newest request while one does not fit leaves the longest prefix of the running set
+        # whose decoders' needs fit in the free blocks plus the blocks of everything behind it
+        # (the need of a prefix only grows and the blocks behind it only shrink as it grows).
+        bs = self.block_size
+        is_decoder = st.decoding[run]
+        counted = is_decoder & (np.cumsum(is_decoder) <= budget // q)  # within the budget
+        need_all = np.where(counted, np.maximum(-(-(st.ctx[run] + q) // bs) - st.blocks[run],
+                                                0), 0)
+        prefix_need = np.concatenate(([0], np.cumsum(need_all)))
+        behind = np.concatenate((np.cumsum(st.blocks[run][::-1])[::-1], [0]))
+        keep = int(np.flatnonzero(prefix_need <= self.free_blocks + behind)[-1])
+        for slot in run[keep:][::-1].tolist():
+            self._preempt(slot)  # newest first, each to the front of the waiting queue
+        decode = run[:keep][counted[:keep]]
+        need = need_all[:keep][counted[:keep]]
+        self.free_blocks -= int(need.sum())
+        st.blocks[decode] += need
+        return decode, budget - len(decode) * q
 
     def step(self) -> StepResult:
         """Schedule and run one iteration; returns its duration and what it emitted."""

@@ -236,3 +236,67 @@ def test_draft_model_must_fit_the_target() -> None:
         Engine(m25)
     # No draft named: the catalog's draft for the target architecture.
     assert Engine(replace(BASE, spec=replace(EAGLE, draft_model=None))).cost.draft is not None
+
+
+class GreedyPreemptingEngine(Engine):
+    """The decode scheduling of vLLM's scheduler written out slot by slot: decoders in
+    admission order; while one does not fit, preempt the newest running request (itself when
+    it is the newest). The engine computes the same outcome in one vectorized pass."""
+
+    def _schedule_decode(self) -> tuple[np.ndarray, int]:
+        st, q = self.slots, self.k + 1
+        budget = self.config.max_num_batched_tokens
+        run = self.run_array()
+        decode: list[int] = []
+        for slot in run[st.decoding[run]].tolist():
+            if st.rid[slot] < 0 or budget < q:
+                continue
+            need = max(-(-(int(st.ctx[slot]) + q) // self.block_size) - int(st.blocks[slot]), 0)
+            while need > self.free_blocks and self.running[-1] != slot:
+                self._preempt(self.running[-1])
+            if need > self.free_blocks:
+                self._preempt(slot)
+                continue
+            self.free_blocks -= need
+            st.blocks[slot] += need
+            decode.append(slot)
+            budget -= q
+        return np.asarray(decode, dtype=np.int64), budget
+
+
+@pytest.mark.parametrize("spec", [None, EAGLE], ids=["plain", "eagle3"])
+@pytest.mark.parametrize(("block_size", "decoders"), [(16, None), (1, None), (16, 12)],
+                         ids=["blocks-of-16", "blocks-of-1", "decoders-beyond-the-budget"])
+def test_preemption_under_kv_pressure_equals_the_slot_by_slot_scheduler(
+        spec: SpecConfig | None, block_size: int, decoders: int | None) -> None:
+    # `decoders`: a token budget that holds that many decoders and 400 prompt tokens a step.
+    q = 1 + (spec.num_speculative_tokens if spec else 0)
+    budget = 8192 if decoders is None else decoders * q + 400
+    config = with_kv_tokens(replace(BASE, spec=spec, max_num_seqs=24, block_size=block_size,
+                                    max_num_batched_tokens=budget), 9_000)
+    work = lengths_for(60, 1200, 400, seed=3)
+    greedy = GreedyPreemptingEngine(config, keep_traces=True)
+    t_ref, ref = closed_loop(greedy, work, 20, fast=False)
+    engine = Engine(config, keep_traces=True)
+    t_new, new = closed_loop(engine, work, 20, fast=False)
+    assert new == ref
+    assert t_new == t_ref
+    assert engine.counters() == greedy.counters()
+    assert engine.counters().preemptions > 10
+
+
+def test_several_preempted_in_one_step_queue_up_oldest_first() -> None:
+    # Eight one-block prompts admitted together cross their first block boundary in the same
+    # step, with 3 blocks free: the newest go back to the queue, the oldest of them in front.
+    config = with_kv_tokens(replace(BASE, max_num_seqs=8, block_size=16), 11 * 16)
+    engine = Engine(config, keep_traces=True)
+    for rid in range(8):
+        engine.add_request(rid, 15, 60)
+    most = 0
+    while not engine.counters().preemptions:
+        engine.step()
+        most = max(most, engine.counters().preemptions)
+    assert most == 3 and list(engine.waiting) == [5, 6, 7]
+    work = [(15, 60)] * 8
+    assert (closed_loop(Engine(config, keep_traces=True), work, 8, fast=False)
+            == closed_loop(GreedyPreemptingEngine(config, keep_traces=True), work, 8, fast=False))
