@@ -28,6 +28,7 @@ import numpy as np
 
 from . import decode_sums
 from .physics import windowed_sum
+from .state import plan_draws
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -320,7 +321,7 @@ class _DecodePlans:
         if not k:
             self.steps: IntArray = remaining
             return
-        draws = np.maximum(-(-remaining // min_emit), 1)  # as Engine._start_decoding
+        draws = plan_draws(remaining, min_emit)  # as Engine._start_decoding
         self.offsets: IntArray = np.cumsum(draws) - draws
         self.accepted: IntArray = np.asarray(sampler.draw(int(draws.sum())), np.int64)
         # Tokens out through each draw, over all requests: strictly increasing, so one

@@ -182,16 +182,22 @@ class _Done:
 
 
 def simulate_point(config: EngineConfig, workload: Workload,
-                   engine: Engine | None = None, *, plan: bool = True) -> SimulatedPoint:
+                   engine: Engine | None = None, *, plan: bool = True,
+                   warmup_shortcut: bool = True) -> SimulatedPoint:
     """Simulate one point; `engine` may be reused across points (its state must be idle).
-    `plan=False` runs the engine step by step even where the closed loop could be planned."""
+    `plan=False` runs the engine step by step even where the closed loop could be planned;
+    `warmup_shortcut=False` runs the warmup even where it leaves no trace."""
     engine = engine or Engine(config, keep_traces=True)
     engine.keep_traces = True
     engine.report_emitted = False  # the traces say it all
     isl, osl = workload.length_arrays
     concurrency = workload.concurrency
     warm = _Timeline()
-    if workload.warmup:
+    if workload.warmup and warmup_shortcut and _warmup_leaves_no_trace(
+            engine, *workload.warmup_length_arrays, concurrency):
+        # All it would change is where the acceptance stream stands: it draws the same.
+        engine.draw_decode_plans(workload.warmup_length_arrays[1])
+    elif workload.warmup:
         warm_isl, warm_osl = workload.warmup_length_arrays
         warm.n = engine.steps_done
         warm.ends = np.zeros(engine.steps_done + 4096)
@@ -255,6 +261,21 @@ def _records(done: _Done, ends: npt.NDArray[np.float64], isl: npt.NDArray[np.int
             scheduled_time=None if scheduled is None else float(scheduled[i]),
             step_ends=ends, first_step=first)
     return [r for r in records if r is not None]
+
+
+def _warmup_leaves_no_trace(engine: Engine, isl: npt.NDArray[np.int64],
+                            osl: npt.NDArray[np.int64], concurrency: int) -> bool:
+    """Whether a warmup on this idle engine would leave nothing behind that the measured phase
+    sees (there is no prefix cache to warm) but the acceptance draws of its decode plans: no
+    jitter stream to advance, every request admissible, and as many as can run at once fit the
+    KV cache whole, so none is ever preempted (a re-admission draws a new plan)."""
+    cfg = engine.config
+    if cfg.jitter > 0 or engine.has_work() or not len(isl) or min(isl.min(), osl.min()) < 1:
+        return False
+    longest = int((isl + osl).max())
+    at_once = min(concurrency, cfg.max_num_seqs, len(isl))
+    return (longest <= cfg.max_model_len
+            and at_once * -(-(longest + engine.k) // engine.block_size) <= engine.num_blocks)
 
 
 def record_tokens(tokens: npt.NDArray[np.int64] | None, chunks: int

@@ -24,7 +24,15 @@ from . import catalog
 from .config import EngineConfig
 from .physics import EngineConfigError, StepCost, kv_capacity_tokens, shard_model, windowed_sum
 from .spec_decode import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
-from .state import CounterState, EngineCounters, Request, SlotTable, StepBatch, StepResult
+from .state import (
+    CounterState,
+    EngineCounters,
+    Request,
+    SlotTable,
+    StepBatch,
+    StepResult,
+    plan_draws,
+)
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -231,12 +239,17 @@ class Engine:
             self._finish(slot, finished)
         return finished
 
+    def draw_decode_plans(self, max_tokens: npt.NDArray[np.int64]) -> None:
+        """Draw the decode plans of requests that run start to end without a preemption
+        (their first token from the prefill), as running them would."""
+        if self.k and len(max_tokens):
+            self._sampler.draw(int(plan_draws(max_tokens - 1, self._min_emit).sum()))
+
     def _start_decoding(self, slot: int, req: Request) -> None:
         """Prefill done: its step emitted one token; draw the rest of this admission's plan."""
         remaining = req.max_tokens - int(self.slots.gen[slot])
-        # Every step emits at least min_emit tokens, so this many draws always suffice.
-        draws = max(-(-remaining // self._min_emit), 1)
-        accepted = self._sampler.draw(draws) if self.k else np.zeros(0, np.int64)
+        accepted = (self._sampler.draw(int(plan_draws(np.int64(remaining), self._min_emit)))
+                    if self.k else np.zeros(0, np.int64))
         self.slots.start_decode(slot, remaining, accepted, first_step=self.steps_done)
 
     def jitter(self, n: int) -> npt.NDArray[np.float64] | float:

@@ -128,6 +128,14 @@ class CounterState:
             spec_accepted_histogram=tuple(int(x) for x in self.histogram + open_histogram))
 
 
+def plan_draws(remaining: IntArray, min_emit: int) -> IntArray:
+    """Acceptance draws of decode plans for `remaining` tokens each: every step emits at least
+    `min_emit` tokens, so this many always suffice (at least one, as a plan is drawn even for
+    none)."""
+    draws: IntArray = np.maximum(-(-remaining // min_emit), 1)
+    return draws
+
+
 def decode_plan(remaining: int, accepted: IntArray) -> tuple[int, IntArray, IntArray]:
     """A speculative decode plan: each step emits its accepted drafts plus one token, until
     `remaining` tokens are out. Returns (steps, tokens emitted before each step, accepted

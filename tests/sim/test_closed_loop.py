@@ -10,10 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.closed_loop import plan_closed_loop
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
-from pytest_inferbench.sim.driver import SimulatedPoint, simulate_point
+from pytest_inferbench.sim.driver import SimulatedPoint, _warmup_leaves_no_trace, simulate_point
 from pytest_inferbench.sim.engine import Engine
 from pytest_inferbench.workload import LoadSettings, build_workload
 
@@ -38,6 +37,16 @@ CASES = {
     "one-token-replies": (M3, 300, 1, 8),
     "jitter": (replace(M3, spec=EAGLE, jitter=0.05, seed=3), 512, 128, 8),
 }
+
+
+def with_room_for(config: EngineConfig, tokens: int) -> EngineConfig:
+    """The config with a KV cache of about `tokens`: the cache grows linearly with the memory
+    utilization (what HBM x utilization leaves after fixed needs, per token of context)."""
+    u = config.gpu_memory_utilization
+    cap = Engine(config).kv_capacity_tokens
+    per_utilization = (cap - Engine(replace(config, gpu_memory_utilization=u - 0.05)
+                              ).kv_capacity_tokens) / 0.05
+    return replace(config, gpu_memory_utilization=u - (cap - tokens) / per_utilization)
 
 
 def lengths(isl: int, osl: int, conc: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -84,14 +93,29 @@ def test_the_plan_is_used_where_it_applies_and_declined_where_the_cache_runs_sho
     isl, osl, arrivals = lengths(2000, 400, 32)
     assert plan_closed_loop(Engine(M3), isl, osl, arrivals, 32, None) is not None
     # Room for about eight requests: the engine must preempt, which the planner does not do.
-    # (The cache is what HBM x utilization leaves after fixed needs, per token of context.)
-    roomy = Engine(M3)
-    hbm = catalog.hardware(M3.hardware).hbm_bytes
-    spare = (roomy.kv_capacity_tokens - 8 * 2400) * roomy.target.kv_store_per_token
-    tight = replace(M3, gpu_memory_utilization=M3.gpu_memory_utilization - spare / hbm)
+    tight = with_room_for(M3, 8 * 2400)
     engine = Engine(tight)
     assert plan_closed_loop(engine, isl, osl, arrivals, 32, None) is None
     assert engine.steps_done == 0 and engine.counters().generation_tokens == 0  # untouched
     planned, stepped = both(tight, 2000, 400, 32)
     assert stepped.server_metrics["preemptions"] > 0
     assert_same(planned, stepped)
+
+
+@pytest.mark.parametrize("case", [*CASES, "kv-cache-runs-short"])
+def test_a_warmup_that_leaves_no_trace_is_not_run_and_changes_nothing(case: str) -> None:
+    # A warmup that fits the KV cache whole changes nothing but where the acceptance draws
+    # stand: the measured phase is the same whether it ran or was skipped. Where the cache
+    # runs short (a preempted warmup request draws again) or jitter draws per step, it runs.
+    if case == "kv-cache-runs-short":
+        config, isl, osl, conc = with_room_for(replace(M3, spec=EAGLE), 8 * 2400), 2000, 400, 32
+    else:
+        config, isl, osl, conc = CASES[case]
+    load = replace(LOAD, warmup_per_conc=2)
+    workload = build_workload(isl, osl, conc, load)
+    skipped = simulate_point(config, workload)
+    ran = simulate_point(config, workload, warmup_shortcut=False)
+    assert_same(skipped, ran)
+    leaves_no_trace = _warmup_leaves_no_trace(Engine(config), *workload.warmup_length_arrays,
+                                              conc)
+    assert leaves_no_trace == (case not in ("jitter", "kv-cache-runs-short"))
