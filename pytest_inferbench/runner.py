@@ -101,9 +101,11 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
         gate_failures, fields = [f"gates could not be evaluated: {type(exc).__name__}: {exc}"], {}
     failures = [state.redactor.text(failure)
                 for failure in [*results.measurement_failures(result), *gate_failures]]
-    judged = result.with_values(**{k: v for k, v in fields.items() if k not in result},
-                                gate_failures=failures)
-    result = judged.with_values(notes=[*notes, *write_point_files(settings.results_dir, judged)])
+    added = {k: v for k, v in fields.items() if k not in result}
+    if failures or added or written:  # the files on disk do not say all of it yet
+        judged = result.with_values(**added, gate_failures=failures)
+        result = judged.with_values(
+            notes=[*notes, *write_point_files(settings.results_dir, judged)])
     item.stash.setdefault(RESULTS_KEY, []).append(result)
     item.user_properties.extend(report.result_properties(result))
     if progress.emit is not None:
