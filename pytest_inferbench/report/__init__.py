@@ -14,6 +14,7 @@ workers, so `-n 2` prints the same tables as a serial run. Hooks for `plugin.py`
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import TYPE_CHECKING
@@ -121,9 +122,18 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
     if results:
         from ..results import PER_REQUEST_KEYS
 
-        setattr(report, RESULTS_ATTR, [
+        # As one JSON text: xdist's workers send reports through a serializer that walks every
+        # value in Python, and a point's record holds about 150 of them (NaN and inf survive).
+        setattr(report, RESULTS_ATTR, json.dumps([
             {k: v for k, v in result.items() if k not in PER_REQUEST_KEYS}
-            for result in results])
+            for result in results]))
+
+
+def report_results(report: pytest.TestReport) -> list[dict[str, JSONValue]]:
+    """The full results `attach_result` put on a report (none on most reports)."""
+    text = getattr(report, RESULTS_ATTR, None)
+    results = json.loads(text) if isinstance(text, str) else []
+    return [r for r in results if isinstance(r, dict)]
 
 
 def register(config: pytest.Config) -> None:
@@ -156,7 +166,7 @@ class ReportCollector:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             verdict = "error" if report.when == "setup" and report.failed else report.outcome
             reason = _first_line(report) if report.outcome != "passed" else ""
-            results = getattr(report, RESULTS_ATTR, None) or []
+            results = report_results(report)
             if len(results) <= 1:
                 self._add(report.nodeid, dict(props), verdict, reason,
                           results[0] if results else None)
