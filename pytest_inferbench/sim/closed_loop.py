@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import decode_sums
-from .physics import windowed_sum
 from .state import plan_draws
 
 if TYPE_CHECKING:
@@ -62,7 +61,8 @@ def _applies(engine: Engine, isl: IntArray, osl: IntArray, arrivals: FloatArray,
 
 
 class _Schedule:
-    """Which step every request is admitted, prefilled, completes and finishes in."""
+    """Which step every request is admitted, prefilled, completes and finishes in, and every
+    prefill chunk (its step, its request, the prompt position it computed up to)."""
 
     def __init__(self, engine: Engine, isl: IntArray, plan: list[int], concurrency: int
                  ) -> None:
@@ -71,12 +71,10 @@ class _Schedule:
         self.complete = [0] * n  # step whose end emits the first token
         self.plan = plan  # decode steps after it
         self.scheduled = [0] * n  # step that first computed part of the prompt
-        self.arrival = [0] * n  # steps done when the request reached the engine
         self.sent_after = [-1] * n  # step at whose end it was sent (-1: at the start)
-        self.chunk_steps: list[int] = []  # per prefill chunk: step, request, held blocks
+        self.chunk_steps: list[int] = []
         self.chunk_req: list[int] = []
-        self.chunk_blocks: list[int] = []
-        self.prefill: dict[int, tuple[float, float, float, float, float, float]] = {}
+        self.chunk_end: list[int] = []
         self.visited: list[int] = []  # steps after which the engine notes its usage
         self.waiting_peak = 0
         self.finish_order: list[int] = []
@@ -84,24 +82,20 @@ class _Schedule:
 
     def _run(self, engine: Engine, isl: IntArray, concurrency: int) -> None:
         cfg = engine.config
-        q, bs, w = engine.k + 1, engine.block_size, engine.window
+        q = engine.k + 1
         budget_max, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
         isl_l, plan = isl.tolist(), self.plan
+        n = len(isl_l)
         # Bound methods and lists in locals: this loop runs once per event of every request.
-        complete, scheduled, arrival, sent_after = (self.complete, self.scheduled,
-                                                    self.arrival, self.sent_after)
-        chunk_steps, chunk_req, chunk_blocks = (self.chunk_steps.append, self.chunk_req.append,
-                                                self.chunk_blocks.append)
-        visited, finish_order, prefill = self.visited.append, self.finish_order.append, self.prefill
+        complete, scheduled, sent_after = self.complete, self.scheduled, self.sent_after
+        chunk_steps, chunk_req, chunk_end = (self.chunk_steps.append, self.chunk_req.append,
+                                             self.chunk_end.append)
+        visited, finish_order = self.visited.append, self.finish_order.append
         heappush, heappop = heapq.heappush, heapq.heappop
-        pending = deque(range(len(isl_l)))
-        waiting: deque[int] = deque()
-        for _ in range(min(concurrency, len(isl_l))):  # an idle engine takes them at once
-            r = pending.popleft()
-            waiting.append(r)
-            arrival[r] = self.first
+        sent = min(concurrency, n)  # requests 0 .. sent - 1 are out; an idle engine takes them
+        waiting: deque[int] = deque(range(sent))
         running = 0  # requests admitted and not finished
-        prefilling: list[int] = []
+        prefilling: list[int] = []  # admitted, prompt not yet computed whole (admission order)
         prefilled: dict[int, int] = {}
         # (step, request): requests are admitted in their order (FCFS from a queue filled in
         # send order), so a request's index is its admission rank, the engine's tie order.
@@ -112,59 +106,55 @@ class _Schedule:
         s = self.first
         while waiting or running or transit:
             budget = budget_max - decoding * q
-            chunks: list[tuple[int, int]] = []
-            for r in prefilling:
-                if budget <= 0:
-                    break
-                c = min(isl_l[r] - prefilled[r], budget)
-                chunks.append((r, c))
-                budget -= c
-            while waiting and running < max_seqs and budget > 0:
-                r = waiting.popleft()
-                running += 1
-                prefilling.append(r)
-                prefilled[r] = 0
-                scheduled[r] = s
-                c = min(isl_l[r], budget)
-                chunks.append((r, c))
-                budget -= c
-            if not chunks and not decoding:
-                raise _Unplannable  # a stuck prefill: the engine preempts
             done_now: list[int] = []
             started = 0
-            if chunks:
-                p_tok = p_seqs = p_ctx = p_win = pairs = win_pairs = 0.0
-                for r, c in chunks:
-                    c0 = prefilled[r]
-                    c1 = c0 + c
-                    p_tok += c
-                    p_ctx += c1
-                    if c1 <= w:  # all of the chunk's attention is within the window
-                        full = (c1 * (c1 + 1) - c0 * (c0 + 1)) / 2.0
-                        pairs += full
-                        win_pairs += full
-                        p_win += c1
-                    else:
-                        a, b = windowed_sum(float(c0), float(c1), w)
-                        pairs += a
-                        win_pairs += b
-                        p_win += w
-                    prefilled[r] = c1
+            chunked = False
+            if prefilling:  # running prefills go on first, in admission order
+                still: list[int] = []
+                for r in prefilling:
+                    if budget <= 0:
+                        still.append(r)
+                        continue
+                    c1 = min(isl_l[r], prefilled[r] + budget)
+                    budget -= c1 - prefilled[r]
                     chunk_steps(s)
                     chunk_req(r)
-                    chunk_blocks(-(-c1 // bs))
+                    chunk_end(c1)
+                    chunked = True
                     if c1 < isl_l[r]:
+                        prefilled[r] = c1
+                        still.append(r)
                         continue
-                    p_seqs += 1.0
-                    prefilling.remove(r)
+                    del prefilled[r]
                     complete[r] = s
-                    steps = plan[r]
-                    if steps:
-                        heappush(finishes, (s + steps, r))
+                    if plan[r]:
+                        heappush(finishes, (s + plan[r], r))
                         started += 1
                     else:
                         done_now.append(r)
-                prefill[s] = (p_tok, p_seqs, p_ctx, p_win, pairs, win_pairs)
+                prefilling = still
+            while waiting and running < max_seqs and budget > 0:
+                r = waiting.popleft()
+                running += 1
+                scheduled[r] = s
+                c1 = isl_l[r] if isl_l[r] <= budget else budget
+                budget -= c1
+                chunk_steps(s)
+                chunk_req(r)
+                chunk_end(c1)
+                chunked = True
+                if c1 < isl_l[r]:
+                    prefilling.append(r)
+                    prefilled[r] = c1
+                    continue
+                complete[r] = s
+                if plan[r]:
+                    heappush(finishes, (s + plan[r], r))
+                    started += 1
+                else:
+                    done_now.append(r)
+            if not chunked and not decoding:
+                raise _Unplannable  # a stuck prefill: the engine preempts
             while finishes and finishes[0][0] == s:
                 done_now.append(heappop(finishes)[1])
                 decoding -= 1
@@ -179,21 +169,16 @@ class _Schedule:
             # step's finishes free client slots, whose requests are in transit for one step
             # when the engine still has work.
             if transit:
-                for r in transit:
-                    waiting.append(r)
-                    arrival[r] = s + 1
+                waiting.extend(transit)
                 transit = []
-            busy = bool(waiting or running)
-            for r in done_now:
-                finish_order(r)
-                if pending:
-                    nxt = pending.popleft()
-                    sent_after[nxt] = s
-                    if busy:
-                        transit.append(nxt)
-                    else:
-                        waiting.append(nxt)
-                        arrival[nxt] = s + 1
+            if done_now:
+                busy = bool(waiting or running)
+                for r in done_now:
+                    finish_order(r)
+                    if sent < n:
+                        sent_after[sent] = s
+                        (transit if busy else waiting).append(sent)
+                        sent += 1
             admissible = (waiting and running < max_seqs
                           and budget_max - running * q > 0)
             if transit or prefilling or admissible or not finishes:
@@ -202,6 +187,37 @@ class _Schedule:
                 s = finishes[0][0]
         self.waiting_peak = waiting_peak
         self.last = s - 1
+
+    def prefill_terms(self, isl: IntArray, steps_n: int, block_size: int, window: float
+                      ) -> tuple[FloatArray, IntArray, IntArray, IntArray]:
+        """Per step, what its prefill chunks add up to (tokens, completed prompts, contexts,
+        contexts capped at the window, attention pairs, pairs within the window: the rows of
+        the returned 6 x steps array); and per chunk its step, its request and the KV blocks
+        its request holds through it."""
+        at = np.asarray(self.chunk_steps, np.int64) - self.first
+        req = np.asarray(self.chunk_req, np.int64)
+        c1 = np.asarray(self.chunk_end, np.int64)
+        # A chunk starts where its request's previous chunk ended (chunks of a request come
+        # in step order; most requests have one).
+        order = np.argsort(req, kind="stable")
+        c0 = np.zeros(len(c1), np.int64)
+        same = req[order][1:] == req[order][:-1]
+        c0[order[1:][same]] = c1[order[:-1][same]]
+        lo, hi = c0.astype(np.float64), c1.astype(np.float64)
+        full = (hi * (hi + 1) - lo * (lo + 1)) / 2.0
+        if math.isfinite(window):  # as physics.windowed_sum, chunk by chunk
+            below = np.minimum(lo, window)
+            part = np.where(window > lo, (window * (window + 1) - below * (below + 1)) / 2.0, 0.0)
+            win_pairs = np.where(window >= hi, full,
+                                 part + (hi - np.maximum(lo, window)) * window)
+            ctx_win = np.minimum(hi, window)
+        else:
+            win_pairs, ctx_win = full, hi
+        weights = (hi - lo, (c1 == isl[req]).astype(np.float64), hi, ctx_win, full, win_pairs)
+        terms: FloatArray = np.stack([
+            np.bincount(at, weights=w, minlength=steps_n)[:steps_n].astype(np.float64)
+            for w in weights])
+        return terms, at, req, decode_sums.ceil_div(c1, block_size)
 
 
 class _Unplannable(Exception):
@@ -233,16 +249,16 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     # Blocks held during each step: decode steps, plus prefill holdings from each chunk's
     # step to the step before the next chunk (or the first decode step, or after the finish).
     during = sums.held.copy()
-    chunk_at = np.asarray(sch.chunk_steps, np.int64) - s0
-    chunk_req = np.asarray(sch.chunk_req, np.int64)
-    chunk_blocks = np.asarray(sch.chunk_blocks, np.int64)
-    prev = np.zeros(len(isl), np.int64)
-    delta = np.zeros(steps_n + 2)
-    for t, r, b in zip(chunk_at.tolist(), chunk_req.tolist(), chunk_blocks.tolist(),
-                       strict=True):
-        delta[t] += b - prev[r]
-        prev[r] = b
-    np.subtract.at(delta, complete + 1, prev)
+    pre, chunk_at, chunk_req, chunk_blocks = sch.prefill_terms(isl, steps_n, bs, w)
+    by_request = np.argsort(chunk_req, kind="stable")  # each request's chunks in step order
+    grown = chunk_blocks.copy()
+    same = chunk_req[by_request][1:] == chunk_req[by_request][:-1]
+    grown[by_request[1:][same]] -= chunk_blocks[by_request[:-1][same]]
+    last = by_request[np.append(~same, True)]  # each request's last chunk
+    prev = np.zeros(len(isl), np.int64)  # blocks through each request's last chunk
+    prev[chunk_req[last]] = chunk_blocks[last]
+    delta = np.bincount(chunk_at, weights=grown, minlength=steps_n + 2)
+    delta -= np.bincount(complete + 1, weights=prev, minlength=steps_n + 2)
     during += np.cumsum(delta)[:steps_n + 1]
     during = during[:steps_n]
     if float(during.max()) > engine.num_blocks:
@@ -257,10 +273,6 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     seqs = np.cumsum(np.bincount(complete + 1, minlength=steps_n + 2)
                      - np.bincount(complete + plan + 1, minlength=steps_n + 2))[:steps_n]
     seqs = seqs.astype(np.float64)
-    pre = np.zeros((6, steps_n))
-    if sch.prefill:
-        cols = np.asarray(list(sch.prefill), np.int64) - s0
-        pre[:, cols] = np.asarray(list(sch.prefill.values())).T
     durations = np.asarray(engine.cost.step(
         decode_seqs=seqs, decode_ctx=sums.ctx, decode_ctx_win=sums.ctx_win,
         prefill_tokens=pre[0], prefill_seqs=pre[1], prefill_ctx=pre[2], prefill_ctx_win=pre[3],
