@@ -336,20 +336,13 @@ class _DecodePlans:
         draws = plan_draws(remaining, min_emit)  # as Engine._start_decoding
         self.offsets: IntArray = np.cumsum(draws) - draws
         self.accepted: IntArray = np.asarray(sampler.draw(int(draws.sum())), np.int64)
-        # Tokens out through each draw, over all requests: strictly increasing, so one
-        # search finds where each request's plan reaches its remaining tokens.
-        self._through = np.cumsum(self.accepted + 1)
-        self._base = np.where(self.offsets > 0, self._through[self.offsets - 1], 0)
-        reach = np.searchsorted(self._through, self._base + remaining, side="left")
+        # Tokens out before each draw, over all requests (and after the last): strictly
+        # increasing, so one search finds where each request's plan reaches its tokens.
+        self.before: IntArray = np.zeros(len(self.accepted) + 1, np.int64)
+        np.cumsum(self.accepted + 1, out=self.before[1:])
+        self.base: IntArray = self.before[self.offsets]  # out before each request's first
+        reach = np.searchsorted(self.before[1:], self.base + remaining, side="left")
         self.steps = np.where(remaining > 0, reach - self.offsets + 1, 0)
-
-    def context(self, pos: IntArray, isl: IntArray, firsts: IntArray) -> IntArray:
-        """The context of each decode step: its prompt (`isl`, per step) plus the tokens out
-        through the draw before its own (`pos`); `firsts` are the first steps (none out)."""
-        ctx: IntArray = self._through[np.maximum(pos - 1, 0)] + isl
-        ctx -= np.repeat(self._base, self.steps)
-        ctx[firsts] = isl[firsts]
-        return ctx
 
 
 class _Drafted:
@@ -359,24 +352,36 @@ class _Drafted:
     def __init__(self, plans: _DecodePlans, isl: IntArray, complete: IntArray, steps_n: int,
                  q: int, bs: int, w: float) -> None:
         plan = self.plan = plans.steps
-        self.plans = plans
         self.starts = np.cumsum(plan) - plan  # each request's first element
         n_el = int(plan.sum())
-        self.el = el = np.arange(n_el, dtype=np.int64)
-        at = el + np.repeat(complete + 1 - self.starts, plan)
-        firsts = self.starts[plan > 0]
+        # Element j of request r is its draw offsets[r] + j, in step complete[r] + 1 + j: a
+        # per-request shift plus the element's own index.
+        self.pos = pos = np.repeat(plans.offsets - self.starts, plan)
+        pos += np.arange(n_el, dtype=np.int64)
+        at = np.repeat(complete + 1 - plans.offsets, plan)
+        at += pos
+        # Its context: the prompt plus the tokens out before its draw within its request.
+        self.ctx = ctx = plans.before[pos]
+        ctx += np.repeat(isl - plans.base, plan)
         self.lasts = (self.starts + plan - 1)[plan > 0]
-        self.pos = el + np.repeat(plans.offsets - self.starts, plan)  # its draw
-        self.ctx = ctx = plans.context(self.pos, np.repeat(isl, plan), firsts)
         self.isl = isl
-        held = decode_sums.ceil_div(ctx + q, bs)  # its context and the q tokens it writes
-        ctx_sum = np.bincount(at, weights=ctx, minlength=steps_n)[:steps_n].astype(np.float64)
+        ctx_sum = np.bincount(at, weights=ctx, minlength=steps_n + 1)
         win_sum = (np.bincount(at, weights=np.minimum(ctx, w), minlength=steps_n)[:steps_n]
-                   .astype(np.float64) if math.isfinite(w) else ctx_sum)
-        self.sums = decode_sums.DecodeSums(
-            np.bincount(at, weights=held, minlength=steps_n + 1).astype(np.float64),
-            ctx_sum, win_sum, held[self.lasts])
-        self.accepted = plans.accepted[self.pos]  # accepted drafts per step
+                   if math.isfinite(w) else ctx_sum[:steps_n])
+        # Blocks held: its context and the q tokens it writes (with pages of one token, the
+        # contexts' sum plus q per sequence, without another pass over the elements).
+        if bs == 1:
+            held = np.asarray(np.bincount(at, minlength=steps_n + 1) * float(q) + ctx_sum,
+                              np.float64)
+            last_held = ctx[self.lasts] + q
+        else:
+            blocks = decode_sums.ceil_div(ctx + q, bs)
+            held = np.bincount(at, weights=blocks, minlength=steps_n + 1).astype(np.float64)
+            last_held = blocks[self.lasts]
+        self.sums = decode_sums.DecodeSums(held.astype(np.float64),
+                                           ctx_sum[:steps_n].astype(np.float64),
+                                           win_sum.astype(np.float64), last_held)
+        self.accepted = plans.accepted[pos]  # accepted drafts per step
 
     def count(self, c: CounterState) -> None:
         """The engine's draft counters for these steps."""
@@ -388,10 +393,9 @@ class _Drafted:
         """Per request, 1 for the prefill's token then what each decode step emits: its
         accepted drafts and one token; the last emits what is still owed."""
         plan, isl = self.plan, self.isl
-        tokens = np.ones(len(isl) + len(self.el), np.int64)
-        if len(self.el):
-            emitted = self.accepted + 1
+        emitted = self.accepted + 1
+        if len(emitted):
             # owed: osl - 1 - (ctx - isl)
             emitted[self.lasts] = (osl - 1 + isl)[plan > 0] - self.ctx[self.lasts]
-            tokens[self.el + np.repeat(np.arange(1, len(isl) + 1), plan)] = emitted
+        tokens: IntArray = np.insert(emitted, self.starts, 1)  # each request's prefill token
         return tokens

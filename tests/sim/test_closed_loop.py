@@ -32,6 +32,7 @@ CASES = {
     # Blocks held grow by a staircase: a block size that is no power of two, and pages of one.
     "odd-block-size": (replace(M3, block_size=7), 1000, 200, 16),
     "page-size-one": (replace(GPTOSS, block_size=1), 700, 150, 8),
+    "eagle3-page-size-one": (replace(M3, spec=EAGLE, block_size=1), 1024, 256, 16),
     "chunked-prefill": (replace(M3, max_num_batched_tokens=2048), 6000, 64, 8),
     "queue-behind-max-num-seqs": (replace(M3, max_num_seqs=5), 512, 128, 12),
     "one-token-replies": (M3, 300, 1, 8),
