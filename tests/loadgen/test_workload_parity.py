@@ -3,9 +3,11 @@ requests, warmups included, at the same offsets for the same seed.
 
 The in-process side is read from what the driver hands its engine (`sim.driver._run_load`'s
 request ids with their prompt and output lengths, whether the load is then planned as a closed
-loop or run step by step); the HTTP
-side from the simulated server's own timeline (what arrived, with `prompt_tokens` and
-`max_tokens`), joined to the client's records by response id.
+loop or run step by step) and, for the warmup, from the workload the backend hands the driver
+(a warmup that provably leaves no trace is not run on the engine, only its decode plans are
+drawn: `tests/sim/test_closed_loop.py` holds that to running it); the HTTP side from the
+simulated server's own timeline (what arrived, with `prompt_tokens` and `max_tokens`), joined
+to the client's records by response id.
 """
 
 from __future__ import annotations
@@ -45,6 +47,18 @@ class RecordingLoad:
         return RecordingLoad.run(engine, clock, isl, osl, *args, first_id=first_id, **kwargs)
 
 
+class RecordingSimulation:
+    """Wraps the backend's point simulation, noting the warmup of the workload it is given."""
+
+    warmup: ClassVar[list[tuple[int, int]]] = []
+    simulate = staticmethod(sim_backend.simulate_point)
+
+    @staticmethod
+    def __call__(config: object, workload: Any, *args: Any, **kwargs: Any) -> Any:
+        RecordingSimulation.warmup = [(r.input_tokens, r.output_tokens) for r in workload.warmup]
+        return RecordingSimulation.simulate(config, workload, *args, **kwargs)
+
+
 @pytest.mark.parametrize(("rate", "warmup"), [(math.inf, "same"), (400.0, "distinct")])
 def test_sim_and_sim_server_send_the_same_requests(
         fast_server: SimServer, helpers: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
@@ -57,8 +71,11 @@ def test_sim_and_sim_server_send_the_same_requests(
 
     RecordingLoad.sent = []
     monkeypatch.setattr(sim_driver, "_run_load", RecordingLoad())
+    monkeypatch.setattr(sim_backend, "simulate_point", RecordingSimulation())
     in_process = sim_backend.SimBackend().start(node, spec, CTX).run_point(point, load)
-    sim_warmup = sorted((i, o) for rid, i, o in RecordingLoad.sent if rid >= WARMUP_IDS)
+    sim_warmup = sorted(RecordingSimulation.warmup)
+    run_warmup = sorted((i, o) for rid, i, o in RecordingLoad.sent if rid >= WARMUP_IDS)
+    assert run_warmup in ([], sim_warmup)  # run on the engine, or left out as traceless
     sim_measured = sorted((rid, i, o) for rid, i, o in RecordingLoad.sent if rid < WARMUP_IDS)
 
     httpx.delete(fast_server.base_url + "/debug/inferbench/timeline")
