@@ -82,7 +82,13 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
         runner_name=runner_name(point.server.runner, settings.runner_name),
     ).with_values(nodeid=item.nodeid, server_instance=node.instance, run_id=state.run_id)
     # A server's error body may echo a token it was given: masked before anything keeps it.
-    measured = PointRecord(state.redactor.scrub_record(measured)).with_values(gate_failures=[])
+    measured = PointRecord(state.redactor.scrub_record(measured))
+    try:  # the golden AL goes into the first files; the gates below report any error of it
+        fields = gates.point_fields(point, node.spec, settings)
+    except Exception:
+        fields = {}
+    measured = measured.with_values(
+        gate_failures=[], **{k: v for k, v in fields.items() if k not in measured})
     # What was measured is on disk before any gate reads it: a gate that fails to evaluate
     # (or an interrupt during the gates) never loses the point.
     notes = measured.notes

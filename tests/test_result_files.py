@@ -157,3 +157,20 @@ def test_a_request_rate_sweep_runs_each_point_once_per_rate(pytester: pytest.Pyt
                                         "2,0")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--inferbench-request-rates '2,0': '0' is not a rate > 0*"])
+
+
+def test_a_speculative_point_s_files_hold_its_golden_acceptance_length(
+        pytester: pytest.Pytester) -> None:
+    # Known before any gate runs, so the files written before the gates already say it.
+    (pytester.path / "bench-master.yaml").write_text(master_entry(
+        rows=["{ tp: 4, spec-decoding: mtp, conc-list: [4] }"], isl=256, osl=32))
+    shutil.copytree(REPO / "benchmarks" / "launch", pytester.path / "launch")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-no-plots",
+                                           "--inferbench-prompts-per-conc", "2")
+    result.assert_outcomes(passed=1)
+    points = pytester.path / "inferbench-results" / "points"
+    (raw_path,) = [p for p in points.iterdir() if not p.name.startswith(AGG_PREFIX)]
+    record = point_record(json.loads(raw_path.read_text()))
+    assert record["golden_acceptance_length"] == 2.83 and record["gate_failures"] == []
+    assert isinstance(record["acceptance_length"], float) and record["acceptance_length"] > 1
+    assert not [p for p in points.iterdir() if p.name.startswith(".")]  # no temp file left

@@ -11,6 +11,8 @@ Entry points for the collection code:
   and golden AL of a point.
 - `evaluate_point(result, point, spec, settings, gates, baseline) -> list[str]`: the failures;
   the result is only read.
+- `point_fields(point, spec, settings) -> dict`: the `acceptance_fields` recorded with a point
+  before its gates run (empty when the gates files cannot be read).
 - `check_point(result, point, spec, settings) -> PointFindings`: the runner's entry: loads the
   gates and the baseline, returns the failures and the `acceptance_fields` to record with the
   result (the measured AL next to the golden AL). Unreadable gates, golden-AL or baseline
@@ -161,6 +163,16 @@ def acceptance_fields(point: BenchPoint, spec: ServerSpec | None,
         ),
         "golden_al_source": gates.golden.source(prefix, sd.method),
     }
+
+
+def point_fields(point: BenchPoint, spec: ServerSpec | None, settings: Settings) -> Record:
+    """What is recorded with a point before any gate judges it: `acceptance_fields()`, so the
+    files written before the gates already hold the golden AL; empty where the gates files
+    cannot be read (`check_point` names why)."""
+    try:
+        return acceptance_fields(point, spec, load_gates(point.server.source, settings))
+    except (GatesFileError, GoldenALError):
+        return {}
 
 
 @dataclass(frozen=True)
