@@ -267,15 +267,18 @@ def _warmup_leaves_no_trace(engine: Engine, isl: npt.NDArray[np.int64],
                             osl: npt.NDArray[np.int64], concurrency: int) -> bool:
     """Whether a warmup on this idle engine would leave nothing behind that the measured phase
     sees (there is no prefix cache to warm) but the acceptance draws of its decode plans: no
-    jitter stream to advance, every request admissible, and as many as can run at once fit the
-    KV cache whole, so none is ever preempted (a re-admission draws a new plan)."""
+    jitter stream to advance, every request admissible, and with speculative decoding as many
+    as can run at once fit the KV cache whole, so none is ever preempted (a re-admission
+    draws a new plan; without drafts there is nothing to draw)."""
     cfg = engine.config
     if cfg.jitter > 0 or engine.has_work() or not len(isl) or min(isl.min(), osl.min()) < 1:
         return False
     longest = int((isl + osl).max())
+    blocks = -(-(longest + engine.k) // engine.block_size)
+    if longest > cfg.max_model_len or blocks > engine.num_blocks:
+        return False  # the engine rejects it: the warmup runs, and says why
     at_once = min(concurrency, cfg.max_num_seqs, len(isl))
-    return (longest <= cfg.max_model_len
-            and at_once * -(-(longest + engine.k) // engine.block_size) <= engine.num_blocks)
+    return not engine.k or at_once * blocks <= engine.num_blocks
 
 
 def record_tokens(tokens: npt.NDArray[np.int64] | None, chunks: int

@@ -103,20 +103,25 @@ def test_the_plan_is_used_where_it_applies_and_declined_where_the_cache_runs_sho
     assert_same(planned, stepped)
 
 
-@pytest.mark.parametrize("case", [*CASES, "kv-cache-runs-short"])
+SHORT_CACHE_CASES = {
+    "kv-cache-runs-short": (with_room_for(replace(M3, spec=EAGLE), 8 * 2400), 2000, 400, 32),
+    "kv-cache-runs-short-without-drafts": (with_room_for(M3, 8 * 2400), 2000, 400, 32),
+}
+
+
+@pytest.mark.parametrize("case", [*CASES, *SHORT_CACHE_CASES])
 def test_a_warmup_that_leaves_no_trace_is_not_run_and_changes_nothing(case: str) -> None:
-    # A warmup that fits the KV cache whole changes nothing but where the acceptance draws
-    # stand: the measured phase is the same whether it ran or was skipped. Where the cache
-    # runs short (a preempted warmup request draws again) or jitter draws per step, it runs.
-    if case == "kv-cache-runs-short":
-        config, isl, osl, conc = with_room_for(replace(M3, spec=EAGLE), 8 * 2400), 2000, 400, 32
-    else:
-        config, isl, osl, conc = CASES[case]
+    # A warmup changes nothing but where the acceptance draws stand: the measured phase is
+    # the same whether it ran or was skipped. With drafts, where the cache runs short (a
+    # preempted warmup request draws again), or where jitter draws per step, it runs.
+    config, isl, osl, conc = {**CASES, **SHORT_CACHE_CASES}[case]
     load = replace(LOAD, warmup_per_conc=2)
     workload = build_workload(isl, osl, conc, load)
     skipped = simulate_point(config, workload)
     ran = simulate_point(config, workload, warmup_shortcut=False)
     assert_same(skipped, ran)
+    if case in SHORT_CACHE_CASES:
+        assert ran.server_metrics["preemptions"] > 0
     leaves_no_trace = _warmup_leaves_no_trace(Engine(config), *workload.warmup_length_arrays,
                                               conc)
     assert leaves_no_trace == (case not in ("jitter", "kv-cache-runs-short"))
