@@ -107,6 +107,7 @@ class _Schedule:
         while waiting or running or transit:
             budget = budget_max - decoding * q
             done_now: list[int] = []
+            completed: list[int] = []
             started = 0
             chunked = False
             if prefilling:  # running prefills go on first, in admission order
@@ -126,12 +127,7 @@ class _Schedule:
                         still.append(r)
                         continue
                     del prefilled[r]
-                    complete[r] = s
-                    if plan[r]:
-                        heappush(finishes, (s + plan[r], r))
-                        started += 1
-                    else:
-                        done_now.append(r)
+                    completed.append(r)
                 prefilling = still
             while waiting and running < max_seqs and budget > 0:
                 r = waiting.popleft()
@@ -147,14 +143,16 @@ class _Schedule:
                     prefilling.append(r)
                     prefilled[r] = c1
                     continue
+                completed.append(r)
+            if not chunked and not decoding:
+                raise _Unplannable  # a stuck prefill: the engine preempts
+            for r in completed:  # prompts done: their first token, then their decode steps
                 complete[r] = s
                 if plan[r]:
                     heappush(finishes, (s + plan[r], r))
                     started += 1
                 else:
                     done_now.append(r)
-            if not chunked and not decoding:
-                raise _Unplannable  # a stuck prefill: the engine preempts
             while finishes and finishes[0][0] == s:
                 done_now.append(heappop(finishes)[1])
                 decoding -= 1
