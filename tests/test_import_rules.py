@@ -77,8 +77,9 @@ MAY_IMPORT: dict[str, set[str]] = {
 PART_OF = {"sim.__main__": "sim.server"}
 # The engine core has no I/O and no clock (docs/simulator.md).
 ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.spec_decode", "sim.state",
-               "sim.stretch", "sim.closed_loop", "sim.decode_sums", "sim.driver", "sim.disagg",
-               "sim.cluster", "sim.instance", "sim.cluster_driver")
+               "sim.stretch", "sim.closed_loop", "sim.kv_schedule", "sim.planned",
+               "sim.decode_sums", "sim.driver", "sim.disagg", "sim.cluster", "sim.instance",
+               "sim.cluster_driver")
 NO_IO_OR_CLOCK = {"asyncio", "httpx", "os", "socket", "subprocess", "threading", "time"}
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import decode_sums
+from .kv_schedule import plan_kv_limited
+from .planned import PlannedFinishes, prefill_terms
 from .state import plan_draws
 
 if TYPE_CHECKING:
@@ -58,6 +59,14 @@ def _applies(engine: Engine, isl: IntArray, osl: IntArray, arrivals: FloatArray,
     return bool(isl.min() >= 1 and osl.min() >= 1
                 and (isl + osl).max() <= cfg.max_model_len
                 and -(-(int((isl + osl).max()) + engine.k) // bs) <= engine.num_blocks)
+
+
+def fits_whole(engine: Engine, isl: IntArray, osl: IntArray, concurrency: int) -> bool:
+    """Whether as many of these requests as can run at once fit the KV cache whole (prompt,
+    output and drafts): then no admission waits for blocks and nothing is preempted."""
+    at_once = min(concurrency, engine.config.max_num_seqs, len(isl))
+    longest = int((isl + osl).max()) if len(isl) else 0
+    return at_once * -(-(longest + engine.k) // engine.block_size) <= engine.num_blocks
 
 
 class _Schedule:
@@ -188,10 +197,8 @@ class _Schedule:
 
     def prefill_terms(self, isl: IntArray, steps_n: int, block_size: int, window: float
                       ) -> tuple[FloatArray, IntArray, IntArray, IntArray]:
-        """Per step, what its prefill chunks add up to (tokens, completed prompts, contexts,
-        contexts capped at the window, attention pairs, pairs within the window: the rows of
-        the returned 6 x steps array); and per chunk its step, its request and the KV blocks
-        its request holds through it."""
+        """Per step, what its prefill chunks add up to (`planned.prefill_terms`); and per chunk
+        its step, its request and the KV blocks its request holds through it."""
         at = np.asarray(self.chunk_steps, np.int64) - self.first
         req = np.asarray(self.chunk_req, np.int64)
         c1 = np.asarray(self.chunk_end, np.int64)
@@ -201,20 +208,7 @@ class _Schedule:
         c0 = np.zeros(len(c1), np.int64)
         same = req[order][1:] == req[order][:-1]
         c0[order[1:][same]] = c1[order[:-1][same]]
-        lo, hi = c0.astype(np.float64), c1.astype(np.float64)
-        full = (hi * (hi + 1) - lo * (lo + 1)) / 2.0
-        if math.isfinite(window):  # as physics.windowed_sum, chunk by chunk
-            below = np.minimum(lo, window)
-            part = np.where(window > lo, (window * (window + 1) - below * (below + 1)) / 2.0, 0.0)
-            win_pairs = np.where(window >= hi, full,
-                                 part + (hi - np.maximum(lo, window)) * window)
-            ctx_win = np.minimum(hi, window)
-        else:
-            win_pairs, ctx_win = full, hi
-        weights = (hi - lo, (c1 == isl[req]).astype(np.float64), hi, ctx_win, full, win_pairs)
-        terms: FloatArray = np.stack([
-            np.bincount(at, weights=w, minlength=steps_n)[:steps_n].astype(np.float64)
-            for w in weights])
+        terms = prefill_terms(at, c0, c1, c1 == isl[req], steps_n, window)
         return terms, at, req, decode_sums.ceil_div(c1, block_size)
 
 
@@ -229,6 +223,8 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     past it; None (engine untouched) if it does not apply."""
     if not _applies(engine, isl, osl, arrivals, concurrency, chains):
         return None
+    if not engine.k and not fits_whole(engine, isl, osl, concurrency):
+        return plan_kv_limited(engine, isl, osl, concurrency)  # blocks may run short
     k, q, bs, w = engine.k, engine.k + 1, engine.block_size, engine.window
     sampler, jitter_rng = engine.random_streams()
     plans = _DecodePlans(osl, k, engine.min_emit, sampler)
@@ -298,22 +294,6 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
         first_step=[sch.complete[r] for r in order], chunks=[sch.plan[r] + 1 for r in order],
         scheduled=[sch.scheduled[r] for r in order],
         tokens=drafted.tokens(osl) if k else None)
-
-
-@dataclass(frozen=True)
-class PlannedFinishes:
-    """A planned load's requests in finish order, as columns (no object per request): index,
-    the step it was sent after (-1: at the start), the step whose end emitted its first token
-    (its chunks come from that step and the ones right after), its chunks, the step that first
-    computed part of its prompt; and with drafts every chunk's tokens, in request order (request
-    after request; None: one each)."""
-
-    index: list[int]
-    sent_after: list[int]
-    first_step: list[int]
-    chunks: list[int]
-    scheduled: list[int]
-    tokens: IntArray | None
 
 
 class _DecodePlans:

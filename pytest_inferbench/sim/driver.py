@@ -20,7 +20,7 @@ import numpy as np
 
 from ..metrics import RequestRecord, StepRecords
 from ..request_records import ONE_PER_CHUNK
-from .closed_loop import plan_closed_loop
+from .closed_loop import fits_whole, plan_closed_loop
 from .engine import Engine
 from .stretch import advance
 
@@ -93,7 +93,7 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
         after = np.asarray(finished.sent_after, np.int64)
         sends = np.where(after < 0, start, clock.ends[np.maximum(after, 0)])
         return _Done(finished.index, sends.tolist(), finished.first_step, finished.chunks,
-                     finished.scheduled, None, {}, request_tokens=finished.tokens)
+                     finished.scheduled, None, finished.broken, request_tokens=finished.tokens)
     # A chain (a conversation's turns) goes on in the slot its last request freed, as the
     # client's per-connection worker sends it; chains start in order as slots free up.
     chains = chains if chains is not None else [[i] for i in range(len(isl))]
@@ -274,11 +274,10 @@ def _warmup_leaves_no_trace(engine: Engine, isl: npt.NDArray[np.int64],
     if cfg.jitter > 0 or engine.has_work() or not len(isl) or min(isl.min(), osl.min()) < 1:
         return False
     longest = int((isl + osl).max())
-    blocks = -(-(longest + engine.k) // engine.block_size)
-    if longest > cfg.max_model_len or blocks > engine.num_blocks:
+    if longest > cfg.max_model_len or -(-(longest + engine.k) // engine.block_size
+                                        ) > engine.num_blocks:
         return False  # the engine rejects it: the warmup runs, and says why
-    at_once = min(concurrency, cfg.max_num_seqs, len(isl))
-    return not engine.k or at_once * blocks <= engine.num_blocks
+    return not engine.k or fits_whole(engine, isl, osl, concurrency)
 
 
 def record_tokens(tokens: npt.NDArray[np.int64] | None, chunks: int

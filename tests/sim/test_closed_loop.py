@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pytest_inferbench.sim.closed_loop import plan_closed_loop
+from pytest_inferbench.sim.closed_loop import fits_whole, plan_closed_loop
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
 from pytest_inferbench.sim.driver import SimulatedPoint, _warmup_leaves_no_trace, simulate_point
 from pytest_inferbench.sim.engine import Engine
@@ -90,22 +90,51 @@ def test_planned_closed_loop_equals_the_engine_step_by_step(case: str) -> None:
     assert planned.server_metrics["engine_steps"] > 0
 
 
-def test_the_plan_is_used_where_it_applies_and_declined_where_the_cache_runs_short() -> None:
+# Plain decoding where the KV cache runs short: admissions wait for blocks, prefill chunks
+# are cut to what fits, decoders are preempted (a stuck prefill too) and recompute later.
+TIGHT = 8 * 2400  # room for about eight of the 2000/400 requests at once
+SHORT_CASES = {
+    "blocks-of-16": (with_room_for(M3, TIGHT), 2000, 400, 32),
+    "pages-of-one": (with_room_for(replace(M3, block_size=1), TIGHT), 2000, 400, 32),
+    "odd-block-size": (with_room_for(replace(M3, block_size=7), TIGHT), 2000, 400, 32),
+    "sliding-window": (with_room_for(GPTOSS, TIGHT), 2000, 400, 32),
+    "stuck-chunked-prefills": (with_room_for(replace(M3, max_num_batched_tokens=2048), 17_000),
+                               8000, 50, 6),
+    "queue-behind-max-num-seqs": (with_room_for(replace(M3, max_num_seqs=5), 3 * 2400),
+                                  2000, 400, 12),
+    "jitter": (with_room_for(replace(M3, jitter=0.05, seed=3), TIGHT), 2000, 400, 32),
+    "one-token-replies": (with_room_for(M3, 2 * 300), 300, 1, 8),
+}
+
+
+@pytest.mark.parametrize("case", list(SHORT_CASES))
+def test_where_the_cache_runs_short_the_plan_preempts_as_the_engine(case: str) -> None:
+    config, isl, osl, conc = SHORT_CASES[case]
+    assert plan_closed_loop(Engine(config), *lengths(isl, osl, conc), conc, None) is not None
+    planned, stepped = both(config, isl, osl, conc)
+    assert_same(planned, stepped)
+    metrics = stepped.server_metrics
+    if case == "one-token-replies":  # nothing decodes: admissions wait for the blocks
+        assert metrics["max_num_requests_waiting"] > 0 and metrics["preemptions"] == 0
+    else:
+        assert metrics["preemptions"] > 0 and metrics["max_kv_cache_usage"] > 0.9
+
+
+def test_with_drafts_a_cache_that_runs_short_is_left_to_the_engine() -> None:
+    # A preempted request draws a new decode plan when readmitted: the engine runs it.
+    config = with_room_for(replace(M3, spec=EAGLE), TIGHT)
     isl, osl, arrivals = lengths(2000, 400, 32)
-    assert plan_closed_loop(Engine(M3), isl, osl, arrivals, 32, None) is not None
-    # Room for about eight requests: the engine must preempt, which the planner does not do.
-    tight = with_room_for(M3, 8 * 2400)
-    engine = Engine(tight)
+    engine = Engine(config)
     assert plan_closed_loop(engine, isl, osl, arrivals, 32, None) is None
     assert engine.steps_done == 0 and engine.counters().generation_tokens == 0  # untouched
-    planned, stepped = both(tight, 2000, 400, 32)
+    planned, stepped = both(config, 2000, 400, 32)
     assert stepped.server_metrics["preemptions"] > 0
     assert_same(planned, stepped)
 
 
 SHORT_CACHE_CASES = {
-    "kv-cache-runs-short": (with_room_for(replace(M3, spec=EAGLE), 8 * 2400), 2000, 400, 32),
-    "kv-cache-runs-short-without-drafts": (with_room_for(M3, 8 * 2400), 2000, 400, 32),
+    "kv-cache-runs-short": (with_room_for(replace(M3, spec=EAGLE), TIGHT), 2000, 400, 32),
+    "kv-cache-runs-short-without-drafts": SHORT_CASES["blocks-of-16"],
 }
 
 
@@ -125,3 +154,15 @@ def test_a_warmup_that_leaves_no_trace_is_not_run_and_changes_nothing(case: str)
     leaves_no_trace = _warmup_leaves_no_trace(Engine(config), *workload.warmup_length_arrays,
                                               conc)
     assert leaves_no_trace == (case not in ("jitter", "kv-cache-runs-short"))
+
+
+def test_several_decoders_preempted_in_one_step_requeue_oldest_first() -> None:
+    # Equal one-block prompts admitted together cross a block boundary in the same step with
+    # three blocks free: the newest go back to the queue at once, the oldest of them in front.
+    config = with_room_for(replace(M3, max_num_seqs=8), 11 * 16)
+    workload = build_workload(15, 60, 8, replace(LOAD, range_ratio=1.0))
+    assert not fits_whole(Engine(config), *workload.length_arrays, 8)
+    planned = simulate_point(config, workload, plan=True)
+    stepped = simulate_point(config, workload, plan=False)
+    assert_same(planned, stepped)
+    assert stepped.server_metrics["preemptions"] >= 3

@@ -1,0 +1,59 @@
+"""What a planned load hands the driver, and the step terms both planners price.
+
+`closed_loop._Schedule` and `kv_schedule.KVSchedule` replay a closed loop's schedule in step
+space; both record every prefill chunk and price the steps from per-step sums afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    IntArray = npt.NDArray[np.int64]
+    FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class PlannedFinishes:
+    """A planned load's requests in finish order, as columns (no object per request): index,
+    the step it was sent after (-1: at the start), the step whose end emitted its first token
+    (its chunks come from that step and the ones right after; -1 where a preemption broke its
+    steps: `broken` has them by position), its chunks, the step that first computed part of
+    its prompt; and with drafts every chunk's tokens, in request order (request after
+    request; None: one each)."""
+
+    index: list[int]
+    sent_after: list[int]
+    first_step: list[int]
+    chunks: list[int]
+    scheduled: list[int]
+    tokens: IntArray | None
+    broken: dict[int, IntArray] = field(default_factory=dict)
+
+
+def prefill_terms(at: IntArray, c0: IntArray, c1: IntArray, completes: IntArray, steps_n: int,
+                  window: float) -> FloatArray:
+    """Per step, what its prefill chunks add up to: tokens, completed prompts, contexts,
+    contexts capped at the window, attention pairs, pairs within the window (the rows of the
+    returned 6 x steps array), from each chunk's step (`at`), the prompt positions it computed
+    (`c0` < position <= `c1`) and whether it completed its prompt."""
+    lo, hi = c0.astype(np.float64), c1.astype(np.float64)
+    full = (hi * (hi + 1) - lo * (lo + 1)) / 2.0
+    if math.isfinite(window):  # as physics.windowed_sum, chunk by chunk
+        below = np.minimum(lo, window)
+        part = np.where(window > lo, (window * (window + 1) - below * (below + 1)) / 2.0, 0.0)
+        win_pairs = np.where(window >= hi, full, part + (hi - np.maximum(lo, window)) * window)
+        ctx_win = np.minimum(hi, window)
+    else:
+        win_pairs, ctx_win = full, hi
+    weights = (hi - lo, completes.astype(np.float64), hi, ctx_win, full, win_pairs)
+    terms: FloatArray = np.stack([
+        np.bincount(at, weights=w, minlength=steps_n)[:steps_n].astype(np.float64)
+        for w in weights])
+    return terms
