@@ -7,7 +7,8 @@ are taken over every (request, decode step) element. Without it a sequence's con
 exactly one token per step, so each request contributes an arithmetic ramp over its range of
 steps, and a ramp's sum over any set of requests is a difference array plus `step x count`:
 the sums cost O(requests + steps) instead of O(tokens). Blocks held are a staircase (one more
-block every `block_size` steps), added as one event per block boundary.
+block every `block_size` steps): a floor of a ramp, summed as the ramp less its remainders,
+which repeat every `block_size` steps (O(requests + block_size x steps)).
 """
 
 from __future__ import annotations
@@ -70,19 +71,22 @@ def linear(isl: IntArray, plan: IntArray, first_decode: IntArray, steps_n: int, 
                    + window * _ranged(cap, b, None, n))
     else:
         ctx_win = ctx
-    # Blocks for context + q: h0 in the first decode step, one more at each j >= 1 where
-    # x + j - 1 is a multiple of the block size (x = isl + q).
+    # Blocks for context + q: ceil((x + j) / bs) in decode step j (x = isl + q), which in step
+    # s is floor((d + s) / bs) + 1 with d = x - a - 1; floor((d + s) / bs) is
+    # ((d + s) - (d + s) mod bs) / bs, and (d + s) mod bs depends on d mod bs only: the sum over
+    # the sequences in a step takes, per residue, how many of them decode then (bs rows of
+    # steps, not an event per block boundary).
     x = isl + q
-    h0 = ceil_div(x, block_size)
     last = ceil_div(x + plan - 1, block_size)
-    j1 = (1 - x) % block_size
-    j1[j1 == 0] = block_size
-    count = np.maximum(-(-(plan - j1) // block_size), 0)
-    total = int(count.sum())
-    offsets = np.cumsum(count) - count
-    nth = np.arange(total, dtype=np.int64) - np.repeat(offsets, count)
-    events = np.repeat(a + j1, count) + nth * block_size
-    diff = (np.bincount(a, weights=h0, minlength=n + 2) + np.bincount(events, minlength=n + 2)
-            - np.bincount(b, weights=last, minlength=n + 2))
-    held: FloatArray = np.cumsum(diff[:n + 1], dtype=np.float64)
+    d = x - a - 1
+    count = _ranged(a, b, None, n + 1)
+    floors = _ranged(a, b, d.astype(np.float64), n + 1) + np.arange(n + 1) * count
+    if block_size > 1:
+        residue = d % block_size
+        steps_mod = np.arange(n + 1) % block_size
+        for rho in np.unique(residue).tolist():  # one row of steps per residue present
+            mine = residue == rho
+            floors -= _ranged(a[mine], b[mine], None, n + 1) * ((steps_mod + rho) % block_size)
+        floors /= block_size
+    held: FloatArray = floors + count
     return DecodeSums(held, ctx, ctx_win, last)
