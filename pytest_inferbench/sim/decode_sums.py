@@ -71,22 +71,49 @@ def linear(isl: IntArray, plan: IntArray, first_decode: IntArray, steps_n: int, 
                    + window * _ranged(cap, b, None, n))
     else:
         ctx_win = ctx
-    # Blocks for context + q: ceil((x + j) / bs) in decode step j (x = isl + q), which in step
-    # s is floor((d + s) / bs) + 1 with d = x - a - 1; floor((d + s) / bs) is
-    # ((d + s) - (d + s) mod bs) / bs, and (d + s) mod bs depends on d mod bs only: the sum over
-    # the sequences in a step takes, per residue, how many of them decode then (bs rows of
-    # steps, not an event per block boundary).
     x = isl + q
     last = ceil_div(x + plan - 1, block_size)
+    # Blocks for context + q in decode step j: ceil((x + j) / bs), x = isl + q. Two ways to the
+    # same integers, whichever touches fewer elements: an event per block boundary, or per
+    # residue of x - a - 1 modulo bs a row of steps (with pages of one token, no event at all).
+    if int(plan.sum()) < block_size * block_size * (n + 1):
+        held = _held_by_boundaries(x, a, b, plan, last, n, block_size)
+    else:
+        held = _held_by_residues(x, a, b, n, block_size)
+    return DecodeSums(held, ctx, ctx_win, last)
+
+
+def _held_by_boundaries(x: IntArray, a: IntArray, b: IntArray, plan: IntArray, last: IntArray,
+                        n: int, block_size: int) -> FloatArray:
+    """ceil(x / bs) blocks in the first decode step, one more at each j >= 1 where x + j - 1
+    is a multiple of the block size: one event per block boundary."""
+    h0 = ceil_div(x, block_size)
+    j1 = (1 - x) % block_size
+    j1[j1 == 0] = block_size
+    count = np.maximum(-(-(plan - j1) // block_size), 0)
+    offsets = np.cumsum(count) - count
+    nth = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(offsets, count)
+    events = np.repeat(a + j1, count) + nth * block_size
+    diff = (np.bincount(a, weights=h0, minlength=n + 2) + np.bincount(events, minlength=n + 2)
+            - np.bincount(b, weights=last, minlength=n + 2))
+    held: FloatArray = np.cumsum(diff[:n + 1], dtype=np.float64)
+    return held
+
+
+def _held_by_residues(x: IntArray, a: IntArray, b: IntArray, n: int, block_size: int
+                      ) -> FloatArray:
+    """In step s, ceil((x + s - a) / bs) = floor((d + s) / bs) + 1 with d = x - a - 1, and
+    floor((d + s) / bs) = ((d + s) - (d + s) mod bs) / bs, whose remainder depends on d mod bs
+    only: per residue, how many sequences decode in each step."""
     d = x - a - 1
     count = _ranged(a, b, None, n + 1)
     floors = _ranged(a, b, d.astype(np.float64), n + 1) + np.arange(n + 1) * count
     if block_size > 1:
         residue = d % block_size
         steps_mod = np.arange(n + 1) % block_size
-        for rho in np.unique(residue).tolist():  # one row of steps per residue present
+        for rho in np.unique(residue).tolist():
             mine = residue == rho
             floors -= _ranged(a[mine], b[mine], None, n + 1) * ((steps_mod + rho) % block_size)
         floors /= block_size
     held: FloatArray = floors + count
-    return DecodeSums(held, ctx, ctx_win, last)
+    return held
