@@ -1,7 +1,8 @@
 """PNG plots (optional `plot` extra): throughput per GPU against interactivity and E2E latency.
 
 One figure per (model prefix, ISL/OSL) with two panels, one curve per server node (points in
-concurrency order, each labelled with its concurrency), the way InferenceX charts its sweeps.
+concurrency order, each labelled with its concurrency; in a figure of more than
+`DENSE_POINTS` points only each curve's ends), the way InferenceX charts its sweeps.
 Simulated results say so in the title.
 """
 
@@ -12,7 +13,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .tables import Row, load_label
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+_P = TypeVar("_P")
 LINE_STYLES = ("-", "--", ":", "-.")
 LEGEND_COLUMNS = 4
 LEGEND_ROW_INCHES = 0.175  # one 8-point legend line (measured: 0.172)
@@ -45,6 +47,8 @@ PLOTTED_KEYS = ("model_prefix", "isl", "osl", "server_node", "conc", "request_ra
 # Below this many figures one process draws them all: a drawing process takes about a second
 # to start (Python, matplotlib), about what one figure takes.
 PARALLEL_FIGURES = 4
+# Above this many points a figure labels only each curve's lowest and highest load.
+DENSE_POINTS = 150
 
 
 def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
@@ -140,6 +144,7 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
     legend_inches = LEGEND_FRAME_INCHES + LEGEND_ROW_INCHES * legend_rows
     width = 13.0
     height = TITLE_INCHES + PANEL_INCHES + AXIS_LABEL_INCHES + legend_inches + EDGE_INCHES
+    dense = len(group) > DENSE_POINTS
     fig, axes = plt.subplots(1, 2, figsize=(width, height))
     fig.subplots_adjust(left=0.8 / width, right=1 - 0.25 / width, wspace=0.22,
                         top=1 - TITLE_INCHES / height,
@@ -154,7 +159,7 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
             # A node keeps its color and line style in both panels (one shared legend).
             ax.plot([x for x, _, _ in xy], [y for _, y, _ in xy], marker="o", label=node,
                     color=f"C{index % 10}", linestyle=LINE_STYLES[index // 10 % 4])
-            for x, y, label in xy:
+            for x, y, label in labelled(xy, dense):
                 # Every point lies inside its autoscaled axes: no clip test per label.
                 ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4),
                             fontsize=7, annotation_clip=False)
@@ -181,6 +186,12 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def labelled(curve: list[_P], dense: bool) -> list[_P]:
+    """The points of a curve that get their load label: all of them, or in a dense figure,
+    where labels would pile up unreadably, its ends (its lowest and highest load)."""
+    return curve if not dense or len(curve) < 3 else [curve[0], curve[-1]]
 
 
 def _slug(text: str) -> str:

@@ -36,3 +36,10 @@ def test_figures_of_a_child_that_fails_are_drawn_in_process(
     assert written is not None and len(written) == plots.PARALLEL_FIGURES
     for path in written:
         assert path.read_bytes()[:8] == PNG
+
+
+def test_a_dense_figure_labels_only_each_curve_s_ends() -> None:
+    curve = [(1.0, 2.0, "4"), (2.0, 3.0, "16"), (3.0, 4.0, "64")]
+    assert plots.labelled(curve, dense=False) == curve
+    assert plots.labelled(curve, dense=True) == [curve[0], curve[-1]]
+    assert plots.labelled(curve[:1], dense=True) == curve[:1]
