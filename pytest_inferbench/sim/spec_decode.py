@@ -109,7 +109,12 @@ class AcceptanceSampler:
         """The next n counts of one seeded stream (drawn in blocks: one rng call per block)."""
         if self._next + n > len(self._pool):
             u = self._rng.random(max(n, POOL_SIZE))
-            fresh = np.searchsorted(self._cdf, u, side="right").astype(np.int64)
+            # How many of the cdf's k thresholds each uniform reaches (searchsorted's "right"
+            # count), one comparison pass per threshold: k is small, and this is several
+            # times faster than a search per draw.
+            fresh = np.zeros(len(u), np.int64)
+            for threshold in self._cdf[:-1].tolist():
+                fresh += u >= threshold
             self._pool = np.concatenate([self._pool[self._next:], fresh])
             self._next = 0
         out = self._pool[self._next:self._next + n]
