@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from ..options import Settings
     from ..record import JSONValue, Record
+    from .plots import PendingPlots
     from .tables import Row
 
 RESULTS_ATTR = "inferbench_results"
@@ -158,6 +159,7 @@ class ReportCollector:
         self.written: list[Path] = []
         self.notes: list[str] = []
         self.finished = False
+        self._plots: PendingPlots | None = None  # started by finish()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -197,7 +199,8 @@ class ReportCollector:
         self.finish()
 
     def finish(self) -> None:
-        """Write summary.json, the baseline, the step summary and the plots (once)."""
+        """Write summary.json, the baseline, the step summary, and start the plots (once;
+        `finish_plots` waits for them)."""
         settings = _settings(self.config)
         if self.finished or settings is None or not self.points:
             return
@@ -206,6 +209,13 @@ class ReportCollector:
 
         self.finished = True
         points = self.summary_points()
+        if settings.plots and points:  # first: they draw while the rest is written
+            from .plots import start_plots
+
+            self._plots = start_plots(points, settings.results_dir / "plots")
+            if self._plots is None:
+                self.notes.append("no plots: matplotlib is not installed "
+                                  "(pip install 'pytest-inferbench[plot]')")
         meta = run_metadata(self.config, settings, points, self.started)
         summary_path = settings.results_dir / "summary.json"
         evals = [row for row in self.points.values() if "server_node" not in row]
@@ -218,17 +228,18 @@ class ReportCollector:
         if step_summary:
             with open(step_summary, "a", encoding="utf-8") as out:
                 out.write(markdown_tables(node_rows(self.points.values()), meta))
-        if settings.plots and points:
-            from .plots import plot_results
 
-            plots = plot_results(points, settings.results_dir / "plots")
-            self.written.extend(plots or [])
-            if plots is None:
-                self.notes.append("no plots: matplotlib is not installed "
-                                  "(pip install 'pytest-inferbench[plot]')")
+    def finish_plots(self) -> None:
+        """Wait for the plots `finish` started (once)."""
+        pending, self._plots = self._plots, None
+        if pending is not None:
+            self.written.extend(pending.finish())
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         write_summary(terminalreporter, self)
+
+    def pytest_unconfigure(self) -> None:
+        self.finish_plots()  # a run without a terminal summary still gets its plots
 
 
 def write_summary(
@@ -245,6 +256,7 @@ def write_summary(
     terminalreporter.write_sep("=", "inferbench results")
     for line in terminal_tables(node_rows(collector.points.values())):
         terminalreporter.write_line(line)
+    collector.finish_plots()
     for path in collector.written:
         terminalreporter.write_line(f"inferbench: wrote {path}")
     for note in collector.notes:

@@ -23,6 +23,9 @@ class WrittenFiles(Protocol):
     def finish(self) -> None:
         """Write every summary file now (once)."""
 
+    def finish_plots(self) -> None:
+        """Wait for the plots `finish` started."""
+
 
 class HtmlPlots:
     def __init__(self, collector: WrittenFiles) -> None:
@@ -33,6 +36,7 @@ class HtmlPlots:
     ) -> None:
         # pytest-html writes its report in its own sessionfinish; ours may not have run yet.
         self.collector.finish()
+        self.collector.finish_plots()
         for path in self.collector.written:
             if path.suffix != ".png":
                 continue

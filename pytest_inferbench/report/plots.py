@@ -13,13 +13,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from .tables import Row, load_label
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
 
 
 _P = TypeVar("_P")
@@ -52,11 +52,39 @@ DENSE_POINTS = 150
 
 
 def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
-    """Write the PNGs and return their paths; None when matplotlib is not installed.
+    """Write the PNGs and return their paths; None when matplotlib is not installed."""
+    pending = start_plots(points, out_dir)
+    return None if pending is None else pending.finish()
 
-    Figures are independent: a matrix run's dozen or more are drawn by one process per CPU
-    (each figure with dozens of curves and hundreds of labelled points takes a second or two
-    of matplotlib's text layout and rasterizing)."""
+
+Job = tuple[tuple[str, int, int], list[Row], Path]
+
+
+class PendingPlots:
+    """Figures being drawn: by child interpreters, and here once `finish` is called."""
+
+    def __init__(self, jobs: list[Job], here: list[int],
+                 children: list[tuple[list[int], subprocess.Popen[bytes] | None]]) -> None:
+        self.jobs, self.here, self.children = jobs, here, children
+
+    def finish(self) -> list[Path]:
+        """Draw this process's share, wait for the children; every figure's path."""
+        for i in self.here:
+            draw_figure(*self.jobs[i])
+        for indices, child in self.children:
+            if child is None or child.wait() != 0:  # drawn here: the same error, if any, raises
+                for i in indices:
+                    draw_figure(*self.jobs[i])
+        return [path for _, _, path in self.jobs]
+
+
+def start_plots(points: Sequence[Row], out_dir: Path) -> PendingPlots | None:
+    """Start drawing the PNGs (None when matplotlib is not installed).
+
+    Figures are independent: a matrix run's dozen or more are drawn by one child interpreter
+    per CPU while the caller goes on (each figure with dozens of curves and hundreds of
+    points takes a second or two of matplotlib's text layout and rasterizing); a few are
+    drawn by `finish` in the caller."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -71,29 +99,23 @@ def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
     jobs = [(key, rows, out_dir / f"{_slug(key[0])}_isl{key[1]}_osl{key[2]}.png")
             for key, rows in sorted(groups.items())]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    shares = min(len(jobs), cpus or 1) if len(jobs) >= PARALLEL_FIGURES else 1
-    # Largest figures first, each to the least loaded share; share 0 is drawn here.
+    if len(jobs) < PARALLEL_FIGURES or (cpus or 1) < 2:
+        return PendingPlots(jobs, list(range(len(jobs))), [])
+    # Largest figures first, each to the least loaded child (a plain subprocess, not
+    # multiprocessing: that would re-run the caller's main module, and pytest's xdist
+    # controller runs threads).
+    shares = min(len(jobs), cpus or 1)
     loads = [0] * shares
     assigned: list[list[int]] = [[] for _ in range(shares)]
     for index in sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1])):
         share = loads.index(min(loads))
         assigned[share].append(index)
         loads[share] += len(jobs[index][1])
-    # Other shares go to child interpreters (a plain subprocess, not multiprocessing: that
-    # would re-run the caller's main module, and pytest's controller runs threads).
-    children = [(indices, _start_child([jobs[i] for i in indices]))
-                for indices in assigned[1:]]
-    for i in assigned[0]:
-        draw_figure(*jobs[i])
-    for indices, child in children:
-        if child is None or child.wait() != 0:  # drawn here: the same error, if any, raises
-            for i in indices:
-                draw_figure(*jobs[i])
-    return [path for _, _, path in jobs]
+    return PendingPlots(jobs, [], [(indices, _start_child([jobs[i] for i in indices]))
+                                   for indices in assigned])
 
 
-def _start_child(jobs: list[tuple[tuple[str, int, int], list[Row], Path]]
-                 ) -> subprocess.Popen[bytes] | None:
+def _start_child(jobs: list[Job]) -> subprocess.Popen[bytes] | None:
     """A child drawing `jobs`; None if it could not be started."""
     try:
         child = subprocess.Popen(
@@ -114,8 +136,6 @@ def _start_child(jobs: list[tuple[tuple[str, int, int], list[Row], Path]]
 
 def draw_from_stdin() -> None:
     """A child interpreter's share of the figures: JSON `[[key, rows, path], ...]` on stdin."""
-    from pathlib import Path
-
     for key, rows, path in json.load(sys.stdin):
         draw_figure((str(key[0]), int(key[1]), int(key[2])), rows, Path(path))
 
