@@ -313,7 +313,7 @@ class _DecodePlans:
             return
         draws = plan_draws(remaining, min_emit)  # as Engine._start_decoding
         self.offsets: IntArray = np.cumsum(draws) - draws
-        self.accepted: IntArray = np.asarray(sampler.draw(int(draws.sum())), np.int64)
+        self.accepted = sampler.draw(int(draws.sum()))  # one byte a count
         # Tokens out before each draw, over all requests (and after the last): strictly
         # increasing, so one search finds where each request's plan reaches its tokens.
         self.before: IntArray = np.zeros(len(self.accepted) + 1, np.int64)
@@ -371,7 +371,7 @@ class _Drafted:
         """Per request, 1 for the prefill's token then what each decode step emits: its
         accepted drafts and one token; the last emits what is still owed."""
         plan, isl = self.plan, self.isl
-        emitted = self.accepted + 1
+        emitted = self.accepted.astype(np.int64) + 1
         if len(emitted):
             # owed: osl - 1 - (ctx - isl)
             emitted[self.lasts] = (osl - 1 + isl)[plan > 0] - self.ctx[self.lasts]

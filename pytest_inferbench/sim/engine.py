@@ -243,13 +243,13 @@ class Engine:
         """Draw the decode plans of requests that run start to end without a preemption
         (their first token from the prefill), as running them would."""
         if self.k and len(max_tokens):
-            self._sampler.draw(int(plan_draws(max_tokens - 1, self._min_emit).sum()))
+            self._sampler.skip(int(plan_draws(max_tokens - 1, self._min_emit).sum()))
 
     def _start_decoding(self, slot: int, req: Request) -> None:
         """Prefill done: its step emitted one token; draw the rest of this admission's plan."""
         remaining = req.max_tokens - int(self.slots.gen[slot])
         accepted = (self._sampler.draw(int(plan_draws(np.int64(remaining), self._min_emit)))
-                    if self.k else np.zeros(0, np.int64))
+                    .astype(np.int64) if self.k else np.zeros(0, np.int64))
         self.slots.start_decode(slot, remaining, accepted, first_step=self.steps_done)
 
     def jitter(self, n: int) -> npt.NDArray[np.float64] | float:

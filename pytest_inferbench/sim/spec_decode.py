@@ -94,7 +94,8 @@ POOL_SIZE = 1 << 16
 
 
 class AcceptanceSampler:
-    """Draws accepted-draft counts; a two-point schedule needs one uniform per step."""
+    """Draws accepted-draft counts from one seeded stream of uniforms, each count the inverse
+    cdf of the next uniform; a two-point schedule needs one uniform per step."""
 
     def __init__(self, probs: Sequence[float], rng: np.random.Generator) -> None:
         self.probs = np.asarray(probs, dtype=np.float64)
@@ -102,21 +103,35 @@ class AcceptanceSampler:
         self._cdf = np.cumsum(self.probs)
         self._cdf[-1] = 1.0
         self._rng = rng
-        self._pool = np.zeros(0, dtype=np.int64)
+        # Counts are at most k (<= 15 in every engine): one byte each, for pools of millions.
+        self._pool = np.zeros(0, dtype=np.int8)
         self._next = 0
 
-    def draw(self, n: int) -> npt.NDArray[np.int64]:
-        """The next n counts of one seeded stream (drawn in blocks: one rng call per block)."""
-        if self._next + n > len(self._pool):
-            u = self._rng.random(max(n, POOL_SIZE))
-            # How many of the cdf's k thresholds each uniform reaches (searchsorted's "right"
-            # count), one comparison pass per threshold: k is small, and this is several
-            # times faster than a search per draw.
-            fresh = np.zeros(len(u), np.int64)
-            for threshold in self._cdf[:-1].tolist():
-                fresh += u >= threshold
+    def draw(self, n: int) -> npt.NDArray[np.int8]:
+        """The next n counts of the stream (computed POOL_SIZE uniforms at a time)."""
+        available = len(self._pool) - self._next
+        if n > available:
+            blocks = -(-(n - available) // POOL_SIZE)
+            fresh = np.zeros(blocks * POOL_SIZE, np.int8)
+            thresholds = self._cdf[:-1].tolist()
+            for b in range(blocks):
+                u = self._rng.random(POOL_SIZE)
+                part = fresh[b * POOL_SIZE:(b + 1) * POOL_SIZE]
+                # How many of the cdf's k thresholds each uniform reaches (searchsorted's
+                # "right" count), one comparison pass per threshold: k is small, and this is
+                # several times faster than a search per draw.
+                for threshold in thresholds:
+                    part += u >= threshold
             self._pool = np.concatenate([self._pool[self._next:], fresh])
             self._next = 0
         out = self._pool[self._next:self._next + n]
         self._next += n
         return out
+
+    def skip(self, n: int) -> None:
+        """Move the stream on by n counts without computing them (a uniform is one step of
+        the bit generator, which jumps ahead in O(log n))."""
+        from_pool = min(n, len(self._pool) - self._next)
+        self._next += from_pool
+        if n > from_pool:
+            self._rng.bit_generator.advance(n - from_pool)  # type: ignore[attr-defined]
