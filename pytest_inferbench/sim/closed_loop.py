@@ -27,7 +27,7 @@ import numpy as np
 
 from . import decode_sums
 from .kv_schedule import plan_kv_limited
-from .planned import PlannedFinishes, prefill_terms
+from .planned import PlannedFinishes, commit, prefill_terms, price_steps
 from .state import plan_draws
 
 if TYPE_CHECKING:
@@ -266,25 +266,13 @@ def plan_closed_loop(engine: Engine, isl: IntArray, osl: IntArray, arrivals: Flo
     # Decoding sequences per step: +1 from each request's first decode step, -1 after its last.
     seqs = np.cumsum(np.bincount(complete + 1, minlength=steps_n + 2)
                      - np.bincount(complete + plan + 1, minlength=steps_n + 2))[:steps_n]
-    seqs = seqs.astype(np.float64)
-    durations = np.asarray(engine.cost.step(
-        decode_seqs=seqs, decode_ctx=sums.ctx, decode_ctx_win=sums.ctx_win,
-        prefill_tokens=pre[0], prefill_seqs=pre[1], prefill_ctx=pre[2], prefill_ctx_win=pre[3],
-        prefill_pairs=pre[4], prefill_win_pairs=pre[5]), dtype=np.float64)
-    if engine.config.jitter > 0:
-        durations = durations * np.clip(jitter_rng.lognormal(0.0, engine.config.jitter,
-                                                             steps_n), 0.3, 3.0)
+    durations = price_steps(engine, jitter_rng, seqs.astype(np.float64), sums, pre)
 
     # Commit: the engine is where the step-by-step run would have left it.
-    c = engine.counters_state
-    c.prompt_tokens += int(isl.sum())
-    c.generation_tokens += int(osl.sum())
-    c.requests_finished += len(isl)
+    c = commit(engine, isl, osl, sampler, jitter_rng, steps_n)
     if k:
         drafted.count(c)
     c.note_usage(int(usage_after.max()), engine.num_blocks, sch.waiting_peak)
-    engine.adopt_random_streams(sampler, jitter_rng)
-    engine.steps_done += steps_n
 
     # With drafts, the tokens per chunk of every request, request after request: 1 for the
     # prefill's token then each decode step's.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import decode_sums
-from .planned import PlannedFinishes, prefill_terms
+from .planned import PlannedFinishes, commit, prefill_terms, price_steps
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -320,23 +320,12 @@ def plan_kv_limited(engine: Engine, isl: IntArray, osl: IntArray, concurrency: i
     pre = prefill_terms(np.asarray(sch.chunk_steps, np.int64) - s0,
                         np.asarray(sch.chunk_from, np.int64), np.asarray(sch.chunk_to, np.int64),
                         np.asarray(sch.chunk_completes, bool), steps_n, w)
-    durations = np.asarray(engine.cost.step(
-        decode_seqs=seqs.astype(np.float64), decode_ctx=sums.ctx, decode_ctx_win=sums.ctx_win,
-        prefill_tokens=pre[0], prefill_seqs=pre[1], prefill_ctx=pre[2], prefill_ctx_win=pre[3],
-        prefill_pairs=pre[4], prefill_win_pairs=pre[5]), dtype=np.float64)
-    if engine.config.jitter > 0:
-        durations = durations * np.clip(jitter_rng.lognormal(0.0, engine.config.jitter,
-                                                             steps_n), 0.3, 3.0)
+    durations = price_steps(engine, jitter_rng, seqs.astype(np.float64), sums, pre)
 
     # Commit: the engine is where the step-by-step run would have left it.
-    c = engine.counters_state
-    c.prompt_tokens += int(isl.sum())
-    c.generation_tokens += int(osl.sum())
-    c.requests_finished += len(isl)
+    c = commit(engine, isl, osl, sampler, jitter_rng, steps_n)
     c.preemptions += sch.preemptions
     c.note_usage(sch.peak_used, engine.num_blocks, sch.waiting_peak)
-    engine.adopt_random_streams(sampler, jitter_rng)
-    engine.steps_done += steps_n
 
     order = sch.finish_order
     broken: dict[int, IntArray] = {}

@@ -15,6 +15,11 @@ import numpy as np
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from .decode_sums import DecodeSums
+    from .engine import Engine
+    from .spec_decode import AcceptanceSampler
+    from .state import CounterState
+
     IntArray = npt.NDArray[np.int64]
     FloatArray = npt.NDArray[np.float64]
 
@@ -57,3 +62,30 @@ def prefill_terms(at: IntArray, c0: IntArray, c1: IntArray, completes: IntArray,
         np.bincount(at, weights=w, minlength=steps_n)[:steps_n].astype(np.float64)
         for w in weights])
     return terms
+
+
+def price_steps(engine: Engine, jitter_rng: np.random.Generator, seqs: FloatArray,
+                sums: DecodeSums, pre: FloatArray) -> FloatArray:
+    """Every planned step's duration from its decoding sequences, their context sums and its
+    prefill terms (`prefill_terms`' rows), jittered as the engine's steps are."""
+    durations = np.asarray(engine.cost.step(
+        decode_seqs=seqs, decode_ctx=sums.ctx, decode_ctx_win=sums.ctx_win,
+        prefill_tokens=pre[0], prefill_seqs=pre[1], prefill_ctx=pre[2], prefill_ctx_win=pre[3],
+        prefill_pairs=pre[4], prefill_win_pairs=pre[5]), dtype=np.float64)
+    if engine.config.jitter > 0:
+        durations = durations * np.clip(jitter_rng.lognormal(0.0, engine.config.jitter,
+                                                             len(seqs)), 0.3, 3.0)
+    return durations
+
+
+def commit(engine: Engine, isl: IntArray, osl: IntArray, sampler: AcceptanceSampler,
+           jitter_rng: np.random.Generator, steps_n: int) -> CounterState:
+    """Leave the engine where the step-by-step run would have: its totals, random streams and
+    step count (the caller adds what only its plan knows to the returned counters)."""
+    c = engine.counters_state
+    c.prompt_tokens += int(isl.sum())
+    c.generation_tokens += int(osl.sum())
+    c.requests_finished += len(isl)
+    engine.adopt_random_streams(sampler, jitter_rng)
+    engine.steps_done += steps_n
+    return c
