@@ -194,7 +194,9 @@ class ReportCollector:
             out.append(point)
         return out
 
-    @pytest.hookimpl(trylast=True)
+    # First: every report is in once the test loop has ended, and under xdist the hooks after
+    # this one wait for the workers' interpreters to exit; the plots draw meanwhile.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.finish()
 
@@ -219,7 +221,10 @@ class ReportCollector:
         meta = run_metadata(self.config, settings, points, self.started)
         summary_path = settings.results_dir / "summary.json"
         evals = [row for row in self.points.values() if "server_node" not in row]
-        write_json_atomic(summary_path, {"metadata": meta, "points": points, "evals": evals})
+        # One line (the C encoder): a matrix run's summary is tens of megabytes, which the
+        # indenting encoder takes seconds over at the end of the run.
+        write_json_atomic(summary_path, {"metadata": meta, "points": points, "evals": evals},
+                          indent=None)
         self.written.append(summary_path)
         if settings.save_baseline is not None:
             save_baseline(settings.save_baseline, points, meta)
