@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 import numpy as np
 
@@ -88,7 +89,54 @@ class PlannedRequest(NamedTuple):
     follows: int | None = None
 
 
-def _length_arrays(requests: tuple[PlannedRequest, ...]) -> tuple[IntArray, IntArray]:
+class DrawnRequests(Sequence[PlannedRequest]):
+    """Plain drawn requests held as their two length columns (request i has text key
+    `first_key + i`, no prefix, follows nothing); a `PlannedRequest` is built only when one
+    is read. A matrix keeps dozens of drawn workloads of up to ten thousand requests each,
+    which as tuples cost their drawing time again in the garbage collector's passes."""
+
+    __slots__ = ("first_key", "inputs", "outputs")
+
+    def __init__(self, inputs: IntArray, outputs: IntArray, first_key: int) -> None:
+        for array in (inputs, outputs):
+            array.flags.writeable = False  # shared by every reader of a cached workload
+        self.inputs, self.outputs, self.first_key = inputs, outputs, first_key
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    @overload
+    def __getitem__(self, index: int) -> PlannedRequest: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[PlannedRequest, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> PlannedRequest | tuple[PlannedRequest, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        position = range(len(self))[index]  # negative indices, IndexError
+        return PlannedRequest(int(self.inputs[position]), int(self.outputs[position]),
+                              self.first_key + position)
+
+    def __iter__(self) -> Iterator[PlannedRequest]:
+        return map(PlannedRequest, self.inputs.tolist(), self.outputs.tolist(),
+                   range(self.first_key, self.first_key + len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DrawnRequests):
+            return (self.first_key == other.first_key
+                    and np.array_equal(self.inputs, other.inputs)
+                    and np.array_equal(self.outputs, other.outputs))
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, and mutable-looking arrays
+
+
+Requests = Sequence[PlannedRequest]  # a tuple of them, or `DrawnRequests`
+
+
+def _length_arrays(requests: Requests) -> tuple[IntArray, IntArray]:
+    if isinstance(requests, DrawnRequests):
+        return requests.inputs, requests.outputs
     arrays = (np.fromiter((r.input_tokens for r in requests), np.int64, len(requests)),
               np.fromiter((r.output_tokens for r in requests), np.int64, len(requests)))
     for array in arrays:
@@ -98,8 +146,8 @@ def _length_arrays(requests: tuple[PlannedRequest, ...]) -> tuple[IntArray, IntA
 
 @dataclass(frozen=True)
 class Workload:
-    requests: tuple[PlannedRequest, ...]  # the measured requests, in send order
-    warmup: tuple[PlannedRequest, ...]  # sent first, under the same concurrency cap; unmeasured
+    requests: Requests  # the measured requests, in send order
+    warmup: Requests  # sent first, under the same concurrency cap; unmeasured
     send_offsets: tuple[float, ...] | None  # seconds after the start; None = closed loop
     concurrency: int
     chat_template: bool  # the client renders the chat template into every prompt
@@ -123,6 +171,8 @@ class Workload:
     def conversational(self) -> bool:
         """Whether some request follows another (a conversation's turns); else `chains()` is
         each request alone."""
+        if isinstance(self.requests, DrawnRequests):
+            return False
         return any(r.follows is not None for r in self.requests)
 
     @functools.cached_property
@@ -136,11 +186,13 @@ class Workload:
 
     @property
     def input_lens(self) -> list[int]:
-        return [r.input_tokens for r in self.requests]
+        lengths: list[int] = self.length_arrays[0].tolist()
+        return lengths
 
     @property
     def output_lens(self) -> list[int]:
-        return [r.output_tokens for r in self.requests]
+        lengths: list[int] = self.length_arrays[1].tolist()
+        return lengths
 
     def describe(self) -> dict[str, JSONValue]:
         """How this workload was drawn, for the result record."""
@@ -156,10 +208,9 @@ class Workload:
         }
 
 
-def sample_lengths(rng: np.random.RandomState, length: int, ratio: float, n: int) -> list[int]:
+def sample_lengths(rng: np.random.RandomState, length: int, ratio: float, n: int) -> IntArray:
     low = max(int(length * ratio), 1) if length > 0 else 0
-    lengths: list[int] = rng.randint(low, length + 1, size=n).tolist()
-    return lengths
+    return rng.randint(low, length + 1, size=n).astype(np.int64, copy=False)
 
 
 def poisson_offsets(rate: float, n: int, seed: int) -> tuple[float, ...]:
@@ -201,7 +252,7 @@ def _build(isl: int, osl: int, conc: int, load: LoadSettings, chat_template: boo
                            template_tokens, count_tokens)
     if load.warmup == "same" or not requests:
         first = requests[0] if requests else PlannedRequest(isl, osl, 0)
-        warmup = (first,) * num_warmup
+        warmup: Requests = (first,) * num_warmup
     else:
         warm_rng = np.random.RandomState(load.seed + _DISTINCT_WARMUP_STREAM)
         warmup, warm_texts = draw(isl, osl, num_warmup, num, warm_rng, load, template_tokens,
@@ -218,7 +269,7 @@ def _build(isl: int, osl: int, conc: int, load: LoadSettings, chat_template: boo
                     texts=texts)
 
 
-Drawn = tuple[tuple[PlannedRequest, ...], tuple[str, ...]]  # requests, texts by text key
+Drawn = tuple[Requests, tuple[str, ...]]  # requests, texts by text key
 
 
 def _draw_lengths(isl: int, osl: int, n: int, first_key: int, rng: np.random.RandomState,
@@ -233,15 +284,14 @@ def _draw_lengths(isl: int, osl: int, n: int, first_key: int, rng: np.random.Ran
     in_lens = sample_lengths(rng, body_isl, load.range_ratio, n)
     out_lens = sample_lengths(rng, osl, load.range_ratio, n)
     if spec.kind == "multiturn":
-        return _conversations(in_lens, out_lens, spec.turns, first_key, template_tokens), ()
+        return _conversations(in_lens.tolist(), out_lens.tolist(), spec.turns, first_key,
+                              template_tokens), ()
     if spec.kind != "prefix":
-        prompts = [a + template_tokens for a in in_lens] if template_tokens else in_lens
-        return tuple(map(PlannedRequest, prompts, out_lens,
-                         range(first_key, first_key + len(in_lens)))), ()
+        return DrawnRequests(in_lens + template_tokens, out_lens, first_key), ()
     return tuple(
         PlannedRequest(a + template_tokens, b, first_key + i, prefix_key=i % spec.groups,
                        prefix_tokens=min(spec.prefix_tokens, a - 1))
-        for i, (a, b) in enumerate(zip(in_lens, out_lens, strict=True))), ()
+        for i, (a, b) in enumerate(zip(in_lens.tolist(), out_lens.tolist(), strict=True))), ()
 
 
 def _conversations(messages: list[int], replies: list[int], turns: int, first_key: int,

@@ -65,31 +65,29 @@ def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
     """`stretch=False` runs every instance one step at a time (as the HTTP server does)."""
     cluster = Cluster(deployment, seed=seed, stretch=stretch)
     if workload.warmup:
-        warm = workload.warmup
-        _run_load(cluster, [r.input_tokens for r in warm], [r.output_tokens for r in warm],
-                  np.zeros(len(warm)), workload.concurrency, first_id=1 << 40)
+        warm_isl, warm_osl = workload.warmup_length_arrays
+        _run_load(cluster, warm_isl.tolist(), warm_osl.tolist(), np.zeros(len(warm_isl)),
+                  workload.concurrency, first_id=1 << 40)
     for inst in cluster.instances:  # peaks of the measured phase only
         inst.engine.counters_state.peak_usage = 0.0
         inst.engine.counters_state.peak_waiting = 0
     before = {role: cluster.counters(role) for role in cluster.roles}
     transfers_before = len(cluster.transfer_seconds)
     t0 = cluster.now
-    requests = workload.requests
+    isl, osl = workload.input_lens, workload.output_lens
     open_loop = workload.send_offsets is not None
     arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
-                else np.zeros(len(requests)))
-    done = _run_load(cluster, [r.input_tokens for r in requests],
-                     [r.output_tokens for r in requests], arrivals, workload.concurrency,
-                     first_id=0)
-    records: list[RequestRecord | None] = [None] * len(requests)
-    queue_s = np.zeros(len(requests))
+                else np.zeros(len(isl)))
+    done = _run_load(cluster, isl, osl, arrivals, workload.concurrency, first_id=0)
+    records: list[RequestRecord | None] = [None] * len(isl)
+    queue_s = np.zeros(len(isl))
     drafting = any(inst.engine.k for inst in cluster.instances)
     for i, t_send, trace in done:
         output_tokens, tokens = record_tokens(trace.tokens if drafting else None,
                                               len(trace.times))
         records[i] = RequestRecord(
             send_time=t_send - t0, end_time=float(trace.times[-1]) - t0,
-            input_tokens=requests[i].input_tokens, output_tokens=output_tokens,
+            input_tokens=isl[i], output_tokens=output_tokens,
             success=True, chunk_times=trace.times - t0, chunk_tokens=tokens,
             scheduled_time=float(arrivals[i]) if open_loop else None)
         queue_s[i] = max(trace.first_scheduled_s - t_send, 0.0)
@@ -99,7 +97,7 @@ def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
     if transfers:
         metrics["mean_kv_transfer_ms"] = float(np.mean(transfers) * 1e3)
         metrics["max_kv_transfer_ms"] = float(np.max(transfers) * 1e3)
-    if len(requests):
+    if len(isl):
         metrics["mean_queue_time_ms"] = float(queue_s.mean() * 1e3)
         metrics["max_queue_time_ms"] = float(queue_s.max() * 1e3)
     return SimulatedPoint([r for r in records if r is not None], cluster.now - t0, metrics)
