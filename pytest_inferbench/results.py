@@ -175,6 +175,13 @@ _NUMBERS = frozenset({int, float, bool})
 
 def _jsonable(value: object) -> object:
     """Builtin types only; non-finite floats become null (JSON has no NaN)."""
+    # Exact builtin types first: most values of a record are, and the Mapping check is an
+    # abstract-class lookup.
+    kind = type(value)
+    if kind in _FLAT:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None  # type: ignore[arg-type]
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
