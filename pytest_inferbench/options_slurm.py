@@ -28,7 +28,8 @@ SLURM_OPTIONS = (
     ("account", "NAME", "account charged for every allocation (salloc --account)"),
     ("time", "TIME", "time limit of every allocation, Slurm format (salloc --time, e.g. 500)"),
     ("gres", "NAME", "generic resource requested per GPU of a server, --gres=NAME:<tp> "
-                     "(default gpu; none requests no gres)"),
+                     "(default gpu, none with --inferbench-slurm-sim; none requests no "
+                     "gres)"),
     ("args", "ARGV", "more salloc words for every allocation, e.g. '--exclude=n1 --mem=0'"),
     ("squash-dir", "DIR", "container mode: where enroot squashfs images are imported once per "
                           "image; must be visible to the compute nodes "
@@ -41,7 +42,8 @@ SLURM_SWITCHES = (
     ("container", "run servers in the launch spec's image through pyxis "
                   "(srun --container-image=...), imported with enroot; default: plain processes"),
     ("sim", "run the simulated server in place of each single-process server, with the launch "
-            "spec's argv (as the sim-server backend does): a cluster tried without GPUs"),
+            "spec's argv (as the sim-server backend does): a cluster tried without GPUs "
+            "(no gres is requested unless --inferbench-slurm-gres names one)"),
 )
 
 
@@ -95,7 +97,9 @@ class SlurmSettings:
                         or config.getini(f"inferbench_slurm_{name}"))
 
         cli_args = config.getoption("inferbench_slurm_args")
-        gres = value("gres") or "gpu"
+        # A simulated server uses no GPU: a cluster without a GPU gres must not need a flag
+        # to try it, and one with GPUs keeps them free.
+        gres = value("gres") or ("none" if switch("sim") else "gpu")
         defaults = cls()
         return cls(
             partition=value("partition"),

@@ -174,3 +174,12 @@ def test_slurm_options_come_from_the_command_line_over_the_ini(pytester: pytest.
         SlurmSettings(), partition="debug", time="500", exclusive=True, container=True, gres="",
         args=("--exclude=n09,n11", "--cpus-per-task=128"), squash_dir=Path("/var/lib/squash"),
         container_mounts=("/it-share/aiperf-cache:/aiperf_mmap_cache",))
+
+
+def test_the_simulated_server_asks_for_no_gres_unless_one_is_named(pytester: pytest.Pytester
+                                                                   ) -> None:
+    plain = Settings.from_config(pytester.parseconfig()).slurm
+    simulated = Settings.from_config(pytester.parseconfig("--inferbench-slurm-sim")).slurm
+    named = Settings.from_config(pytester.parseconfig("--inferbench-slurm-sim",
+                                                      "--inferbench-slurm-gres=gpu")).slurm
+    assert (plain.gres, simulated.gres, named.gres) == ("gpu", "", "gpu")
