@@ -256,16 +256,18 @@ class EventStack:
 def banner(config: ServeConfig, host: str, port: int, stack: EventStack) -> str:
     engine = dict(config.info or {}).get("engine", {})
     assert isinstance(engine, dict)
+    deployment = dict(config.info or {}).get("deployment")
+    # A deployment's GPUs are its pools' (the next line); one engine's are its TP group.
+    gpus = "" if isinstance(deployment, dict) else f"{engine.get('tp', '?')}x "
     lines = [
         f"inferbench-sim: SIMULATED {config.persona} server -- no GPU, every number it "
         f"produces is simulated",
-        f"inferbench-sim: model {', '.join(config.served_models)} on {engine.get('tp', '?')}x "
+        f"inferbench-sim: model {', '.join(config.served_models)} on {gpus}"
         f"{config.hardware}, time scale {config.time_scale}, seed {config.seed}",
         f"inferbench-sim: event loop {stack.loop}, HTTP parser {stack.http}",
         # Ends in the port: launchers and log readers take the port from this line.
         f"inferbench-sim: listening on http://{host}:{port}",
     ]
-    deployment = dict(config.info or {}).get("deployment")
     if isinstance(deployment, dict):
         lines.insert(2, f"inferbench-sim: deployment {deployment['topology']} "
                         f"({deployment['gpus']} GPUs), router {deployment['router']}")
