@@ -158,6 +158,29 @@ def test_an_allocation_slurm_refuses_fails_with_sallocs_words(
         SlurmBackend().start(server, spec, with_settings(slurm_context, slurm=settings))
 
 
+def test_an_allocation_that_can_never_start_fails_with_slurms_reason(
+        tmp_path: Path, slurm_context: StartContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three nodes from a one-node partition: Slurm queues the job (PartitionConfig) and
+    salloc would wait for ever; the start fails naming the reason, and the job is gone."""
+    from pytest_inferbench.backends.slurm import jobs
+
+    monkeypatch.setattr(jobs, "UNSATISFIABLE_GRACE_S", 2.0)
+    recipe = write_recipe(tmp_path)
+    (tmp_path / "launch" / "minimaxm3_fp4_mi355x_atom.yaml").write_text(
+        ROLES.format(python=sys.executable).replace("nodes: 1", "nodes: 3"))
+    server, spec = load_node(recipe)
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as failure:
+        SlurmBackend().start(server, spec, slurm_context)
+    message = str(failure.value)
+    assert re.search(r"slurm job (\d+) PENDING, reason PartitionConfig: Slurm will not start",
+                     message), message
+    assert "--nodes=3" in message
+    job = re.search(r"slurm job (\d+)", message).group(1)  # type: ignore[union-attr]
+    assert squeue_state(job) == ""
+    assert time.monotonic() - started < 60
+
+
 ROLES = """\
 command: [{python}, -m, pytest_inferbench.sim, serve, --hardware, MI355X, --time-scale, "0",
           --, python3, -m, atom.entrypoints.openai_server, --model, "{{model}}", -tp, "{{tp}}"]

@@ -11,6 +11,7 @@ import contextlib
 import getpass
 import socket
 import subprocess
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
 
 COMMAND_TIMEOUT_S = 30.0
 STATE_POLL_S = 1.0  # at most one scontrol per second per allocation
+# Pending reasons that say the request exceeds what the partition can ever give (more nodes,
+# GPUs or time than it has; constraints no node meets): Slurm keeps such a job queued, and
+# salloc waits for it, forever. They can also show while a node is down or drained, so one
+# fails the start only once it has held this long.
+UNSATISFIABLE_REASONS = frozenset({"PartitionConfig", "PartitionNodeLimit",
+                                   "PartitionTimeLimit", "BadConstraints"})
+UNSATISFIABLE_GRACE_S = 30.0
 SETTLE_WAIT_S = 5.0  # a job COMPLETING until its last step process is gone
 GONE_WAIT_S = 10.0  # after scancel: until the job leaves squeue (its steps have ended)
 
@@ -73,12 +81,21 @@ class Allocation:
                                        start_new_session=True)
         except FileNotFoundError:
             raise ServerStartError("salloc not found: is this a Slurm login node?") from None
+        lines: list[str] = []
+        reader = threading.Thread(target=_collect, args=(process, lines), daemon=True)
+        reader.start()
         try:
-            output = process.communicate()[0].decode("utf-8", "replace")
+            never = self._wait_granted(process, lines)
         except BaseException:
             reaper.stop_process_group(process, grace_s=1.0)  # salloc withdraws its request
             raise
+        reader.join(timeout=COMMAND_TIMEOUT_S)  # salloc has exited: its output is closed
+        output = "".join(lines)
         self.job_id = commands.granted_job_id(output) or commands.announced_job_id(output) or ""
+        if never is not None:
+            raise ServerStartError(f"{never.describe()}: Slurm will not start this allocation "
+                                   f"as asked (the request exceeds what the partition can "
+                                   f"give); it was cancelled\nargv: {self._argv}")
         if process.returncode != 0 or not commands.granted_job_id(output):
             raise ServerStartError(f"salloc exited with code {process.returncode}: "
                                    f"{output.strip() or '(no output)'}\nargv: {self._argv}")
@@ -89,6 +106,34 @@ class Allocation:
             raise ServerStartError(f"slurm job {self.job_id}: {exc}") from None
         if not self.hosts:
             raise ServerStartError(f"{info.describe()}: no nodes in the allocation")
+
+    def _wait_granted(self, process: subprocess.Popen[bytes], lines: list[str]
+                      ) -> JobInfo | None:
+        """Wait for salloc to exit; while its job is queued, watch its pending reason. A
+        reason that says it can never start (held UNSATISFIABLE_GRACE_S) cancels the job
+        and is returned; None once salloc has exited on its own."""
+        since: float | None = None
+        while True:
+            try:
+                process.wait(timeout=STATE_POLL_S)
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+            self.job_id = self.job_id or commands.announced_job_id("".join(lines)) or ""
+            if not self.job_id:
+                continue
+            try:
+                info = self.info(fresh=True)
+            except SlurmCommandError:
+                continue  # slurmctld busy: salloc's own wait goes on
+            if info.state != "PENDING" or info.reason not in UNSATISFIABLE_REASONS:
+                since = None
+                continue
+            since = since if since is not None else time.monotonic()
+            if time.monotonic() - since >= UNSATISFIABLE_GRACE_S:
+                self.cancel()
+                reaper.stop_process_group(process, grace_s=1.0)
+                return info
 
     def info(self, fresh: bool = False) -> JobInfo:
         """The job's state, asked of slurmctld at most once per STATE_POLL_S."""
@@ -134,6 +179,13 @@ class Allocation:
                 if self.info(fresh=True).state not in commands.ACTIVE_STATES:
                     return
             time.sleep(0.2)
+
+
+def _collect(process: subprocess.Popen[bytes], lines: list[str]) -> None:
+    """salloc's output as it comes (it says the job id before the job is granted)."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line.decode("utf-8", "replace"))
 
 
 def this_host_names() -> set[str]:
