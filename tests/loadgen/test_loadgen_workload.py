@@ -11,7 +11,33 @@ import pytest
 from pytest_inferbench.launch import ClientOptions
 from pytest_inferbench.loadgen.prompts import point_workload, render
 from pytest_inferbench.tokenizer import count_tokens, render_chat
-from pytest_inferbench.workload import LoadSettings, build_workload, poisson_offsets
+from pytest_inferbench.workload import (
+    DrawnRequests,
+    LoadSettings,
+    PlannedRequest,
+    build_workload,
+    poisson_offsets,
+)
+
+
+def test_drawn_requests_read_as_the_request_tuples_they_stand_for() -> None:
+    """Drawn lengths are held as columns; every way of reading them gives the same requests,
+    template tokens counted in, text keys in send order."""
+    load = LoadSettings(prompts_per_conc=3, warmup_per_conc=0, seed=5)
+    w = build_workload(512, 64, 4, load, chat_template=True, template_tokens=9)
+    drawn = w.requests
+    assert isinstance(drawn, DrawnRequests)
+    expected = tuple(PlannedRequest(i, o, k) for k, (i, o) in
+                     enumerate(zip(w.input_lens, w.output_lens, strict=True)))
+    assert len(drawn) == 12 and tuple(drawn) == expected and drawn == expected
+    assert drawn[-1] == expected[-1] and drawn[3:5] == expected[3:5]
+    assert all(type(r.input_tokens) is int and r.input_tokens >= 9 for r in drawn)
+    with pytest.raises(IndexError):
+        drawn[12]
+    other_seed = LoadSettings(prompts_per_conc=3, warmup_per_conc=0, seed=6)
+    assert drawn != build_workload(512, 64, 4, other_seed, chat_template=True,
+                                   template_tokens=9).requests
+    assert not w.conversational and w.chains() == [[i] for i in range(12)]
 
 
 def test_lengths_follow_inferencex_random_range_ratio() -> None:
