@@ -15,6 +15,9 @@ aggregated deployments, 1354 points) and prints their count, wall and CPU time:
 
     python benchmarks/bench_sim_speed.py --multinode ../shared/inferencex --jobs 2
 
+The multinode run takes hours; `--nodes A:B` runs a slice of the nodes in that order (largest
+total concurrency first, ties by name), so the run can be done in parts that add up to all of it.
+
 `--matrix DIR` instead runs every single-node fixed-seq-len point of an InferenceX checkout's
 master files (`DIR/.github/configs/{amd,nvidia}-master.yaml`, 2973 points) with the packaged
 launch specs, over `--jobs` processes, and prints the whole-matrix wall time and every failure
@@ -63,14 +66,17 @@ def main() -> int:
                         help="run every multinode point of an InferenceX checkout")
     parser.add_argument("--jobs", type=int, default=2,
                         help="processes for --matrix / --multinode")
+    parser.add_argument("--nodes", default=":", metavar="A:B",
+                        help="only nodes A to B-1 of the run's order (largest first)")
     args = parser.parse_args()
     if args.matrix is not None:
-        status = run_matrix(args.matrix, args.jobs, args.filter)
+        status = run_matrix(args.matrix, args.jobs, args.filter, nodes=args.nodes)
         if args.pytest:
             status = time_matrix_pytest(args.matrix, args.jobs) or status
         return status
     if args.multinode is not None:
-        return run_matrix(args.multinode, args.jobs, args.filter, multinode=True)
+        return run_matrix(args.multinode, args.jobs, args.filter, multinode=True,
+                          nodes=args.nodes)
     recipe = load_recipe(HERE / "amd-master.yaml")
     servers = [s for s in recipe.servers if s.model_prefix == "minimaxm3"
                and s.hardware == "MI355X" and s.framework == "atom"
@@ -143,7 +149,8 @@ def _run_node(server: object) -> tuple[str, int, float, list[str]]:
     return server.node_name, done, time.process_time() - c0, failures
 
 
-def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = False) -> int:
+def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = False,
+               nodes: str = ":") -> int:
     from pytest_inferbench.testing.inferencex import multinode_servers, single_node_servers
 
     select = multinode_servers if multinode else single_node_servers
@@ -151,7 +158,9 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = Fa
                for s in select(checkout / ".github" / "configs" / f)
                if name_filter in s.node_name]
     # Longest nodes first, so the last process to finish is not left with a big one.
-    servers.sort(key=lambda s: -sum(p.conc for p in s.points()))
+    servers.sort(key=lambda s: (-sum(p.conc for p in s.points()), s.node_name))
+    first, _, last = nodes.partition(":")
+    servers = servers[int(first) if first else None:int(last) if last else None]
     total = sum(len(s.points()) for s in servers)
     t0 = time.perf_counter()
     results: list[tuple[str, int, float, list[str]]] = []
@@ -174,6 +183,8 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = Fa
     for node, _, node_cpu, _ in sorted(results, key=lambda r: -r[2])[:5]:
         print(f"slowest node {node}: {node_cpu:.2f} s CPU")
     kind = "multinode" if multinode else "whole"
+    if nodes != ":":
+        kind += f" (nodes {nodes} of the run's order)"
     print(f"{kind} matrix: {done} of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU "
           f"over {jobs} processes, {len(servers)} server nodes (target: <= 60 s wall)")
     # Other jobs on the machine stretch the wall time, not the CPU time: say how busy it was.
