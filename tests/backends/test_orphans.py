@@ -23,6 +23,11 @@ WRAPPER = ("import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:], "
            "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))")
 
 
+# A pytest run of the recipe with the process backend (each test adds its selection).
+PROCESS_RUN = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-backend",
+               "process")
+
+
 def marked_processes(owner: str) -> list[int]:
     """Pids of the processes whose environment carries `INFERBENCH_OWNER=owner`."""
     mark = f"{OWNER_ENV}={owner}".encode()
@@ -51,8 +56,7 @@ def start_and_sigkill(path: Path, env: dict[str, str]) -> tuple[str, list[int]]:
     """Start a run whose server stays loading, SIGKILL it once the server group is up; its
     owner mark and the marked processes alive a second later."""
     first = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-backend",
-         "process", "--inferbench-process-prefix", f"{sys.executable} wrapper.py",
+        [*PROCESS_RUN, "--inferbench-process-prefix", f"{sys.executable} wrapper.py",
          "-k", "conc1"],
         cwd=path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     owner = f"{socket.gethostname()}:{first.pid}"
@@ -68,8 +72,7 @@ def start_and_sigkill(path: Path, env: dict[str, str]) -> tuple[str, list[int]]:
 def next_run_sweep(path: Path, env: dict[str, str]) -> set[int]:
     """A run that starts no server; the pids it says it killed as stale."""
     second = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-backend",
-         "process", "-k", "no-such-point"],
+        [*PROCESS_RUN, "-k", "no-such-point"],
         cwd=path, env=env, capture_output=True, text=True, timeout=120)
     return {int(line.split("process ")[1].split()[0]) for line in second.stdout.splitlines()
             if "killed stale server process" in line}
