@@ -41,6 +41,9 @@ __all__ = ["Engine", "EngineConfig", "EngineCounters", "RequestRejectedError", "
            "StepResult"]
 
 
+_NO_DRAFTS = np.zeros(0, np.int64)
+
+
 class RequestRejectedError(ValueError):
     """The request can never run (too long for max_model_len or the KV cache)."""
 
@@ -233,8 +236,7 @@ class Engine:
         run = self.run_array() if candidates is None else candidates
         done = run[st.decoding[run] & (st.p[run] >= st.plan_steps[run])].tolist()
         if candidates is not None and len(done) > 1:
-            position = {slot: i for i, slot in enumerate(self.running)}
-            done.sort(key=position.__getitem__)  # admission order, as over the whole set
+            done.sort(key=st.order.__getitem__)  # admission order, as over the whole set
         for slot in done:
             self._finish(slot, finished)
         return finished
@@ -248,8 +250,8 @@ class Engine:
     def _start_decoding(self, slot: int, req: Request) -> None:
         """Prefill done: its step emitted one token; draw the rest of this admission's plan."""
         remaining = req.max_tokens - int(self.slots.gen[slot])
-        accepted = (self._sampler.draw(int(plan_draws(np.int64(remaining), self._min_emit)))
-                    .astype(np.int64) if self.k else np.zeros(0, np.int64))
+        accepted = (self._sampler.draw(plan_draws(remaining, self._min_emit))
+                    .astype(np.int64) if self.k else _NO_DRAFTS)
         self.slots.start_decode(slot, remaining, accepted, first_step=self.steps_done)
 
     def jitter(self, n: int) -> npt.NDArray[np.float64] | float:

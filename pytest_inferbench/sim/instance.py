@@ -32,9 +32,14 @@ class Timeline:
             grow = max(len(self.ends), k)
             self.starts = np.concatenate([self.starts, np.zeros(grow)])
             self.ends = np.concatenate([self.ends, np.zeros(grow)])
+        self.starts[self.n] = start
+        if k == 1:  # a single step (most of a busy instance's): no arrays
+            end = start + float(durations[0])
+            self.ends[self.n] = end
+            self.n += 1
+            return end
         ends = start + np.cumsum(durations)
         self.ends[self.n:self.n + k] = ends
-        self.starts[self.n] = start
         self.starts[self.n + 1:self.n + k] = ends[:-1]
         self.n += k
         return float(ends[-1])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -128,20 +128,28 @@ class CounterState:
             spec_accepted_histogram=tuple(int(x) for x in self.histogram + open_histogram))
 
 
-def plan_draws(remaining: IntArray, min_emit: int) -> IntArray:
+@overload
+def plan_draws(remaining: int, min_emit: int) -> int: ...
+@overload
+def plan_draws(remaining: IntArray, min_emit: int) -> IntArray: ...
+def plan_draws(remaining: int | IntArray, min_emit: int) -> int | IntArray:
     """Acceptance draws of decode plans for `remaining` tokens each: every step emits at least
     `min_emit` tokens, so this many always suffice (at least one, as a plan is drawn even for
-    none)."""
-    draws: IntArray = np.maximum(-(-remaining // min_emit), 1)
-    return draws
+    none). One request's count is a Python int (it is drawn once per request)."""
+    draws = -(-remaining // min_emit)
+    if isinstance(draws, int):
+        return max(draws, 1)
+    counts: IntArray = np.maximum(draws, 1)
+    return counts
 
 
 def decode_plan(remaining: int, accepted: IntArray) -> tuple[int, IntArray, IntArray]:
     """A speculative decode plan: each step emits its accepted drafts plus one token, until
     `remaining` tokens are out. Returns (steps, tokens emitted before each step, accepted
     drafts of each step); the last step's surplus drafts are accepted but not emitted."""
-    emitted = np.cumsum(accepted) + np.arange(1, len(accepted) + 1)
-    steps = int(np.searchsorted(emitted, remaining)) + 1 if remaining > 0 else 0
+    emitted = accepted.cumsum()
+    emitted += np.arange(1, len(accepted) + 1)
+    steps = int(emitted.searchsorted(remaining)) + 1 if remaining > 0 else 0
     before: IntArray = np.zeros(steps, dtype=np.int64)
     before[1:] = emitted[:steps - 1]
     return steps, before, accepted[:steps]
@@ -157,6 +165,9 @@ class SlotTable:
         self.ctx, self.blocks, self.prefilled, self.target = z.copy(), z.copy(), z.copy(), z.copy()
         self.p, self.plan_steps, self.first_step, self.gen = z.copy(), z.copy(), z.copy(), z.copy()
         self.decoding = np.zeros(capacity, dtype=bool)
+        # Admission order of the running slots (a slot's number says nothing about it).
+        self.order = [0] * capacity
+        self._admissions = 0
         self._free = list(range(capacity - 1, -1, -1))
         # Speculative plans: cumulative emitted tokens and accepted drafts after j decode
         # steps of the current admission, and the accepted count of each step.
@@ -167,6 +178,8 @@ class SlotTable:
 
     def admit(self, rid: int, target: int, generated: int) -> int:
         slot = self._free.pop()
+        self.order[slot] = self._admissions
+        self._admissions += 1
         self.rid[slot] = rid
         self.target[slot] = target
         self.gen[slot] = generated
@@ -197,6 +210,9 @@ class SlotTable:
         self.p[slot] = 0
         if not self.k:
             self.plan_steps[slot] = remaining
+            return
+        if not remaining:  # nothing left to plan (a prefill instance's requests)
+            self.plan_steps[slot] = self.cum[slot, 0] = self.acc_cum[slot, 0] = 0
             return
         # Only columns 0..steps are ever read: p never passes plan_steps.
         steps, before, _ = decode_plan(remaining, accepted)

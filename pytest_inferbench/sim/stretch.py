@@ -57,7 +57,7 @@ class Stretch:
     """A stretch priced but not yet applied: the engine is still where it began."""
 
     idx: npt.NDArray[np.int64]  # the running slots
-    ctx: npt.NDArray[np.int64]  # (sequences x steps) context each step reads
+    ctx0: npt.NDArray[np.int64]  # the context each of them reads at the stretch's first step
     durations: npt.NDArray[np.float64]
     # The random streams as they were before its jitter was drawn (None without jitter), so
     # a stretch cut short draws only its own steps' jitter, as step by step.
@@ -67,11 +67,34 @@ class Stretch:
     def n(self) -> int:
         return len(self.durations)
 
+    def ctx(self, engine: Engine, step: int) -> npt.NDArray[np.int64]:
+        """The context each sequence reads at step `step` of the stretch (its plan's tokens
+        so far; one a step without drafts)."""
+        if not engine.k:
+            return self.ctx0 + step
+        st = engine.slots
+        p0 = st.p[self.idx]
+        grown: npt.NDArray[np.int64] = self.ctx0 + (st.cum[self.idx, p0 + step]
+                                                    - st.cum[self.idx, p0])
+        return grown
+
     def growth(self, engine: Engine, step: int) -> npt.NDArray[np.int64]:
         """KV blocks each of its sequences adds to hold step `step`'s context plus its q tokens."""
-        held = -(-(self.ctx[:, step] + engine.k + 1) // engine.block_size)
+        held = -(-(self.ctx(engine, step) + engine.k + 1) // engine.block_size)
         grown: npt.NDArray[np.int64] = np.maximum(held - engine.slots.blocks[self.idx], 0)
         return grown
+
+
+def _window_sums(ctx0: npt.NDArray[np.int64], n: int, window: int) -> npt.NDArray[np.float64]:
+    """Sum over sequences of min(c + s, window) for each step s < n, one token a step:
+    the sequences still under the window add c + s, the rest the window."""
+    c = np.sort(ctx0)
+    below = np.searchsorted(c, window - np.arange(n, dtype=np.int64), side="left")
+    prefix = np.concatenate(([0], np.cumsum(c)))
+    steps = np.arange(n, dtype=np.int64)
+    sums: npt.NDArray[np.float64] = (prefix[below] + below * steps
+                                     + (len(c) - below) * window).astype(np.float64)
+    return sums
 
 
 def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> Stretch | None:
@@ -98,29 +121,36 @@ def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> St
     n = min(int((st.plan_steps[idx] - p0).min()), max_steps)
     if n < 1:
         return None
+    ctx0 = st.ctx[idx]
     steps = np.arange(n, dtype=np.int64)
-    if engine.k:
-        cols = p0[:, None] + steps[None, :]
-        ctx = st.ctx[idx, None] + (st.cum[idx[:, None], cols] - st.cum[idx, p0][:, None])
-    else:
-        ctx = st.ctx[idx, None] + steps[None, :]
     bs = engine.block_size
+    win = engine.window
     # Each sequence writes at most q tokens per step, so n steps need at most this many new
     # blocks in all; only when that could exceed the free blocks is the exact count needed.
-    if len(idx) * (-(-(n * q) // bs) + 1) > engine.free_blocks:
-        # Blocks each step must hold before it runs: the context plus the q tokens it writes.
-        need = -(-(ctx + q) // bs) - st.blocks[idx, None]
-        extra = np.maximum(need, 0).sum(axis=0)
-        over = np.nonzero(extra > engine.free_blocks)[0]
-        if len(over):
-            n = int(over[0])
-            if n < 1:
-                return None
-            ctx = ctx[:, :n]
-    win = engine.window
-    ctx_sum = ctx.sum(axis=0).astype(np.float64)
-    win_sum = (np.minimum(ctx, int(win)).sum(axis=0).astype(np.float64) if math.isfinite(win)
-               else ctx_sum)
+    short = len(idx) * (-(-(n * q) // bs) + 1) > engine.free_blocks
+    if engine.k or short:  # each step's contexts, (sequences x steps)
+        if engine.k:
+            cols = p0[:, None] + steps[None, :]
+            ctx = ctx0[:, None] + (st.cum[idx[:, None], cols] - st.cum[idx, p0][:, None])
+        else:
+            ctx = ctx0[:, None] + steps[None, :]
+        if short:
+            # Blocks each step must hold before it runs: the context plus the q tokens it
+            # writes.
+            need = -(-(ctx + q) // bs) - st.blocks[idx, None]
+            extra = np.maximum(need, 0).sum(axis=0)
+            over = np.nonzero(extra > engine.free_blocks)[0]
+            if len(over):
+                n = int(over[0])
+                if n < 1:
+                    return None
+                ctx = ctx[:, :n]
+        ctx_sum = ctx.sum(axis=0).astype(np.float64)
+        win_sum = (np.minimum(ctx, int(win)).sum(axis=0).astype(np.float64)
+                   if math.isfinite(win) else ctx_sum)
+    else:  # one token a step: the sums are the first step's plus a ramp
+        ctx_sum = (int(ctx0.sum()) + len(idx) * steps).astype(np.float64)
+        win_sum = _window_sums(ctx0, n, int(win)) if math.isfinite(win) else ctx_sum
     streams = engine.random_streams() if engine.config.jitter > 0 else None
     durations = np.asarray(engine.cost.step(
         decode_seqs=float(len(idx)), decode_ctx=ctx_sum, decode_ctx_win=win_sum),
@@ -129,7 +159,7 @@ def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> St
         cut = int(np.searchsorted(np.cumsum(durations), max_duration_s)) + 1
         if cut < n:
             durations = durations[:max(cut, 1)]
-    return Stretch(idx, ctx, durations, streams)
+    return Stretch(idx, ctx0, durations, streams)
 
 
 def commit(engine: Engine, stretch: Stretch, n: int) -> StepBatch:

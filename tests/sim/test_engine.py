@@ -13,7 +13,7 @@ from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
 from pytest_inferbench.sim.engine import Engine, RequestRejectedError
 from pytest_inferbench.sim.physics import ACTIVATION_BUFFERS, EngineConfigError, shard_model
-from pytest_inferbench.sim.stretch import advance, plan
+from pytest_inferbench.sim.stretch import _window_sums, advance, plan
 
 BASE = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="atom", tp=4,
                     max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
@@ -300,3 +300,14 @@ def test_several_preempted_in_one_step_queue_up_oldest_first() -> None:
     work = [(15, 60)] * 8
     assert (closed_loop(Engine(config, keep_traces=True), work, 8, fast=False)
             == closed_loop(GreedyPreemptingEngine(config, keep_traces=True), work, 8, fast=False))
+
+
+def test_window_sums_of_a_one_token_stretch_are_the_matrix_sums() -> None:
+    # A stretch without drafts sums min(c + s, window) per step from the sorted contexts;
+    # the (sequences x steps) matrix it replaces gives the same integers.
+    rng = np.random.default_rng(5)
+    for window in (1, 128, 4096):
+        ctx0 = rng.integers(1, 6000, size=int(rng.integers(1, 300))).astype(np.int64)
+        n = int(rng.integers(1, 500))
+        matrix = np.minimum(ctx0[:, None] + np.arange(n)[None, :], window).sum(axis=0)
+        np.testing.assert_array_equal(_window_sums(ctx0, n, window), matrix.astype(np.float64))
