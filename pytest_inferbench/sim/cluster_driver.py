@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..metrics import RequestRecord
+from .closed_loop import fits_whole
 from .cluster import ClientTrace, Cluster
 from .driver import SimulatedPoint, counter_deltas, record_tokens
 
@@ -60,11 +61,55 @@ def _run_load(cluster: Cluster, isl: list[int], osl: list[int],
     return done
 
 
+def _warmup_leaves_no_trace(cluster: Cluster, isl: npt.NDArray[np.int64],
+                            osl: npt.NDArray[np.int64], concurrency: int) -> bool:
+    """Whether a warmup on this idle deployment would leave nothing behind that the measured
+    phase sees but the router's turns and the acceptance draws of its decode plans: routers
+    that pick without reading loads, no jitter stream to advance, every request admissible,
+    and with speculative decoding where tokens are generated as many requests as can run at
+    once fit one instance's KV cache whole, so none is ever preempted (a re-admission draws a
+    new plan). A prefill instance's plans are of no tokens: nothing it draws is ever seen."""
+    if cluster.has_work() or not len(isl) or min(int(isl.min()), int(osl.min())) < 1:
+        return False
+    if cluster.router.policy == "load-aware" and max(cluster.router.sizes) > 1:
+        return False
+    if any(inst.engine.config.jitter > 0 for inst in cluster.instances):
+        return False
+    serving = cluster.pools[-1][0].engine
+    for pool in cluster.pools:
+        engine = pool[0].engine
+        longest = int((isl + osl).max())
+        if longest > engine.config.max_model_len or -(-(longest + engine.k)
+                                                      // engine.block_size) > engine.num_blocks:
+            return False  # the deployment rejects it: the warmup runs, and says why
+    return not serving.k or fits_whole(serving, isl, osl, concurrency)
+
+
+def _skip_warmup(cluster: Cluster, osl: npt.NDArray[np.int64]) -> None:
+    """What the warmup would leave: the router's picks made in its order (a prefill instance
+    then a decode instance per request), and each instance's acceptance stream moved on by
+    the plans of the requests it was given (a prefill instance's of one token)."""
+    disaggregated = len(cluster.pools) > 1
+    for max_tokens in osl.tolist():
+        first = cluster.pools[0][cluster.router.pick(0, [])].engine
+        if disaggregated:
+            first.draw_decode_plans(np.ones(1, dtype=np.int64))
+            cluster.pools[1][cluster.router.pick(1, [])].engine.draw_decode_plans(
+                np.array([max_tokens], dtype=np.int64))
+        else:
+            first.draw_decode_plans(np.array([max_tokens], dtype=np.int64))
+
+
 def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
-                              seed: int = 0, stretch: bool = True) -> SimulatedPoint:
-    """`stretch=False` runs every instance one step at a time (as the HTTP server does)."""
+                              seed: int = 0, stretch: bool = True,
+                              warmup_shortcut: bool = True) -> SimulatedPoint:
+    """`stretch=False` runs every instance one step at a time (as the HTTP server does);
+    `warmup_shortcut=False` runs the warmup even where it leaves no trace."""
     cluster = Cluster(deployment, seed=seed, stretch=stretch)
-    if workload.warmup:
+    if workload.warmup and warmup_shortcut and _warmup_leaves_no_trace(
+            cluster, *workload.warmup_length_arrays, workload.concurrency):
+        _skip_warmup(cluster, workload.warmup_length_arrays[1])
+    elif workload.warmup:
         warm_isl, warm_osl = workload.warmup_length_arrays
         _run_load(cluster, warm_isl.tolist(), warm_osl.tolist(), np.zeros(len(warm_isl)),
                   workload.concurrency, first_id=1 << 40)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_inferbench.sim.cluster import Cluster
-from pytest_inferbench.sim.cluster_driver import simulate_deployment_point
+from pytest_inferbench.sim.cluster_driver import _warmup_leaves_no_trace, simulate_deployment_point
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.disagg import Deployment, DeploymentError, Pool, Router, kv_transfer
 from pytest_inferbench.sim.driver import simulate_point
@@ -138,3 +138,32 @@ def test_stretches_give_the_token_times_of_stepping_one_step_at_a_time(
         assert a.send_time == pytest.approx(b.send_time, rel=1e-9)
     for key in ("engine_steps", "generation_tokens", "preemptions", "max_kv_cache_usage"):
         assert fast.server_metrics[key] == plain.server_metrics[key], key
+
+
+@pytest.mark.parametrize(("pools", "router", "extra"), [
+    ((1, 3), "round-robin", {"spec": EAGLE}), ((2, 3), "random", {"spec": EAGLE}),
+    ((2, 1), "round-robin", {}), ((3,), "round-robin", {"spec": EAGLE}),
+    ((2, 2), "load-aware", {"spec": EAGLE})])
+def test_a_warmup_that_leaves_no_trace_is_not_run(
+        pools: tuple[int, ...], router: str, extra: dict[str, object]) -> None:
+    # Skipped, it leaves what running it leaves: the router's turns and every instance's
+    # acceptance stream moved on by the plans of the requests it was given. A router that
+    # reads loads picks by the warmup's timing: that warmup runs.
+    config = EngineConfig(**{**M3.__dict__, "max_num_seqs": 64, **extra})
+    roles = ("prefill", "decode") if len(pools) > 1 else ("aggregated",)
+    dep = Deployment(*(Pool(role, config, n) for role, n in zip(roles, pools, strict=True)),
+                     router=router)
+    workload = build_workload(1024, 256, 24, LoadSettings(prompts_per_conc=2))
+    warm_isl, warm_osl = workload.warmup_length_arrays
+    assert _warmup_leaves_no_trace(Cluster(dep), warm_isl, warm_osl, 24) == (
+        router != "load-aware")
+    ran, skipped = (simulate_deployment_point(dep, workload, warmup_shortcut=s)
+                    for s in (False, True))
+    assert len(ran.records) == len(skipped.records) == len(workload.requests)
+    for a, b in zip(ran.records, skipped.records, strict=True):
+        np.testing.assert_allclose(a.chunk_times, b.chunk_times, rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(a.chunk_tokens, b.chunk_tokens)
+    assert skipped.duration_s == pytest.approx(ran.duration_s, rel=1e-9)
+    for key in ("engine_steps", "generation_tokens", "prompt_tokens", "max_kv_cache_usage",
+                "spec_num_accepted_tokens", "spec_accepted_histogram"):
+        assert skipped.server_metrics.get(key) == ran.server_metrics.get(key), key
