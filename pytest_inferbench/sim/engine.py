@@ -22,7 +22,13 @@ from .. import golden
 from ..specdecode import THINKING_OFF, THINKING_ON
 from . import catalog
 from .config import EngineConfig
-from .physics import EngineConfigError, StepCost, kv_capacity_tokens, shard_model, windowed_sum
+from .physics import (
+    EngineConfigError,
+    PrefillTerms,
+    StepCost,
+    kv_capacity_tokens,
+    shard_model,
+)
 from .spec_decode import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
 from .state import (
     CounterState,
@@ -247,11 +253,16 @@ class Engine:
         if self.k and len(max_tokens):
             self._sampler.skip(int(plan_draws(max_tokens - 1, self._min_emit).sum()))
 
+    def draw_accepted(self, n: int) -> npt.NDArray[np.int64]:
+        """The next n accepted-draft counts of its acceptance stream."""
+        drawn: npt.NDArray[np.int64] = self._sampler.draw(n).astype(np.int64)
+        return drawn
+
     def _start_decoding(self, slot: int, req: Request) -> None:
         """Prefill done: its step emitted one token; draw the rest of this admission's plan."""
         remaining = req.max_tokens - int(self.slots.gen[slot])
-        accepted = (self._sampler.draw(plan_draws(remaining, self._min_emit))
-                    .astype(np.int64) if self.k else _NO_DRAFTS)
+        accepted = (self.draw_accepted(plan_draws(remaining, self._min_emit)) if self.k
+                    else _NO_DRAFTS)
         self.slots.start_decode(slot, remaining, accepted, first_step=self.steps_done)
 
     def jitter(self, n: int) -> npt.NDArray[np.float64] | float:
@@ -420,23 +431,12 @@ class Engine:
         w = self.window
         ctx = st.ctx[decode]
         ctx_cap = float(self.config.max_model_len + self.k + 1)
-        p_tok = p_seqs = p_ctx = p_win = pairs = win_pairs = 0.0
+        terms = PrefillTerms(w)
         for slot, n in chunks:
-            c0 = float(st.ctx[slot])
-            c1 = c0 + n
-            p_tok += n
-            p_seqs += 1.0 if st.prefilled[slot] + n == st.target[slot] else 0.0
-            p_ctx += c1
-            p_win += min(c1, w)
-            a, b = windowed_sum(c0, c1, w)
-            pairs += a
-            win_pairs += b
-        return float(self.cost.step(
-            decode_seqs=float(len(decode)), decode_ctx=float(ctx.sum()),
-            decode_ctx_win=float(np.minimum(ctx, w).sum()) if w < ctx_cap else float(ctx.sum()),
-            prefill_tokens=p_tok,
-            prefill_seqs=p_seqs, prefill_ctx=p_ctx, prefill_ctx_win=p_win,
-            prefill_pairs=pairs, prefill_win_pairs=win_pairs))
+            terms.add(float(st.ctx[slot]), n, bool(st.prefilled[slot] + n == st.target[slot]))
+        return self.cost.step_with(
+            float(len(decode)), float(ctx.sum()),
+            float(np.minimum(ctx, w).sum()) if w < ctx_cap else float(ctx.sum()), terms)
 
     def can_admit(self) -> bool:
         """Would the next step admit (part of) the first waiting request?"""

@@ -148,6 +148,25 @@ def windowed_sum(c0: float, c1: float, window: float) -> tuple[float, float]:
     return full, part + (c1 - max(c0, window)) * window
 
 
+class PrefillTerms:
+    """What a step's prefill chunks add to its price (`StepCost.step`'s prefill_* terms)."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.tokens = self.seqs = self.ctx = self.ctx_win = self.pairs = self.win_pairs = 0.0
+
+    def add(self, c0: float, n: int, completes: bool) -> None:
+        """A chunk of `n` prompt tokens after `c0` computed ones (`completes`: its last)."""
+        c1 = c0 + n
+        self.tokens += n
+        self.seqs += 1.0 if completes else 0.0
+        self.ctx += c1
+        self.ctx_win += min(c1, self.window)
+        a, b = windowed_sum(c0, c1, self.window)
+        self.pairs += a
+        self.win_pairs += b
+
+
 @dataclass(frozen=True)
 class StepCost:
     target: ModelOnGpus
@@ -241,6 +260,15 @@ class StepCost:
                                    np.multiply(n_tok, m.expert_s_per_token / eta))
         return out + sampler + self._comm(m, n_tok, n_sampled)
 
+    def step_with(self, decode_seqs: float, decode_ctx: float, decode_ctx_win: float,
+                  chunks: PrefillTerms) -> float:
+        """Duration of one step of these decode sums and prefill chunks."""
+        return float(self.step(
+            decode_seqs=decode_seqs, decode_ctx=decode_ctx, decode_ctx_win=decode_ctx_win,
+            prefill_tokens=chunks.tokens, prefill_seqs=chunks.seqs, prefill_ctx=chunks.ctx,
+            prefill_ctx_win=chunks.ctx_win, prefill_pairs=chunks.pairs,
+            prefill_win_pairs=chunks.win_pairs))
+
     def step(self, *, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
              decode_ctx_win: FloatArray | float,
              prefill_tokens: FloatArray | float = 0.0, prefill_seqs: FloatArray | float = 0.0,
@@ -310,5 +338,5 @@ def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_ut
     return int(free // per_token)
 
 
-__all__ = ["EngineConfigError", "ModelOnGpus", "StepCost", "kv_capacity_tokens",
+__all__ = ["EngineConfigError", "ModelOnGpus", "PrefillTerms", "StepCost", "kv_capacity_tokens",
            "served_dtypes", "shard_model", "windowed_sum"]
