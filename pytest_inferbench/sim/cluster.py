@@ -24,20 +24,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .decode_instance import DecodeInstance
 from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
 from .engine import Engine, RequestRejectedError
 from .instance import Instance
 from .state import EngineCounters, StepResult
-from .stretch import commit as commit_stretch
-from .stretch import plan as plan_stretch
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .disagg import Pool
-
-MAX_STRETCH = 1 << 20
-
 
 @dataclass(frozen=True)
 class ClusterEvent:
@@ -69,12 +65,15 @@ class _Flight:
 
 
 class Cluster:
-    def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True) -> None:
+    def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True,
+                 lean_decode: bool = False) -> None:
+        """`lean_decode`: decode instances run from per-step sums (`DecodeInstance`), which
+        raise `Declined` where their engine would preempt."""
         self.deployment = deployment
         self.stretch = stretch  # False: every instance one step at a time (the server's way)
         self.transfer = kv_transfer(deployment)
-        self.pools: list[list[Instance]] = [
-            [self._instance(pool, i, seed) for i in range(pool.workers)]
+        self.pools: list[list[Instance | DecodeInstance]] = [
+            [self._instance(pool, i, seed, lean_decode) for i in range(pool.workers)]
             for pool in deployment.pools]
         self.instances = [inst for pool in self.pools for inst in pool]
         self.router = Router(deployment.router, deployment.prefill.workers,
@@ -85,13 +84,16 @@ class Cluster:
         self._done: dict[int, ClientTrace] = {}
         self.transfer_seconds: list[float] = []
 
-    def _instance(self, pool: Pool, index: int, seed: int) -> Instance:
+    def _instance(self, pool: Pool, index: int, seed: int, lean_decode: bool
+                  ) -> Instance | DecodeInstance:
         engine = Engine(replace(pool.config, seed=seed + 7919 * index + 104729 * len(pool.role)),
                         keep_traces=True)
         engine.report_emitted = not self.stretch
         link = worker_link_bytes_per_s(pool.config)
         if link != engine.cost.link_bytes_per_s:  # a worker wider than its scale-up domain
             engine.cost = replace(engine.cost, link_bytes_per_s=link)
+        if lean_decode and pool.role == "decode":
+            return DecodeInstance(index, engine)
         return Instance(pool.role, index, engine)
 
     # ----------------------------------------------------------------- requests
@@ -155,35 +157,12 @@ class Cluster:
         return self._done.pop(request_id)
 
     # ----------------------------------------------------------------- running
-    def _start(self, inst: Instance) -> None:
-        engine = inst.engine
-        inst.ended_busy = False
-        # Requests that came as its last step ended join after the next one: one step first.
-        stretch = (plan_stretch(engine, 1 if inst.deferred else MAX_STRETCH) if self.stretch
-                   else None)
-        if stretch is not None and not inst.deferred:
-            inst.run(self.now, stretch)
-            return
-        if stretch is not None:
-            batch = commit_stretch(engine, stretch, stretch.n)
-            durations, finished = batch.durations, batch.finished
-        else:
-            result = engine.step()
-            durations, finished = np.array([result.duration_s]), result.finished
-            if not self.stretch:
-                inst.emitted = result.emitted
-        inst.busy_until = inst.timeline.add(self.now, durations)
-        inst.finished = finished
-        for rid, prompt, max_tokens, kv_ready in inst.deferred:
-            engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
-        inst.deferred.clear()
-
     def advance(self, until: float = math.inf) -> ClusterEvent:
         """Run to the next event (a step's end, a transfer's arrival) or `until`, whichever
         comes first; requests added afterwards arrive at the returned `now`."""
         for inst in self.instances:
-            if inst.busy_until is None and inst.engine.has_work():
-                self._start(inst)
+            if inst.busy_until is None and inst.has_work():
+                inst.start(self.now, self.stretch)
         t = until
         for inst in self.instances:
             if inst.busy_until is not None and inst.busy_until < t:
@@ -200,7 +179,7 @@ class Cluster:
                 inst.settle(self.now)
                 inst.busy_until = None
                 self._complete(inst, emitted, finished)
-                inst.ended_busy = inst.engine.has_work()
+                inst.ended_busy = inst.has_work()
         while self._transfers and self._transfers[0][0] <= self.now:
             _, rid = heapq.heappop(self._transfers)
             flight = self._flights[rid]
@@ -208,12 +187,12 @@ class Cluster:
                                              True)
         return ClusterEvent(self.now, emitted, finished)
 
-    def _complete(self, inst: Instance, emitted: list[tuple[int, int]],
+    def _complete(self, inst: Instance | DecodeInstance, emitted: list[tuple[int, int]],
                   finished: list[int]) -> None:
-        engine, timeline = inst.engine, inst.timeline
+        timeline = inst.timeline
         if inst.role == "prefill" and self.transfer is not None:
             for rid in inst.finished:
-                trace = engine.pop_trace(rid)
+                trace = inst.pop_trace(rid)
                 flight = self._flights[rid]
                 start = float(timeline.starts[trace.first_scheduled_step])
                 flight.first_scheduled_s = start
@@ -227,7 +206,7 @@ class Cluster:
         emitted.extend(inst.emitted)
         inst.emitted = []
         for rid in inst.finished:
-            trace = engine.pop_trace(rid)
+            trace = inst.pop_trace(rid)
             flight = self._flights.pop(rid)
             self._release(flight)
             steps = trace.steps

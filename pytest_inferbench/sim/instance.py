@@ -10,12 +10,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .stretch import Stretch, commit, note_usage_before_last
+from .stretch import Stretch, commit, note_usage_before_last, plan
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from .engine import Engine
+    from .engine import Engine, Trace
+
+
+MAX_STRETCH = 1 << 20
 
 
 class Timeline:
@@ -86,6 +89,36 @@ class Instance:
         self.busy_until = self.timeline.add(self._pending_start, batch.durations)
         self.finished = batch.finished
         self.pending = None
+
+    def has_work(self) -> bool:
+        return self.engine.has_work()
+
+    def pop_trace(self, request_id: int) -> Trace:
+        return self.engine.pop_trace(request_id)
+
+    def start(self, now: float, stretch: bool) -> None:
+        """Start its next step at `now` (it is idle and has work); with `stretch`, a stretch of
+        identical decode steps where it is in one, run lazily (`run`)."""
+        engine = self.engine
+        self.ended_busy = False
+        # Requests that came as its last step ended join after the next one: one step first.
+        planned = plan(engine, 1 if self.deferred else MAX_STRETCH) if stretch else None
+        if planned is not None and not self.deferred:
+            self.run(now, planned)
+            return
+        if planned is not None:
+            batch = commit(engine, planned, planned.n)
+            durations, finished = batch.durations, batch.finished
+        else:
+            result = engine.step()
+            durations, finished = np.array([result.duration_s]), result.finished
+            if not stretch:
+                self.emitted = result.emitted
+        self.busy_until = self.timeline.add(now, durations)
+        self.finished = finished
+        for rid, prompt, max_tokens, kv_ready in self.deferred:
+            engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
+        self.deferred.clear()
 
     def add(self, rid: int, prompt: int, max_tokens: int, now: float,
             kv_ready: bool = False) -> None:
