@@ -16,6 +16,7 @@ import numpy as np
 from ..metrics import RequestRecord
 from .closed_loop import fits_whole
 from .cluster import ClientTrace, Cluster
+from .decode_instance import Declined
 from .driver import SimulatedPoint, counter_deltas, record_tokens
 
 if TYPE_CHECKING:
@@ -102,10 +103,23 @@ def _skip_warmup(cluster: Cluster, osl: npt.NDArray[np.int64]) -> None:
 
 def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
                               seed: int = 0, stretch: bool = True,
-                              warmup_shortcut: bool = True) -> SimulatedPoint:
+                              warmup_shortcut: bool = True,
+                              lean_decode: bool = True) -> SimulatedPoint:
     """`stretch=False` runs every instance one step at a time (as the HTTP server does);
-    `warmup_shortcut=False` runs the warmup even where it leaves no trace."""
-    cluster = Cluster(deployment, seed=seed, stretch=stretch)
+    `warmup_shortcut=False` runs the warmup even where it leaves no trace; `lean_decode=False`
+    runs decode instances on engines even where per-step sums would do (`DecodeInstance`)."""
+    lean = (lean_decode and stretch and deployment.disaggregated
+            and deployment.pools[-1].config.jitter <= 0)
+    if lean:
+        try:
+            return _simulate(Cluster(deployment, seed=seed, lean_decode=True), workload,
+                             warmup_shortcut)
+        except Declined:
+            pass  # its engine would preempt: the point runs on engines from the start
+    return _simulate(Cluster(deployment, seed=seed, stretch=stretch), workload, warmup_shortcut)
+
+
+def _simulate(cluster: Cluster, workload: Workload, warmup_shortcut: bool) -> SimulatedPoint:
     if workload.warmup and warmup_shortcut and _warmup_leaves_no_trace(
             cluster, *workload.warmup_length_arrays, workload.concurrency):
         _skip_warmup(cluster, workload.warmup_length_arrays[1])
