@@ -28,12 +28,17 @@ from .decode_instance import DecodeInstance
 from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
 from .engine import Engine, RequestRejectedError
 from .instance import Instance
+from .prefill_instance import PrefillInstance
 from .state import EngineCounters, StepResult
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .disagg import Pool
+
+# An engine-backed instance, or one of a disaggregated deployment's lean ones.
+AnyInstance = Instance | PrefillInstance | DecodeInstance
+
 
 @dataclass(frozen=True)
 class ClusterEvent:
@@ -66,14 +71,15 @@ class _Flight:
 
 class Cluster:
     def __init__(self, deployment: Deployment, *, seed: int = 0, stretch: bool = True,
-                 lean_decode: bool = False) -> None:
-        """`lean_decode`: decode instances run from per-step sums (`DecodeInstance`), which
-        raise `Declined` where their engine would preempt."""
+                 lean: bool = False) -> None:
+        """`lean`: a disaggregated deployment's instances run without an engine's slot table
+        (`PrefillInstance`, `DecodeInstance` from per-step sums), which raise `Declined` where
+        their engine would preempt."""
         self.deployment = deployment
         self.stretch = stretch  # False: every instance one step at a time (the server's way)
         self.transfer = kv_transfer(deployment)
-        self.pools: list[list[Instance | DecodeInstance]] = [
-            [self._instance(pool, i, seed, lean_decode) for i in range(pool.workers)]
+        self.pools: list[list[AnyInstance]] = [
+            [self._instance(pool, i, seed, lean) for i in range(pool.workers)]
             for pool in deployment.pools]
         self.instances = [inst for pool in self.pools for inst in pool]
         self.router = Router(deployment.router, deployment.prefill.workers,
@@ -84,16 +90,18 @@ class Cluster:
         self._done: dict[int, ClientTrace] = {}
         self.transfer_seconds: list[float] = []
 
-    def _instance(self, pool: Pool, index: int, seed: int, lean_decode: bool
-                  ) -> Instance | DecodeInstance:
+    def _instance(self, pool: Pool, index: int, seed: int, lean: bool
+                  ) -> AnyInstance:
         engine = Engine(replace(pool.config, seed=seed + 7919 * index + 104729 * len(pool.role)),
                         keep_traces=True)
         engine.report_emitted = not self.stretch
         link = worker_link_bytes_per_s(pool.config)
         if link != engine.cost.link_bytes_per_s:  # a worker wider than its scale-up domain
             engine.cost = replace(engine.cost, link_bytes_per_s=link)
-        if lean_decode and pool.role == "decode":
+        if lean and pool.role == "decode":
             return DecodeInstance(index, engine)
+        if lean and pool.role == "prefill":
+            return PrefillInstance(index, engine)
         return Instance(pool.role, index, engine)
 
     # ----------------------------------------------------------------- requests
@@ -187,7 +195,7 @@ class Cluster:
                                              True)
         return ClusterEvent(self.now, emitted, finished)
 
-    def _complete(self, inst: Instance | DecodeInstance, emitted: list[tuple[int, int]],
+    def _complete(self, inst: AnyInstance, emitted: list[tuple[int, int]],
                   finished: list[int]) -> None:
         timeline = inst.timeline
         if inst.role == "prefill" and self.transfer is not None:

@@ -104,15 +104,15 @@ def _skip_warmup(cluster: Cluster, osl: npt.NDArray[np.int64]) -> None:
 def simulate_deployment_point(deployment: Deployment, workload: Workload, *,
                               seed: int = 0, stretch: bool = True,
                               warmup_shortcut: bool = True,
-                              lean_decode: bool = True) -> SimulatedPoint:
+                              lean: bool = True) -> SimulatedPoint:
     """`stretch=False` runs every instance one step at a time (as the HTTP server does);
-    `warmup_shortcut=False` runs the warmup even where it leaves no trace; `lean_decode=False`
-    runs decode instances on engines even where per-step sums would do (`DecodeInstance`)."""
-    lean = (lean_decode and stretch and deployment.disaggregated
-            and deployment.pools[-1].config.jitter <= 0)
-    if lean:
+    `warmup_shortcut=False` runs the warmup even where it leaves no trace; `lean=False` runs
+    a disaggregated deployment's instances on engines even where `PrefillInstance` and
+    `DecodeInstance` follow them."""
+    if lean and stretch and deployment.disaggregated and all(
+            pool.config.jitter <= 0 for pool in deployment.pools):
         try:
-            return _simulate(Cluster(deployment, seed=seed, lean_decode=True), workload,
+            return _simulate(Cluster(deployment, seed=seed, lean=True), workload,
                              warmup_shortcut)
         except Declined:
             pass  # its engine would preempt: the point runs on engines from the start

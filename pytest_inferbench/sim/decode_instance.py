@@ -11,7 +11,7 @@ step, and an engine step over thousands of rows was most of a multinode point's 
 
 It follows `Engine.step`, `stretch.plan` / `commit` and `Instance` rule for rule, with the same
 float operations, so a deployment's token times and counters are those of an engine-backed
-instance (`tests/sim/test_decode_instance.py`). Where the engine would preempt a request or
+instance (`tests/sim/test_lean_instances.py`). Where the engine would preempt a request or
 leave decoders over the token budget waiting, it raises `Declined`, and the point runs on
 engines.
 """

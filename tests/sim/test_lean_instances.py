@@ -1,6 +1,6 @@
-"""Decode instances run from per-step sums (`DecodeInstance`) give a deployment exactly the token
-times, token counts and counters of engine-backed instances, and decline where the engine would
-preempt."""
+"""A disaggregated deployment's lean instances (`PrefillInstance`, `DecodeInstance` from per-step
+sums) give exactly the token times, token counts and counters of engine-backed instances, and
+decline where the engine would preempt."""
 
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ CASES = {
     "one-token-replies": (M3, 1, 2, 300, 1, 16, "round-robin", {}),
     # Room for three of these requests: arrivals wait for blocks, decoders never outgrow it.
     "admissions-wait-for-blocks": (room_for(M3, 7000), 1, 1, 2000, 8, 16, "round-robin", {}),
+    # A prefill cache of about one prompt and a budget of half of one: chunks are cut to the
+    # blocks left and admissions wait for them.
+    "prefill-waits-for-blocks": (M3, 1, 2, 2000, 64, 16, "round-robin", {}),
     "open-loop": (replace(M3, spec=EAGLE), 1, 2, 1024, 128, 32, "round-robin",
                   {"request_rate": 20.0}),
     "many-decoders": (M3, 1, 9, 1024, 64, 96, "round-robin", {"prompts_per_conc": 2}),
@@ -54,15 +57,17 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_decode_instances_from_sums_are_engine_instances(case: str) -> None:
+def test_lean_instances_are_engine_instances(case: str) -> None:
     decode, prefills, decoders, isl, osl, conc, router, load = CASES[case]
     prefill = replace(decode, spec=None, kv_cache_free_fraction=None)
+    if case == "prefill-waits-for-blocks":
+        prefill = replace(room_for(M3, 2500), max_num_batched_tokens=1024)
     dep = Deployment(Pool("prefill", prefill, prefills), Pool("decode", decode, decoders),
                      router=router)
     workload = build_workload(isl, osl, conc, LoadSettings(
         **{"prompts_per_conc": 3, "warmup_per_conc": 1, **load}))  # type: ignore[arg-type]
-    lean = _simulate(Cluster(dep, lean_decode=True), workload, warmup_shortcut=True)
-    engines = simulate_deployment_point(dep, workload, lean_decode=False)
+    lean = _simulate(Cluster(dep, lean=True), workload, warmup_shortcut=True)
+    engines = simulate_deployment_point(dep, workload, lean=False)
     # The same float operations in the same order: equal to the last bit.
     assert lean.duration_s == engines.duration_s
     assert len(lean.records) == len(engines.records) == len(workload.requests)
@@ -81,9 +86,9 @@ def test_where_the_engine_would_preempt_it_declines_and_the_point_runs_on_engine
     dep = Deployment(Pool("prefill", M3, 1), Pool("decode", small, 1))
     workload = build_workload(1024, 512, 32, LoadSettings(prompts_per_conc=2))
     with pytest.raises(Declined):
-        _simulate(Cluster(dep, lean_decode=True), workload, warmup_shortcut=True)
+        _simulate(Cluster(dep, lean=True), workload, warmup_shortcut=True)
     point = simulate_deployment_point(dep, workload)
-    engines = simulate_deployment_point(dep, workload, lean_decode=False)
+    engines = simulate_deployment_point(dep, workload, lean=False)
     assert point.server_metrics["preemptions"] > 0
     assert point.server_metrics == engines.server_metrics
     for a, b in zip(point.records, engines.records, strict=True):
