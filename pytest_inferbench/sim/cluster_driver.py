@@ -16,8 +16,8 @@ import numpy as np
 from ..metrics import RequestRecord
 from .closed_loop import fits_whole
 from .cluster import ClientTrace, Cluster
-from .decode_instance import Declined
 from .driver import SimulatedPoint, counter_deltas, record_tokens
+from .instance import Declined
 
 if TYPE_CHECKING:
     import numpy.typing as npt

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .engine import RequestRejectedError, Trace
-from .instance import MAX_STRETCH, Timeline
+from .instance import MAX_STRETCH, Declined, LeanInstance
 from .physics import PrefillTerms
 from .state import decode_plan, plan_draws
 
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from .engine import Engine
 
     IntArray = npt.NDArray[np.int64]
-
-
-class Declined(Exception):
-    """The engine would preempt a request or hold decoders back here: run it on engines."""
 
 
 @dataclass(frozen=True)
@@ -65,19 +61,11 @@ class _Admitted:
     accepted: IntArray | None  # drafts accepted at each decode step
 
 
-class DecodeInstance:
+class DecodeInstance(LeanInstance):
     role = "decode"
 
     def __init__(self, index: int, engine: Engine) -> None:
-        self.index = index
-        self.engine = engine  # its parameters, acceptance stream, step count and counters
-        self.timeline = Timeline()
-        self.busy_until: float | None = None
-        self.finished: list[int] = []
-        self.emitted: list[tuple[int, int]] = []  # stepped one by one only: never here
-        self.load = 0.0
-        self.deferred: list[tuple[int, int, int, bool]] = []
-        self.ended_busy = False
+        super().__init__(index, engine)
         self._pending: tuple[_Stretch, float, npt.NDArray[np.float64]] | None = None
         cfg = engine.config
         self.q = engine.k + 1
@@ -157,9 +145,6 @@ class DecodeInstance:
         durations, self.finished = self._commit(stretch, n)
         self.busy_until = self.timeline.add(start, durations)
         self._pending = None
-
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.engine.block_size)
 
     def _can_admit(self, step: int) -> bool:
         """`Engine.can_admit`: every running request decodes, and adds `_grow[step]` blocks."""

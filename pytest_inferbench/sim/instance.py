@@ -131,3 +131,28 @@ class Instance:
             self.deferred.append((rid, prompt, max_tokens, kv_ready))
         else:
             self.engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
+
+
+class Declined(Exception):
+    """A lean instance's engine would preempt or hold decoders back here: run on engines."""
+
+
+class LeanInstance:
+    """What the cluster reads of an instance that runs without an engine's slot table (the
+    engine keeps its parameters, acceptance stream, step count and counters)."""
+
+    role = ""
+
+    def __init__(self, index: int, engine: Engine) -> None:
+        self.index = index
+        self.engine = engine
+        self.timeline = Timeline()
+        self.busy_until: float | None = None
+        self.finished: list[int] = []
+        self.emitted: list[tuple[int, int]] = []  # stepped one by one only: never here
+        self.load = 0.0
+        self.deferred: list[tuple[int, int, int, bool]] = []
+        self.ended_busy = False
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.engine.block_size)

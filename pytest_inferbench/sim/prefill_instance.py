@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .decode_instance import Declined
 from .engine import RequestRejectedError, Trace
-from .instance import Timeline
+from .instance import Declined, LeanInstance
 from .physics import PrefillTerms
 
 if TYPE_CHECKING:
@@ -39,19 +38,11 @@ class _Prompt:
         self.blocks = 0
 
 
-class PrefillInstance:
+class PrefillInstance(LeanInstance):
     role = "prefill"
 
     def __init__(self, index: int, engine: Engine) -> None:
-        self.index = index
-        self.engine = engine  # its parameters, acceptance stream, step count and counters
-        self.timeline = Timeline()
-        self.busy_until: float | None = None
-        self.finished: list[int] = []
-        self.emitted: list[tuple[int, int]] = []
-        self.load = 0.0
-        self.deferred: list[tuple[int, int, int, bool]] = []
-        self.ended_busy = False
+        super().__init__(index, engine)
         self.waiting: deque[tuple[int, int]] = deque()
         self.running: list[_Prompt] = []
         self._first_steps: dict[int, int] = {}
@@ -91,9 +82,6 @@ class PrefillInstance:
         for rid, prompt, _, _ in self.deferred:
             self._enqueue(rid, prompt)
         self.deferred.clear()
-
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.engine.block_size)
 
     def _chunk(self, req: _Prompt, budget: int, terms: PrefillTerms,
                chunks: list[tuple[_Prompt, int]]) -> int:

@@ -12,9 +12,9 @@ import pytest
 from pytest_inferbench.sim.cluster import Cluster
 from pytest_inferbench.sim.cluster_driver import _simulate, simulate_deployment_point
 from pytest_inferbench.sim.config import EngineConfig
-from pytest_inferbench.sim.decode_instance import Declined
 from pytest_inferbench.sim.disagg import Deployment, Pool
 from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.instance import Declined
 from pytest_inferbench.sim.spec_decode import SpecConfig
 from pytest_inferbench.workload import LoadSettings, build_workload
 
