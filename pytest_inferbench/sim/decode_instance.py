@@ -176,8 +176,7 @@ class DecodeInstance(LeanInstance):
                     return None
         ctx = self._ctx[t:t + n].astype(np.float64)
         win = self._win[t:t + n].astype(np.float64) if math.isfinite(self.window) else ctx
-        durations = np.asarray(self.engine.cost.step(
-            decode_seqs=float(decoders), decode_ctx=ctx, decode_ctx_win=win), dtype=np.float64)
+        durations = self.engine.cost.stretch(float(decoders), ctx, win)
         return _Stretch(t, decoders, durations)
 
     def _commit(self, stretch: _Stretch, n: int) -> tuple[npt.NDArray[np.float64], list[int]]:

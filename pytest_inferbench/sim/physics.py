@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
     FloatArray = npt.NDArray[np.float64]
 
+# Steps up to which a stretch is priced one number at a time (about where numpy's fixed cost
+# per operation on a short array overtakes the arithmetic of that many steps).
+SHORT_STRETCH = 8
 LOGIT_BYTES = 4.0  # fp32 logits read by the sampler / rejection sampler
 # Logits travel between TP ranks in the model dtype (bf16) before sampling.
 LOGIT_GATHER_BYTES = 2.0
@@ -148,6 +151,14 @@ def windowed_sum(c0: float, c1: float, window: float) -> tuple[float, float]:
     return full, part + (c1 - max(c0, window)) * window
 
 
+def _longer(a: FloatArray | float, b: FloatArray | float) -> FloatArray | float:
+    """The larger of two durations, elementwise where either is an array."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a if a >= b else b
+    longer: FloatArray = np.maximum(a, b)
+    return longer
+
+
 class PrefillTerms:
     """What a step's prefill chunks add to its price (`StepCost.step`'s prefill_* terms)."""
 
@@ -241,24 +252,16 @@ class StepCost:
         dense_s = m.linear_s_per_token - m.expert_s_per_token
         kv_bytes = m.kv_a * ctx_sum + m.kv_b * ctx_win_sum + m.kv_seq * n_seqs
         attn_cmp = n_tok * m.attn_q_s + m.attn_a_s * attn_pairs + m.attn_b_s * attn_win_pairs
-        sampler = n_sampled * m.vocab * LOGIT_BYTES / bw
-        if isinstance(n_tok, float) and isinstance(ctx_sum, float) and isinstance(
-                attn_pairs, float) and isinstance(n_sampled, float):
-            t = (max(dense_bytes / bw, n_tok * dense_s / eta)
-                 + max(m.lm_head_bytes / bw, n_sampled * m.lm_head_s_per_token / eta)
-                 + max(float(kv_bytes) / bw, float(attn_cmp) / eta))
-            if m.experts:
-                t += max(float(m.weight_bytes_read(n_tok)) - m.base_bytes,
-                         n_tok * m.expert_s_per_token * bw / eta) / bw
-            return t + float(sampler) + float(self._comm(m, n_tok, n_sampled))
-        out = (np.maximum(dense_bytes / bw, np.multiply(n_tok, dense_s / eta))
-               + np.maximum(m.lm_head_bytes / bw,
-                            np.multiply(n_sampled, m.lm_head_s_per_token / eta))
-               + np.maximum(np.divide(kv_bytes, bw), np.divide(attn_cmp, eta)))
+        # One expression for numbers and arrays alike: a stretch's steps share their token
+        # counts and differ only in context, so only the attention term is an array there,
+        # and a step priced alone gives exactly what it gives priced in a stretch.
+        t = (_longer(dense_bytes / bw, n_tok * dense_s / eta)
+             + _longer(m.lm_head_bytes / bw, n_sampled * m.lm_head_s_per_token / eta)
+             + _longer(kv_bytes / bw, attn_cmp / eta))
         if m.experts:
-            out = out + np.maximum(np.subtract(m.weight_bytes_read(n_tok), m.base_bytes) / bw,
-                                   np.multiply(n_tok, m.expert_s_per_token / eta))
-        return out + sampler + self._comm(m, n_tok, n_sampled)
+            t = t + _longer(m.weight_bytes_read(n_tok) - m.base_bytes,
+                            n_tok * m.expert_s_per_token * bw / eta) / bw
+        return t + n_sampled * m.vocab * LOGIT_BYTES / bw + self._comm(m, n_tok, n_sampled)
 
     def step_with(self, decode_seqs: float, decode_ctx: float, decode_ctx_win: float,
                   chunks: PrefillTerms) -> float:
@@ -268,6 +271,18 @@ class StepCost:
             prefill_tokens=chunks.tokens, prefill_seqs=chunks.seqs, prefill_ctx=chunks.ctx,
             prefill_ctx_win=chunks.ctx_win, prefill_pairs=chunks.pairs,
             prefill_win_pairs=chunks.win_pairs))
+
+    def stretch(self, decode_seqs: float, decode_ctx: FloatArray, decode_ctx_win: FloatArray
+                ) -> FloatArray:
+        """Durations of a stretch of decode steps of the same sequences (their context sums
+        per step): numbers one step at a time for a few steps, where an array's every
+        operation costs more than the arithmetic, arrays for more; the same values."""
+        if len(decode_ctx) > SHORT_STRETCH:
+            return np.asarray(self.step(decode_seqs=decode_seqs, decode_ctx=decode_ctx,
+                                        decode_ctx_win=decode_ctx_win), dtype=np.float64)
+        return np.array([self.step(decode_seqs=decode_seqs, decode_ctx=c, decode_ctx_win=w)
+                         for c, w in zip(decode_ctx.tolist(), decode_ctx_win.tolist(),
+                                         strict=True)], dtype=np.float64)
 
     def step(self, *, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
              decode_ctx_win: FloatArray | float,

@@ -152,9 +152,7 @@ def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> St
         ctx_sum = (int(ctx0.sum()) + len(idx) * steps).astype(np.float64)
         win_sum = _window_sums(ctx0, n, int(win)) if math.isfinite(win) else ctx_sum
     streams = engine.random_streams() if engine.config.jitter > 0 else None
-    durations = np.asarray(engine.cost.step(
-        decode_seqs=float(len(idx)), decode_ctx=ctx_sum, decode_ctx_win=win_sum),
-        dtype=np.float64) * engine.jitter(n)
+    durations = engine.cost.stretch(float(len(idx)), ctx_sum, win_sum) * engine.jitter(n)
     if math.isfinite(max_duration_s):
         cut = int(np.searchsorted(np.cumsum(durations), max_duration_s)) + 1
         if cut < n:

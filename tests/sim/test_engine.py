@@ -311,3 +311,28 @@ def test_window_sums_of_a_one_token_stretch_are_the_matrix_sums() -> None:
         n = int(rng.integers(1, 500))
         matrix = np.minimum(ctx0[:, None] + np.arange(n)[None, :], window).sum(axis=0)
         np.testing.assert_array_equal(_window_sums(ctx0, n, window), matrix.astype(np.float64))
+
+
+@pytest.mark.parametrize("config", [
+    BASE,
+    replace(BASE, spec=SpecConfig(method="eagle3", draft_model="Inferact/MiniMax-M3-EAGLE3",
+                                  num_speculative_tokens=3)),
+    EngineConfig(hardware="H200", model="openai/gpt-oss-120b", framework="vllm", tp=1),
+    EngineConfig(hardware="B200", model="deepseek-ai/DeepSeek-R1-0528", framework="sglang",
+                 tp=8, ep=8, dp_attn=True),
+], ids=["moe", "eagle3", "sliding-window", "mla-dp-attention"])
+def test_a_stretch_priced_as_numbers_or_as_arrays_gives_the_same_durations(
+        config: EngineConfig) -> None:
+    # A stretch's steps share their token counts: priced one step at a time as numbers or all
+    # at once as arrays, every duration is the same to the last bit, so where a short stretch
+    # is priced as numbers changes nothing.
+    cost = Engine(config).cost
+    rng = np.random.default_rng(11)
+    for seqs in (1.0, 37.0, 512.0):
+        ctx = np.sort(rng.integers(1, 4_000_000, size=40)).astype(np.float64)
+        win = np.minimum(ctx, seqs * 128.0)
+        as_arrays = np.asarray(cost.step(decode_seqs=seqs, decode_ctx=ctx, decode_ctx_win=win))
+        one_by_one = [cost.step(decode_seqs=seqs, decode_ctx=c, decode_ctx_win=w)
+                      for c, w in zip(ctx.tolist(), win.tolist(), strict=True)]
+        np.testing.assert_array_equal(as_arrays, np.array(one_by_one))
+        np.testing.assert_array_equal(cost.stretch(seqs, ctx[:5], win[:5]), as_arrays[:5])
