@@ -81,6 +81,7 @@ class DecodeInstance(LeanInstance):
         self._ends: dict[int, list[int]] = {}  # step -> requests ending then, in admission order
         self._end_steps: list[int] = []  # heap of the keys of _ends
         self._admitted: dict[int, _Admitted] = {}
+        self._ramp_cache = np.arange(1024, dtype=np.int64)
 
     # ----------------------------------------------------------------- requests
     def has_work(self) -> bool:
@@ -249,10 +250,10 @@ class DecodeInstance(LeanInstance):
         engine = self.engine
         remaining = max_tokens - 1
         tokens = accepted = None
+        before = np.zeros(0, dtype=np.int64)
         if engine.k:
             drawn = engine.draw_accepted(plan_draws(remaining, engine.min_emit))
             steps, before, accepted = decode_plan(remaining, drawn)
-            ctx = prompt + before
             emitted = np.empty(steps + 1, dtype=np.int64)
             emitted[0] = 1
             if steps:
@@ -261,25 +262,38 @@ class DecodeInstance(LeanInstance):
             tokens = emitted
         else:
             steps = remaining
-            ctx = prompt + np.arange(steps, dtype=np.int64)
         last = step + steps
         held = blocks
         if steps:
             self._reserve(last + 1)
             span = slice(step + 1, last + 1)
             self._decoders[span] += 1
-            self._ctx[span] += ctx
-            if math.isfinite(self.window):
-                self._win[span] += np.minimum(ctx, int(self.window))
-            need = -(-(ctx + self.q) // engine.block_size)
-            grow = self._grow[span]  # each step adds what it holds over the step before
-            grow += need
-            grow[1:] -= need[:-1]
-            grow[0] -= blocks
-            held = int(need[-1])
-            if tokens is not None and accepted is not None:
+            bs = engine.block_size
+            if tokens is None:  # one token a step: its context is a ramp from the prompt
+                ramp = self._ramp(steps)
+                sums = self._ctx[span]
+                sums += prompt
+                sums += ramp
+                if math.isfinite(self.window):
+                    self._win[span] += np.minimum(prompt + ramp, int(self.window))
+                # The step reading prompt + i writes its token into a new block where
+                # prompt + i is a multiple of the block size.
+                self._grow[step + 1 + (-prompt) % bs:last + 1:bs] += 1
+                held = -(-(prompt + steps) // bs)
+            else:
+                ctx = prompt + before
+                self._ctx[span] += ctx
+                if math.isfinite(self.window):
+                    self._win[span] += np.minimum(ctx, int(self.window))
+                need = -(-(ctx + self.q) // bs)
+                grow = self._grow[span]  # each step adds what it holds over the step before
+                grow += need
+                grow[1:] -= need[:-1]
+                grow[0] -= blocks
+                held = int(need[-1])
                 self._tokens[span] += tokens[1:]
-                self._accepted[span] += accepted
+                if accepted is not None:
+                    self._accepted[span] += accepted
         ending = self._ends.get(last)
         if ending is None:
             self._ends[last] = [rid]
@@ -309,6 +323,12 @@ class DecodeInstance(LeanInstance):
         engine = self.engine
         engine.counters_state.note_usage(engine.num_blocks - engine.free_blocks + grown,
                                          engine.num_blocks, len(self.waiting))
+
+    def _ramp(self, n: int) -> IntArray:
+        """0, 1, ..., n - 1 (a view of one array kept for every request)."""
+        if n > len(self._ramp_cache):
+            self._ramp_cache = np.arange(max(n, 2 * len(self._ramp_cache)), dtype=np.int64)
+        return self._ramp_cache[:n]
 
     def _reserve(self, index: int) -> None:
         """Room in the per-step sums through step `index`."""
