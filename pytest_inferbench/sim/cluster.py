@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 AnyInstance = Instance | PrefillInstance | DecodeInstance
 
 
-@dataclass(frozen=True)
-class ClusterEvent:
+# Named tuples rather than frozen dataclasses: one of each is made per event and per request.
+class ClusterEvent(NamedTuple):
     """What happened at `now`: client-visible tokens (when stepping) and finished requests."""
 
     now: float
@@ -49,8 +49,7 @@ class ClusterEvent:
     finished: list[int]
 
 
-@dataclass(frozen=True)
-class ClientTrace:
+class ClientTrace(NamedTuple):
     """A finished request as its client saw it (times on the cluster's timeline)."""
 
     times: npt.NDArray[np.float64]  # when each streamed chunk left
@@ -214,17 +213,15 @@ class Cluster:
         emitted.extend(inst.emitted)
         inst.emitted = []
         for rid in inst.finished:
-            trace = inst.pop_trace(rid)
+            steps, tokens, first_step = inst.token_steps(rid)
             flight = self._flights.pop(rid)
             self._release(flight)
-            steps = trace.steps
-            if len(steps) and steps[-1] - steps[0] + 1 == len(steps):
-                times = timeline.ends[steps[0]:steps[-1] + 1].copy()
-            else:
-                times = timeline.ends[steps]
+            times = timeline.ends[steps]
+            if isinstance(steps, slice):
+                times = times.copy()
             first = (flight.first_scheduled_s if self.transfer is not None
-                     else float(timeline.starts[trace.first_scheduled_step]))
-            self._done[rid] = ClientTrace(times, trace.tokens, first, flight.transfer_s)
+                     else float(timeline.starts[first_step]))
+            self._done[rid] = ClientTrace(times, tokens, first, flight.transfer_s)
             finished.append(rid)
         inst.finished = []
 

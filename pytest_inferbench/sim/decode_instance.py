@@ -21,8 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -39,8 +38,7 @@ if TYPE_CHECKING:
     IntArray = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class _Stretch:
+class _Stretch(NamedTuple):
     """Steps `first`.. of identical decoders, priced but not yet applied."""
 
     first: int
@@ -52,8 +50,7 @@ class _Stretch:
         return len(self.durations)
 
 
-@dataclass(frozen=True)
-class _Admitted:
+class _Admitted(NamedTuple):
     step: int  # its admission step; it decodes in the steps after it, through `last`
     last: int
     blocks: int  # KV blocks it holds at its end
@@ -82,17 +79,26 @@ class DecodeInstance(LeanInstance):
         self._end_steps: list[int] = []  # heap of the keys of _ends
         self._admitted: dict[int, _Admitted] = {}
         self._ramp_cache = np.arange(1024, dtype=np.int64)
+        self._ones = np.ones(0, dtype=np.int64)
 
     # ----------------------------------------------------------------- requests
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
     def pop_trace(self, request_id: int) -> Trace:
+        steps, tokens, first = self.token_steps(request_id)
+        return Trace(np.arange(steps.start, steps.stop, dtype=np.int64), tokens, first, first)
+
+    def token_steps(self, request_id: int) -> tuple[slice, IntArray, int]:
+        """As `Instance.token_steps`: its admission step through its last one."""
         req = self._admitted.pop(request_id)
-        tokens = (req.tokens if req.tokens is not None
-                  else np.ones(req.last - req.step + 1, dtype=np.int64))
-        return Trace(np.arange(req.step, req.last + 1, dtype=np.int64), tokens, req.step,
-                     req.step)
+        n = req.last - req.step + 1
+        if req.tokens is not None:
+            return slice(req.step, req.last + 1), req.tokens, req.step
+        if n > len(self._ones):  # one token a step: a view of one array of ones, read only
+            self._ones = np.ones(max(n, 2 * len(self._ones)), dtype=np.int64)
+            self._ones.flags.writeable = False
+        return slice(req.step, req.last + 1), self._ones[:n], req.step
 
     def add(self, rid: int, prompt: int, max_tokens: int, now: float,
             kv_ready: bool = False) -> None:

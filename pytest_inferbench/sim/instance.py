@@ -96,6 +96,16 @@ class Instance:
     def pop_trace(self, request_id: int) -> Trace:
         return self.engine.pop_trace(request_id)
 
+    def token_steps(self, request_id: int
+                    ) -> tuple[slice | npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+        """A finished request's steps that streamed tokens (a slice where they run on without
+        a break), its tokens in each, and the step that first computed its prompt."""
+        trace = self.engine.pop_trace(request_id)
+        steps, first = trace.steps, trace.first_scheduled_step
+        if len(steps) and steps[-1] - steps[0] + 1 == len(steps):
+            return slice(int(steps[0]), int(steps[-1]) + 1), trace.tokens, first
+        return steps, trace.tokens, first
+
     def start(self, now: float, stretch: bool) -> None:
         """Start its next step at `now` (it is idle and has work); with `stretch`, a stretch of
         identical decode steps where it is in one, run lazily (`run`)."""

@@ -24,9 +24,12 @@ from .instance import Declined, LeanInstance
 from .physics import PrefillTerms
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from .engine import Engine
 
 _ONE_TOKEN = np.ones(1, dtype=np.int64)
+_ONE_TOKEN.flags.writeable = False
 
 
 class _Prompt:
@@ -49,6 +52,11 @@ class PrefillInstance(LeanInstance):
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def token_steps(self, request_id: int) -> tuple[slice, npt.NDArray[np.int64], int]:
+        """As `Instance.token_steps`: the step that completed its prompt."""
+        step = self.engine.steps_done - 1
+        return slice(step, step + 1), _ONE_TOKEN, self._first_steps.pop(request_id)
 
     def pop_trace(self, request_id: int) -> Trace:
         first = self._first_steps.pop(request_id)
