@@ -8,6 +8,7 @@ decode path prices a whole stretch of steps in one call). Equations: docs/simula
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -208,8 +209,19 @@ class StepCost:
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
+        fixed, per_token, per_sampled = self._comm_terms[id(m)]
+        return fixed + per_token * n_tok + per_sampled * n_sampled
+
+    @cached_property
+    def _comm_terms(self) -> dict[int, tuple[float, float, float]]:
+        """Communication of a forward of the target or the draft as fixed seconds, seconds
+        per token and per sampled token (priced at every step: worked out once)."""
+        return {id(m): self._comm_coefficients(m)
+                for m in (self.target, self.draft) if m is not None}
+
+    def _comm_coefficients(self, m: ModelOnGpus) -> tuple[float, float, float]:
         if self.tp == 1:
-            return 0.0
+            return 0.0, 0.0, 0.0
         t = self.tp
         bytes_per_token = m.hidden * self.allreduce_bytes_per_elem
         volume = 2.0 * (t - 1) / t * bytes_per_token / self.link_bytes_per_s
@@ -222,8 +234,8 @@ class StepCost:
             # samples its own sequences: no logits gather.
             dense = m.layers - m.moe_layers
             a2a = 2.0 * m.top_k * (t - 1) / t * bytes_per_token / t / self.link_bytes_per_s
-            return ((2 * m.moe_layers + dense) * self.allreduce_latency_s
-                    + (m.moe_layers * a2a + dense * volume) * n_tok)
+            return ((2 * m.moe_layers + dense) * self.allreduce_latency_s,
+                    m.moe_layers * a2a + dense * volume, 0.0)
         # Per layer: one all-reduce after attention, one after the FFN; under EP the MoE
         # layers' all-reduce becomes a dispatch and a combine all-to-all of top_k copies.
         collectives = 2 * m.layers + (m.moe_layers if self.ep else 0)
@@ -232,7 +244,7 @@ class StepCost:
             per_token += m.moe_layers * (m.top_k - 1) * volume
         # The vocabulary-parallel lm_head's logits are gathered (bf16) before sampling.
         gather = (t - 1) / t * m.vocab * LOGIT_GATHER_BYTES / self.link_bytes_per_s
-        return collectives * self.allreduce_latency_s + per_token * n_tok + gather * n_sampled
+        return collectives * self.allreduce_latency_s, per_token, gather
 
     def forward(self, m: ModelOnGpus, n_tok: FloatArray | float, n_sampled: FloatArray | float,
                 ctx_sum: FloatArray | float, ctx_win_sum: FloatArray | float,
