@@ -76,6 +76,7 @@ class Cluster:
         their engine would preempt."""
         self.deployment = deployment
         self.stretch = stretch  # False: every instance one step at a time (the server's way)
+        self.lean = lean
         self.transfer = kv_transfer(deployment)
         self.pools: list[list[AnyInstance]] = [
             [self._instance(pool, i, seed, lean) for i in range(pool.workers)]
@@ -139,6 +140,9 @@ class Cluster:
                 f"{engine.block_size} tokens)")
 
     def abort_request(self, request_id: int) -> None:
+        if self.lean:
+            raise RuntimeError("a request on lean instances runs to its end: abort it on "
+                               "engine-backed instances (Cluster(lean=False))")
         flight = self._flights.pop(request_id, None)
         if flight is None:
             return

@@ -93,3 +93,11 @@ def test_where_the_engine_would_preempt_it_declines_and_the_point_runs_on_engine
     assert point.server_metrics == engines.server_metrics
     for a, b in zip(point.records, engines.records, strict=True):
         np.testing.assert_array_equal(a.chunk_times, b.chunk_times)
+
+
+def test_lean_instances_refuse_an_abort() -> None:
+    # Only a served deployment aborts requests, and it runs on engines.
+    cluster = Cluster(Deployment(Pool("prefill", M3, 1), Pool("decode", M3, 1)), lean=True)
+    cluster.add_request(1, 100, 10)
+    with pytest.raises(RuntimeError, match="lean"):
+        cluster.abort_request(1)
