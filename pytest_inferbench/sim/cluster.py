@@ -114,18 +114,18 @@ class Cluster:
         d = -1
         if len(self.pools) > 1:
             d = self.router.pick(1, [inst.load for inst in self.pools[1]])
-            self._check_fits(self.pools[1][d].engine, prompt_tokens, max_tokens)
-            self._check_fits(prefill_pool[p].engine, prompt_tokens, 1)
+            self.check_fits(self.pools[1][d].engine, prompt_tokens, max_tokens)
+            self.check_fits(prefill_pool[p].engine, prompt_tokens, 1)
             prefill_pool[p].add(request_id, prompt_tokens, 1, self.now)
             self.pools[1][d].load += 1
         else:
-            self._check_fits(prefill_pool[p].engine, prompt_tokens, max_tokens)
+            self.check_fits(prefill_pool[p].engine, prompt_tokens, max_tokens)
             prefill_pool[p].add(request_id, prompt_tokens, max_tokens, self.now)
         prefill_pool[p].load += prompt_tokens if len(self.pools) > 1 else 1
         self._flights[request_id] = _Flight(prompt_tokens, max_tokens, p, d)
 
     @staticmethod
-    def _check_fits(engine: Engine, prompt_tokens: int, max_tokens: int) -> None:
+    def check_fits(engine: Engine, prompt_tokens: int, max_tokens: int) -> None:
         cfg = engine.config
         if prompt_tokens + max_tokens > cfg.max_model_len:
             raise RequestRejectedError(
@@ -203,9 +203,9 @@ class Cluster:
         timeline = inst.timeline
         if inst.role == "prefill" and self.transfer is not None:
             for rid in inst.finished:
-                trace = inst.pop_trace(rid)
+                first_step = inst.token_steps(rid)[2]
                 flight = self._flights[rid]
-                start = float(timeline.starts[trace.first_scheduled_step])
+                start = float(timeline.starts[first_step])
                 flight.first_scheduled_s = start
                 flight.transfer_s = self.transfer.seconds(flight.prompt, self.now - start)
                 self.transfer_seconds.append(flight.transfer_s)

@@ -17,6 +17,7 @@ from ..metrics import RequestRecord
 from .closed_loop import fits_whole
 from .cluster import ClientTrace, Cluster
 from .driver import SimulatedPoint, counter_deltas, record_tokens
+from .engine import RequestRejectedError
 from .instance import Declined
 
 if TYPE_CHECKING:
@@ -76,13 +77,13 @@ def _warmup_leaves_no_trace(cluster: Cluster, isl: npt.NDArray[np.int64],
         return False
     if any(inst.engine.config.jitter > 0 for inst in cluster.instances):
         return False
-    serving = cluster.pools[-1][0].engine
+    longest = int(np.argmax(isl + osl))
     for pool in cluster.pools:
-        engine = pool[0].engine
-        longest = int((isl + osl).max())
-        if longest > engine.config.max_model_len or -(-(longest + engine.k)
-                                                      // engine.block_size) > engine.num_blocks:
+        try:
+            cluster.check_fits(pool[0].engine, int(isl[longest]), int(osl[longest]))
+        except RequestRejectedError:
             return False  # the deployment rejects it: the warmup runs, and says why
+    serving = cluster.pools[-1][0].engine
     return not serving.k or fits_whole(serving, isl, osl, concurrency)
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from .engine import RequestRejectedError, Trace
+from .engine import RequestRejectedError
 from .instance import MAX_STRETCH, Declined, LeanInstance
 from .physics import PrefillTerms
 from .state import decode_plan, plan_draws
@@ -84,10 +84,6 @@ class DecodeInstance(LeanInstance):
     # ----------------------------------------------------------------- requests
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
-
-    def pop_trace(self, request_id: int) -> Trace:
-        steps, tokens, first = self.token_steps(request_id)
-        return Trace(np.arange(steps.start, steps.stop, dtype=np.int64), tokens, first, first)
 
     def token_steps(self, request_id: int) -> tuple[slice, IntArray, int]:
         """As `Instance.token_steps`: its admission step through its last one."""

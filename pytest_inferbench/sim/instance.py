@@ -15,7 +15,7 @@ from .stretch import Stretch, commit, note_usage_before_last, plan
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from .engine import Engine, Trace
+    from .engine import Engine
 
 
 MAX_STRETCH = 1 << 20
@@ -92,9 +92,6 @@ class Instance:
 
     def has_work(self) -> bool:
         return self.engine.has_work()
-
-    def pop_trace(self, request_id: int) -> Trace:
-        return self.engine.pop_trace(request_id)
 
     def token_steps(self, request_id: int
                     ) -> tuple[slice | npt.NDArray[np.int64], npt.NDArray[np.int64], int]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .engine import RequestRejectedError, Trace
+from .engine import RequestRejectedError
 from .instance import Declined, LeanInstance
 from .physics import PrefillTerms
 
@@ -33,10 +33,10 @@ _ONE_TOKEN.flags.writeable = False
 
 
 class _Prompt:
-    __slots__ = ("blocks", "done", "first_step", "prompt", "rid")
+    __slots__ = ("blocks", "done", "prompt", "rid")
 
-    def __init__(self, rid: int, prompt: int, first_step: int) -> None:
-        self.rid, self.prompt, self.first_step = rid, prompt, first_step
+    def __init__(self, rid: int, prompt: int) -> None:
+        self.rid, self.prompt = rid, prompt
         self.done = 0  # prompt tokens computed
         self.blocks = 0
 
@@ -48,7 +48,7 @@ class PrefillInstance(LeanInstance):
         super().__init__(index, engine)
         self.waiting: deque[tuple[int, int]] = deque()
         self.running: list[_Prompt] = []
-        self._first_steps: dict[int, int] = {}
+        self._first_steps: dict[int, int] = {}  # request -> step that began its prompt
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -57,11 +57,6 @@ class PrefillInstance(LeanInstance):
         """As `Instance.token_steps`: the step that completed its prompt."""
         step = self.engine.steps_done - 1
         return slice(step, step + 1), _ONE_TOKEN, self._first_steps.pop(request_id)
-
-    def pop_trace(self, request_id: int) -> Trace:
-        first = self._first_steps.pop(request_id)
-        step = self.engine.steps_done - 1  # it ended in the step that just ended
-        return Trace(np.array([step], dtype=np.int64), _ONE_TOKEN, first, first)
 
     def settle(self, now: float) -> None:
         """Nothing to settle: it never runs a stretch (its requests never decode)."""
@@ -121,7 +116,7 @@ class PrefillInstance(LeanInstance):
             if self._blocks_for(min(prompt, budget)) > engine.free_blocks:
                 break
             self.waiting.popleft()
-            req = _Prompt(rid, prompt, engine.steps_done)
+            req = _Prompt(rid, prompt)
             self._first_steps[rid] = engine.steps_done
             self.running.append(req)
             budget -= self._chunk(req, budget, terms, chunks)
@@ -139,10 +134,9 @@ class PrefillInstance(LeanInstance):
                     engine.draw_accepted(1)
                 finished.append(req.rid)
         engine.steps_done += 1
-        if finished:
-            for req in [r for r in self.running if r.done == r.prompt]:
-                engine.free_blocks += req.blocks
-                self.running.remove(req)
+        if finished:  # their blocks are freed as they end
+            engine.free_blocks += sum(r.blocks for r in self.running if r.done == r.prompt)
+            self.running = [r for r in self.running if r.done < r.prompt]
             c.requests_finished += len(finished)
         c.note_usage(engine.num_blocks - engine.free_blocks, engine.num_blocks,
                      len(self.waiting))
