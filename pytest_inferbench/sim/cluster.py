@@ -27,7 +27,7 @@ import numpy as np
 from .decode_instance import DecodeInstance
 from .disagg import Deployment, Router, kv_transfer, worker_link_bytes_per_s
 from .engine import Engine, RequestRejectedError
-from .instance import Instance
+from .instance import Instance, Timeline
 from .prefill_instance import PrefillInstance
 from .state import EngineCounters, StepResult
 
@@ -50,12 +50,22 @@ class ClusterEvent(NamedTuple):
 
 
 class ClientTrace(NamedTuple):
-    """A finished request as its client saw it (times on the cluster's timeline)."""
+    """A finished request as its client saw it: its chunks left at the ends of `steps` on the
+    `timeline` of the instance that streamed them (the cluster's clock). The step ends are
+    read from that timeline, not copied per request: a point can hold hundreds of thousands
+    of requests of a thousand chunks each."""
 
-    times: npt.NDArray[np.float64]  # when each streamed chunk left
+    timeline: Timeline
+    steps: slice | npt.NDArray[np.int64]  # a slice where they run on without a break
     tokens: npt.NDArray[np.int64]
     first_scheduled_s: float  # when its prompt's first chunk started computing
     transfer_s: float  # its KV transfer (0 when aggregated)
+
+    @property
+    def times(self) -> npt.NDArray[np.float64]:
+        """When each streamed chunk left (a copy)."""
+        times: npt.NDArray[np.float64] = self.timeline.ends[self.steps]
+        return times.copy() if isinstance(self.steps, slice) else times
 
 
 @dataclass
@@ -220,12 +230,10 @@ class Cluster:
             steps, tokens, first_step = inst.token_steps(rid)
             flight = self._flights.pop(rid)
             self._release(flight)
-            times = timeline.ends[steps]
-            if isinstance(steps, slice):
-                times = times.copy()
             first = (flight.first_scheduled_s if self.transfer is not None
                      else float(timeline.starts[first_step]))
-            self._done[rid] = ClientTrace(times, tokens, first, flight.transfer_s)
+            self._done[rid] = ClientTrace(timeline, steps, tokens, first,
+                                          flight.transfer_s)
             finished.append(rid)
         inst.finished = []
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import RequestRecord
+from ..metrics import RequestRecord, StepRecords
+from ..request_records import ONE_PER_CHUNK
 from .closed_loop import fits_whole
 from .cluster import ClientTrace, Cluster
 from .driver import SimulatedPoint, counter_deltas, record_tokens
@@ -21,6 +22,8 @@ from .engine import RequestRejectedError
 from .instance import Declined
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy.typing as npt
 
     from ..record import JSONValue
@@ -139,17 +142,10 @@ def _simulate(cluster: Cluster, workload: Workload, warmup_shortcut: bool) -> Si
     arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
                 else np.zeros(len(isl)))
     done = _run_load(cluster, isl, osl, arrivals, workload.concurrency, first_id=0)
-    records: list[RequestRecord | None] = [None] * len(isl)
-    queue_s = np.zeros(len(isl))
     drafting = any(inst.engine.k for inst in cluster.instances)
+    records = _records(done, isl, arrivals if open_loop else None, t0, drafting)
+    queue_s = np.zeros(len(isl))
     for i, t_send, trace in done:
-        output_tokens, tokens = record_tokens(trace.tokens if drafting else None,
-                                              len(trace.times))
-        records[i] = RequestRecord(
-            send_time=t_send - t0, end_time=float(trace.times[-1]) - t0,
-            input_tokens=isl[i], output_tokens=output_tokens,
-            success=True, chunk_times=trace.times - t0, chunk_tokens=tokens,
-            scheduled_time=float(arrivals[i]) if open_loop else None)
         queue_s[i] = max(trace.first_scheduled_s - t_send, 0.0)
     after = {role: cluster.counters(role) for role in cluster.roles}
     metrics = deployment_metrics(cluster, before, after)
@@ -160,7 +156,59 @@ def _simulate(cluster: Cluster, workload: Workload, warmup_shortcut: bool) -> Si
     if len(isl):
         metrics["mean_queue_time_ms"] = float(queue_s.mean() * 1e3)
         metrics["max_queue_time_ms"] = float(queue_s.max() * 1e3)
-    return SimulatedPoint([r for r in records if r is not None], cluster.now - t0, metrics)
+    return SimulatedPoint(records, cluster.now - t0, metrics)
+
+
+def _records(done: list[tuple[int, float, ClientTrace]], isl: list[int],
+             scheduled: npt.NDArray[np.float64] | None, t0: float, drafting: bool
+             ) -> Sequence[RequestRecord]:
+    """The finished requests' records in send order, times from `t0`: columns over the
+    streaming instances' timelines laid end to end (each request's chunks at consecutive
+    steps of one of them), or one record each where an engine broke a request's run of steps
+    (a preemption)."""
+    if len(done) != len(isl) or not all(isinstance(trace.steps, slice) for _, _, trace in done):
+        return _record_per_request(done, isl, scheduled, t0, drafting)
+    n = len(done)
+    base: dict[int, int] = {}  # id of an instance's timeline -> where its steps start
+    ends: list[npt.NDArray[np.float64]] = []
+    send, first_step, chunks = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
+    per_request: list[npt.NDArray[np.int64]] = [ONE_PER_CHUNK] * n
+    laid = 0
+    for i, t_send, trace in done:
+        timeline, steps = trace.timeline, trace.steps
+        assert isinstance(steps, slice)
+        at = base.get(id(timeline))
+        if at is None:
+            at = base[id(timeline)] = laid
+            ends.append(timeline.ends[:timeline.n])
+            laid += timeline.n
+        send[i] = t_send - t0
+        first_step[i] = at + steps.start
+        chunks[i] = steps.stop - steps.start
+        per_request[i] = trace.tokens
+    tokens = np.concatenate(per_request) if drafting and n else None
+    return StepRecords(
+        send_time=send, input_tokens=np.asarray(isl, np.int64),
+        output_tokens=(np.add.reduceat(tokens, np.cumsum(chunks) - chunks)
+                       if tokens is not None else chunks),
+        first_step=first_step, chunks=chunks,
+        step_ends=np.concatenate(ends) - t0 if ends else np.zeros(0), tokens=tokens,
+        scheduled_time=scheduled)
+
+
+def _record_per_request(done: list[tuple[int, float, ClientTrace]], isl: list[int],
+                        scheduled: npt.NDArray[np.float64] | None, t0: float, drafting: bool
+                        ) -> list[RequestRecord]:
+    records: list[RequestRecord | None] = [None] * len(isl)
+    for i, t_send, trace in done:
+        times = trace.times
+        output_tokens, tokens = record_tokens(trace.tokens if drafting else None, len(times))
+        records[i] = RequestRecord(
+            send_time=t_send - t0, end_time=float(times[-1]) - t0,
+            input_tokens=isl[i], output_tokens=output_tokens,
+            success=True, chunk_times=times - t0, chunk_tokens=tokens,
+            scheduled_time=None if scheduled is None else float(scheduled[i]))
+    return [r for r in records if r is not None]
 
 
 def deployment_metrics(cluster: Cluster, before: dict[str, EngineCounters],

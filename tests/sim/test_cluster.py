@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from pytest_inferbench.metrics import RequestRecord, StepRecords, summarize
 from pytest_inferbench.sim.cluster import Cluster
 from pytest_inferbench.sim.cluster_driver import _warmup_leaves_no_trace, simulate_deployment_point
 from pytest_inferbench.sim.config import EngineConfig
@@ -167,3 +168,35 @@ def test_a_warmup_that_leaves_no_trace_is_not_run(
     for key in ("engine_steps", "generation_tokens", "prompt_tokens", "max_kv_cache_usage",
                 "spec_num_accepted_tokens", "spec_accepted_histogram"):
         assert skipped.server_metrics.get(key) == ran.server_metrics.get(key), key
+
+
+@pytest.mark.parametrize(("pools", "extra", "preempts"), [
+    ((1, 3), {}, False), ((2, 3), {"spec": EAGLE}, False), ((2,), {"spec": EAGLE}, False),
+    ((1, 1), {"kv_cache_free_fraction": 0.002}, True)])
+def test_records_are_columns_over_the_streaming_instances_timelines(
+        pools: tuple[int, ...], extra: dict[str, object], preempts: bool) -> None:
+    # Each request's chunks lie on consecutive steps of the instance that streamed them, so
+    # the records are columns over those instances' timelines laid end to end, and summarize
+    # as the same records with their own chunk times do. Where an engine preempted a request
+    # (its steps broke off), there is a record per request.
+    config = EngineConfig(**{**M3.__dict__, "max_num_seqs": 64, **extra})
+    roles = ("prefill", "decode") if len(pools) > 1 else ("aggregated",)
+    dep = Deployment(*(Pool(role, config, n) for role, n in zip(roles, pools, strict=True)))
+    workload = build_workload(1024, 256, 24, LoadSettings(prompts_per_conc=2))
+    point = simulate_deployment_point(dep, workload)
+    assert (point.server_metrics["preemptions"] > 0) == preempts
+    assert isinstance(point.records, StepRecords) != preempts
+    own = [RequestRecord(r.send_time, r.end_time, r.input_tokens, r.output_tokens, r.success,
+                         chunk_times=r.chunk_times.copy(), chunk_tokens=r.chunk_tokens)
+           for r in point.records]
+    for r in own:
+        assert np.all(np.diff(r.chunk_times) > 0)  # a request's own steps, in order
+    args = {"duration_s": point.duration_s, "num_prompts": len(own), "max_concurrency": 24,
+            "num_gpus": 8}
+    columns, plain = summarize(point.records, **args), summarize(own, **args)
+    assert columns.keys() == plain.keys()
+    for key, value in plain.items():
+        if isinstance(value, float):
+            assert columns[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        else:
+            assert columns[key] == value, key
