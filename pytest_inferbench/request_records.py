@@ -72,7 +72,10 @@ class StepRecords(Sequence[RequestRecord]):
     """Successful requests whose chunks arrived at the ends of consecutive engine steps:
     request i's chunks at the ends of steps `first_step[i]` .. `first_step[i] + chunks[i] - 1`
     of `step_ends`. `tokens` holds every chunk's tokens, request after request (None: one
-    token per chunk). Read-only; indexing builds the `RequestRecord`."""
+    token per chunk). `step_ends` may lay several engines' timelines end to end (a multinode
+    deployment's decode instances): a request's steps never cross from one to the next, so
+    the difference across a seam is no gap of anyone's. Read-only; indexing builds the
+    `RequestRecord`."""
 
     def __init__(self, *, send_time: FloatArray, input_tokens: IntArray,
                  output_tokens: IntArray, first_step: IntArray, chunks: IntArray,
