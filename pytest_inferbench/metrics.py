@@ -115,13 +115,16 @@ def _itl_by_step(flat: Flat, ends: FloatArray, firsts: IntArray, percentiles: Se
         out.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
                     for key, value in out.items()})
         return out
-    # Per token: one value per (step, tokens of the chunk) pair, weighted by its tokens.
+    # Per token: one value per (step, tokens of the chunk) pair, weighted by its tokens. Each
+    # chunk's key is its step * width + its tokens, built in place; a request's first chunk
+    # ends no gap, so its key is counted out again.
     starts = np.cumsum(flat.chunk_count) - flat.chunk_count
-    step = np.arange(flat.tokens.size) + np.repeat(firsts - starts, flat.chunk_count)
-    within = np.ones(flat.tokens.size, dtype=bool)
-    within[starts] = False
     width = int(flat.tokens.max()) + 1
-    pairs = np.bincount(step[within] * width + flat.tokens[within], minlength=n * width)
+    keys = np.repeat((firsts - starts) * width, flat.chunk_count)
+    keys += np.arange(0, flat.tokens.size * width, width)
+    keys += flat.tokens
+    pairs = (np.bincount(keys, minlength=n * width)
+             - np.bincount(keys[starts], minlength=n * width))
     seen = np.nonzero(pairs)[0]
     at, tokens = np.divmod(seen, width)
     keep = tokens > 0  # a chunk without tokens cannot split its gap (weight 0)
