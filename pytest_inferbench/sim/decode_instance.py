@@ -121,7 +121,7 @@ class DecodeInstance(LeanInstance):
         self.ended_busy = False
         planned = self._plan(1 if self.deferred else MAX_STRETCH)
         if planned is not None and not self.deferred:
-            self._pending = (planned, now, now + np.cumsum(planned.durations))
+            self._pending = (planned, now, now + planned.durations.cumsum())
             self.busy_until = float(self._pending[2][-1])
             self.finished = []
             return
@@ -141,7 +141,7 @@ class DecodeInstance(LeanInstance):
         if self._pending is None:
             return
         stretch, start, ends = self._pending
-        n = min(int(np.searchsorted(ends, now, side="right")) + 1, stretch.n)
+        n = min(int(ends.searchsorted(now, "right")) + 1, stretch.n)
         if n == stretch.n and n >= 2:  # its peak is after its next-to-last step
             grown = int(self._grow[stretch.first:stretch.first + n - 1].sum())
             self._note_usage(grown)
@@ -172,7 +172,7 @@ class DecodeInstance(LeanInstance):
         n = min(self._end_steps[0] - t + 1, max_steps)
         free = self.engine.free_blocks
         if decoders * (-(-(n * self.q) // self.engine.block_size) + 1) > free:
-            over = np.nonzero(np.cumsum(self._grow[t:t + n]) > free)[0]
+            over = np.nonzero(self._grow[t:t + n].cumsum() > free)[0]
             if len(over):
                 n = int(over[0])
                 if n < 1:
@@ -259,7 +259,7 @@ class DecodeInstance(LeanInstance):
             emitted = np.empty(steps + 1, dtype=np.int64)
             emitted[0] = 1
             if steps:
-                emitted[1:-1] = np.diff(before)
+                emitted[1:-1] = before[1:] - before[:-1]
                 emitted[-1] = remaining - before[-1]
             tokens = emitted
         else:

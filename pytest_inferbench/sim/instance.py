@@ -41,7 +41,7 @@ class Timeline:
             self.ends[self.n] = end
             self.n += 1
             return end
-        ends = start + np.cumsum(durations)
+        ends = start + durations.cumsum()
         self.ends[self.n:self.n + k] = ends
         self.starts[self.n + 1:self.n + k] = ends[:-1]
         self.n += k
@@ -71,7 +71,7 @@ class Instance:
         """Start a planned stretch at `start`; its steps are applied when it ends or is cut."""
         self.pending = stretch
         self._pending_start = start
-        self._pending_ends = start + np.cumsum(stretch.durations)
+        self._pending_ends = start + stretch.durations.cumsum()
         self.busy_until = float(self._pending_ends[-1])
         self.finished = []
 
@@ -82,7 +82,7 @@ class Instance:
         stretch = self.pending
         if stretch is None:
             return
-        n = min(int(np.searchsorted(self._pending_ends, now, side="right")) + 1, stretch.n)
+        n = min(int(self._pending_ends.searchsorted(now, "right")) + 1, stretch.n)
         if n == stretch.n:  # it ends with finishes: its peak is the step before
             note_usage_before_last(self.engine, stretch)
         batch = commit(self.engine, stretch, n)
