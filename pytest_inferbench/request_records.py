@@ -158,10 +158,16 @@ class Flat:
         """Tokens per request, summed over its chunks (the client's cross-check)."""
         if self.tokens is None:
             return self.chunk_count
-        starts = np.cumsum(self.chunk_count) - self.chunk_count
-        sums: IntArray = (np.add.reduceat(self.tokens, starts) if self.tokens.size
-                          else _empty_int())
-        return sums
+        return chunk_token_sums(self.tokens, self.chunk_count)
+
+
+def chunk_token_sums(tokens: IntArray, chunk_count: IntArray) -> IntArray:
+    """Tokens per request from every chunk's tokens, request after request, and each
+    request's number of chunks."""
+    if not tokens.size:
+        return _empty_int()
+    sums: IntArray = np.add.reduceat(tokens, np.cumsum(chunk_count) - chunk_count)
+    return sums
 
 
 def flatten(ok: Sequence[RequestRecord]) -> Flat:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..metrics import RequestRecord, StepRecords
-from ..request_records import ONE_PER_CHUNK
+from ..request_records import ONE_PER_CHUNK, chunk_token_sums
 from .closed_loop import fits_whole
 from .cluster import ClientTrace, Cluster
 from .driver import SimulatedPoint, counter_deltas, record_tokens
@@ -189,8 +189,7 @@ def _records(done: list[tuple[int, float, ClientTrace]], isl: list[int],
     tokens = np.concatenate(per_request) if drafting and n else None
     return StepRecords(
         send_time=send, input_tokens=np.asarray(isl, np.int64),
-        output_tokens=(np.add.reduceat(tokens, np.cumsum(chunks) - chunks)
-                       if tokens is not None else chunks),
+        output_tokens=chunks if tokens is None else chunk_token_sums(tokens, chunks),
         first_step=first_step, chunks=chunks,
         step_ends=np.concatenate(ends) - t0 if ends else np.zeros(0), tokens=tokens,
         scheduled_time=scheduled)

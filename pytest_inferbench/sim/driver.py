@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..metrics import RequestRecord, StepRecords
-from ..request_records import ONE_PER_CHUNK
+from ..request_records import ONE_PER_CHUNK, chunk_token_sums
 from .closed_loop import fits_whole, plan_closed_loop
 from .engine import Engine
 from .stretch import advance
@@ -243,9 +243,7 @@ def _records(done: _Done, ends: npt.NDArray[np.float64], isl: npt.NDArray[np.int
                       else np.zeros(0, np.int64))
         return StepRecords(
             send_time=np.asarray(done.send, np.float64)[at], input_tokens=isl[:n],
-            output_tokens=(osl[:n] if tokens is None
-                           else np.add.reduceat(tokens, np.cumsum(chunks) - chunks)
-                           if n else osl[:n]),
+            output_tokens=osl[:n] if tokens is None else chunk_token_sums(tokens, chunks),
             first_step=np.asarray(done.first_step, np.int64)[at], chunks=chunks,
             step_ends=ends, tokens=tokens, scheduled_time=scheduled)
     records: list[RequestRecord | None] = [None] * n
