@@ -8,9 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from pytest_inferbench.metrics import RequestRecord, StepRecords, summarize
+from pytest_inferbench.metrics import StepRecords, summarize
 from pytest_inferbench.sim.cluster import Cluster
-from pytest_inferbench.sim.cluster_driver import _warmup_leaves_no_trace, simulate_deployment_point
+from pytest_inferbench.sim.cluster_driver import (
+    _record_per_request,
+    _records,
+    _run_load,
+    _warmup_leaves_no_trace,
+    simulate_deployment_point,
+)
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.disagg import Deployment, DeploymentError, Pool, Router, kv_transfer
 from pytest_inferbench.sim.driver import simulate_point
@@ -170,33 +176,49 @@ def test_a_warmup_that_leaves_no_trace_is_not_run(
         assert skipped.server_metrics.get(key) == ran.server_metrics.get(key), key
 
 
-@pytest.mark.parametrize(("pools", "extra", "preempts"), [
-    ((1, 3), {}, False), ((2, 3), {"spec": EAGLE}, False), ((2,), {"spec": EAGLE}, False),
-    ((1, 1), {"kv_cache_free_fraction": 0.002}, True)])
+@pytest.mark.parametrize(("pools", "extra"), [
+    ((1, 3), {}), ((2, 3), {"spec": EAGLE}), ((2,), {"spec": EAGLE})])
 def test_records_are_columns_over_the_streaming_instances_timelines(
-        pools: tuple[int, ...], extra: dict[str, object], preempts: bool) -> None:
+        pools: tuple[int, ...], extra: dict[str, object]) -> None:
     # Each request's chunks lie on consecutive steps of the instance that streamed them, so
-    # the records are columns over those instances' timelines laid end to end, and summarize
-    # as the same records with their own chunk times do. Where an engine preempted a request
-    # (its steps broke off), there is a record per request.
+    # the records are columns over those instances' timelines laid end to end: each record
+    # reads from them exactly the times its own trace reads from its instance's timeline,
+    # and the point summarizes as those per-request records do.
     config = EngineConfig(**{**M3.__dict__, "max_num_seqs": 64, **extra})
     roles = ("prefill", "decode") if len(pools) > 1 else ("aggregated",)
     dep = Deployment(*(Pool(role, config, n) for role, n in zip(roles, pools, strict=True)))
     workload = build_workload(1024, 256, 24, LoadSettings(prompts_per_conc=2))
-    point = simulate_deployment_point(dep, workload)
-    assert (point.server_metrics["preemptions"] > 0) == preempts
-    assert isinstance(point.records, StepRecords) != preempts
-    own = [RequestRecord(r.send_time, r.end_time, r.input_tokens, r.output_tokens, r.success,
-                         chunk_times=r.chunk_times.copy(), chunk_tokens=r.chunk_tokens)
-           for r in point.records]
-    for r in own:
-        assert np.all(np.diff(r.chunk_times) > 0)  # a request's own steps, in order
-    args = {"duration_s": point.duration_s, "num_prompts": len(own), "max_concurrency": 24,
+    isl, osl = workload.input_lens, workload.output_lens
+    cluster = Cluster(dep, lean=len(pools) > 1)
+    done = _run_load(cluster, isl, osl, np.zeros(len(isl)), 24, first_id=0)
+    t0 = 0.5  # any origin: both subtract it
+    drafting = "spec" in extra
+    columns = _records(done, isl, None, t0, drafting)
+    own = _record_per_request(done, isl, None, t0, drafting)
+    assert isinstance(columns, StepRecords)
+    assert len({id(trace.timeline) for _, _, trace in done}) == pools[-1]
+    for a, b in zip(columns, own, strict=True):
+        assert (a.send_time, a.output_tokens) == (b.send_time, b.output_tokens)
+        np.testing.assert_array_equal(a.chunk_times, b.chunk_times)
+        np.testing.assert_array_equal(a.chunk_tokens, b.chunk_tokens)
+    args = {"duration_s": cluster.now - t0, "num_prompts": len(own), "max_concurrency": 24,
             "num_gpus": 8}
-    columns, plain = summarize(point.records, **args), summarize(own, **args)
-    assert columns.keys() == plain.keys()
+    summary, plain = summarize(columns, **args), summarize(own, **args)
+    assert summary.keys() == plain.keys()
     for key, value in plain.items():
         if isinstance(value, float):
-            assert columns[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+            assert summary[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
         else:
-            assert columns[key] == value, key
+            assert summary[key] == value, key
+
+
+def test_a_request_whose_run_of_steps_broke_off_gets_its_own_record() -> None:
+    # A decode cache of a few requests' worth: the engine preempts, a preempted request's
+    # chunks are no run of consecutive steps, and the point's records are one per request.
+    config = EngineConfig(**{**M3.__dict__, "max_num_seqs": 64, "kv_cache_free_fraction": 0.002})
+    dep = Deployment(Pool("prefill", config, 1), Pool("decode", config, 1))
+    workload = build_workload(1024, 256, 24, LoadSettings(prompts_per_conc=2))
+    point = simulate_deployment_point(dep, workload)
+    assert point.server_metrics["preemptions"] > 0
+    assert not isinstance(point.records, StepRecords)
+    assert len(point.records) == len(workload.requests)
