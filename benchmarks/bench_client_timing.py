@@ -28,14 +28,14 @@ import numpy as np
 
 from pytest_inferbench.backends.base import LoadSettings
 from pytest_inferbench.backends.http import HttpServerHandle
-from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.loadgen.affinity import pinned_to_one_cpu
 from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
 from pytest_inferbench.loadgen.prompts import render
-from pytest_inferbench.metrics import RequestRecord, summarize
-from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.loadgen.workload import build_workload
+from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
+from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.results.metrics import RequestRecord, summarize
 from pytest_inferbench.sim.server.launcher import running_sim_server
-from pytest_inferbench.workload import build_workload
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", MODEL, "--server-port",

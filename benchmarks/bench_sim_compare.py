@@ -29,11 +29,16 @@ import numpy as np
 from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.loadgen.selfcheck import LoopMonitor, LoopStats
-from pytest_inferbench.metrics import RequestRecord, summarize
+from pytest_inferbench.loadgen.workload import (
+    LoadSettings,
+    PlannedRequest,
+    Workload,
+    build_workload,
+)
+from pytest_inferbench.results.metrics import RequestRecord, summarize
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.server.launcher import running_sim_server
-from pytest_inferbench.workload import LoadSettings, PlannedRequest, Workload, build_workload
 
 if TYPE_CHECKING:
     from pytest_inferbench.loadgen.prompts import RenderedWorkload

@@ -33,8 +33,8 @@ import time
 import httpx
 import numpy as np
 
+from pytest_inferbench.loadgen.tokenizer import prompt_of_tokens
 from pytest_inferbench.sim.server.launcher import running_sim_server
-from pytest_inferbench.tokenizer import prompt_of_tokens
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 ATOM_MTP_ARGV = (

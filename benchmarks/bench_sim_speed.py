@@ -47,9 +47,9 @@ from pathlib import Path
 
 from pytest_inferbench.backends.base import LoadSettings, StartContext
 from pytest_inferbench.backends.sim import SimBackend
-from pytest_inferbench.launch import resolve
-from pytest_inferbench.metrics import summarize
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.launch import resolve
+from pytest_inferbench.recipe.schema import load_recipe
+from pytest_inferbench.results.metrics import summarize
 
 HERE = Path(__file__).resolve().parent
 # The single-node fixed-seq-len nodes of InferenceX's master files, by name.
@@ -125,7 +125,7 @@ def main() -> int:
 def _run_node(server: object) -> tuple[str, int, float, list[str]]:
     """All points of one node: (node, points run, CPU seconds, failures)."""
     from pytest_inferbench.backends.base import ServerStartError
-    from pytest_inferbench.recipe import ServerConfig
+    from pytest_inferbench.recipe.model import ServerConfig
 
     assert isinstance(server, ServerConfig)
     ctx = StartContext(results_dir=Path("/tmp"), run_id="bench", worker_id="master",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_inferbench.metrics import RequestRecord
+from pytest_inferbench.results.metrics import RequestRecord
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

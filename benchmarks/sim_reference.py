@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_inferbench.metrics import summarize
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
+from pytest_inferbench.results.metrics import summarize
 from pytest_inferbench.sim import calibration
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.driver import simulate_point
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 ATOM_M3 = list(calibration.ARGV)
 ATOM_ENV = tuple(calibration.ENV.items())

@@ -12,8 +12,8 @@ import pytest
 
 from .backends.base import LoadSettings, StartContext
 from .options import Settings
-from .record import PointRecord
-from .redact import Redactor
+from .results.record import PointRecord
+from .results.redact import Redactor
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pytest_inferbench.aio import cancel_and_wait
+from pytest_inferbench.util.aio import cancel_and_wait
 
 
 async def forever() -> None:

@@ -9,74 +9,55 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_inferbench"
 ROOT = "pytest_inferbench"
 
-# Part -> the parts it may import (docs/architecture.md, "Modules"). A module belongs to the
-# longest part its name starts with; imports within a part are free.
+# The floors of docs/architecture.md ("Layout"), lowest first: a part may import only parts on
+# floors below its own. A module belongs to the longest part its name starts with; imports within
+# a part are free.
+FLOORS: list[set[str]] = [
+    {"util", "frameworks"},
+    {"recipe"},
+    {"results"},
+    {"loadgen"},
+    {"sim"},
+    {"sim.server"},
+    {"options"},
+    {"backends"},
+    {"state"},
+    {"gates", "changelog"},
+    {"evals"},
+    {"report"},
+    {"plugin"},
+    {ROOT, "fixtures"},
+    {"testing"},
+]
+# Part -> the parts it may import: the edges docs/architecture.md draws, each one downward.
 MAY_IMPORT: dict[str, set[str]] = {
-    "plugin": {"activation", "backends", "changelog", "collect", "evals", "fixtures", "options",
-               "preflight", "redact", "report", "selection", "server_select", "servers",
-               "state", "xdist_hooks"},
-    "run_dir": {"pids"},
-    "pids": set(),
-    "preflight": {"evals", "gates", "golden", "gpu", "launch", "options", "recipe", "schema",
-                  "workload"},
-    "activation": {"backends", "changelog", "options", "report", "run_dir"},
-    "xdist_hooks": {"activation", "gpu", "options", "preflight", "state"},
-    "options": {"backends.registry", "datasets", "layout", "metrics", "options_slurm",
-                "workload"},
-    "options_slurm": set(),
-    "state": {"backends", "options", "record", "redact"},
-    "recipe": set(),
-    "yamllines": set(),
-    "schema": {"recipe", "schema_rows", "yaml_walk", "yamllines"},
-    "schema_rows": {"recipe", "yaml_walk"},
-    "yaml_walk": {"recipe", "yamllines"},
-    "launch": {"recipe", "yamllines"},
-    "specdecode": set(),
-    "golden": {"specdecode", "yamllines"},
-    "tokenizer": set(),
-    "aio": set(),
-    "workload": {"datasets", "record"},
-    "datasets": set(),
-    "metrics": {"record", "request_records", "sample_stats"},
-    "request_records": set(),
-    "sample_stats": set(),
-    "gpu": set(),
-    "redact": {"record"},
-    "record": set(),
-    "collect": {"backends", "evals", "launch", "recipe", "runner", "schema", "server_select",
-                "servers", "state"},
-    "server_select": {"recipe", "schema", "state"},
-    "fixtures": {"activation", "backends", "collect", "evals", "launch", "options", "recipe",
-                 "record", "runner", "server_select", "servers", "state", "tokenizer"},
-    "servers": {"backends", "launch", "recipe", "state"},
-    "runner": {"backends", "gates", "launch", "recipe", "record", "report", "result_files",
-               "results", "state"},
-    "results": {"backends", "launch", "metrics", "recipe", "record"},
-    "result_files": {"metrics", "record", "sample_stats"},
-    "backends": {"backends.registry", "gpu", "launch", "loadgen", "metrics", "options", "pids",
-                 "recipe", "record", "redact", "sim", "tokenizer", "workload"},
-    "backends.registry": set(),
-    "loadgen": {"aio", "launch", "metrics", "record", "tokenizer", "workload"},
-    "sim": {"golden", "metrics", "record", "request_records", "specdecode", "workload",
-            "yamllines"},
-    "sim.server": {"aio", "sim", "tokenizer"},
-    "gates": {"golden", "launch", "metrics", "options", "recipe", "record", "result_files",
-              "results", "specdecode", "yamllines"},
-    "evals": {"backends", "launch", "layout", "options", "recipe", "record", "results", "sim",
-              "specdecode", "state"},
-    "changelog": {"changes", "options", "schema", "state", "yamllines"},
-    "changes": {"yamllines"},
-    "layout": set(),
-    "selection": {"changelog", "changes", "collect", "evals"},
-    "report": {"backends.registry", "gates", "loadgen", "options", "record", "redact", "results",
-               "state", ROOT},
-    "testing": {"recipe", "schema", ROOT},
-    ROOT: set(),
+    "util": set(),
+    "frameworks": set(),
+    "recipe": {"frameworks", "util"},
+    "results": {"recipe", "util"},
+    "loadgen": {"recipe", "results", "util"},
+    "sim": {"frameworks", "loadgen", "recipe", "results", "util"},
+    "sim.server": {"loadgen", "sim", "util"},
+    "options": {"loadgen", "recipe", "results"},
+    "backends": {"loadgen", "options", "recipe", "results", "sim", "util"},
+    "state": {"backends", "options", "results"},
+    "gates": {"frameworks", "options", "recipe", "results", "util"},
+    "changelog": {"options", "recipe", "state", "util"},
+    "evals": {"backends", "frameworks", "options", "recipe", "results", "sim", "state"},
+    "report": {"gates", "loadgen", "options", "results", "state"},
+    "plugin": {"backends", "changelog", "evals", "gates", "loadgen", "options", "recipe",
+               "report", "results", "state"},
+    ROOT: {"evals", "plugin"},
+    "fixtures": {"evals", "plugin"},
+    "testing": {"recipe", ROOT},
 }
+# What may sit at the package root besides the parts' packages: the public face, the old import
+# path of the fixture types, and the session state that every floor from `state` up shares.
+ROOT_MODULES = {"__init__.py", "fixtures.py", "state.py"}
 # `python -m pytest_inferbench.sim` starts the server: the entry point belongs to it.
 PART_OF = {"sim.__main__": "sim.server"}
 # The engine core has no I/O and no clock (docs/simulator.md).
-ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.spec_decode", "sim.state",
+ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.acceptance", "sim.state",
                "sim.stretch", "sim.closed_loop", "sim.kv_schedule", "sim.planned",
                "sim.decode_sums", "sim.driver", "sim.disagg", "sim.cluster", "sim.instance",
                "sim.cluster_driver")
@@ -194,6 +175,24 @@ def test_the_engine_core_has_no_io_and_no_clock() -> None:
 def test_the_graph_sees_relative_typing_and_function_level_imports() -> None:
     edges = graph()
     assert "sim.engine" in edges["sim.driver"]  # `from .engine import Engine`
-    assert "launch" in edges["gates.speculative"]  # under TYPE_CHECKING
+    assert "recipe.launch" in edges["gates.speculative"]  # under TYPE_CHECKING
     assert "evals.item" in edges["evals.collect"]  # inside a function
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def floor_of(part: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if part in floor)
+
+
+def test_every_part_stands_on_a_floor_and_its_rules_point_down() -> None:
+    assert {p for floor in FLOORS for p in floor} == set(MAY_IMPORT)
+    upward = [f"{part} -> {other}" for part, allowed in MAY_IMPORT.items() for other in allowed
+              if floor_of(other) >= floor_of(part)]
+    assert upward == []
+
+
+def test_the_root_holds_only_the_public_face_and_the_session_state() -> None:
+    modules = {p.name for p in PACKAGE.glob("*.py")}
+    assert modules == ROOT_MODULES
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert packages == {p for p in MAY_IMPORT if "." not in p and p != ROOT} - {"fixtures", "state"}

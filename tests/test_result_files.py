@@ -17,7 +17,7 @@ from pytest_inferbench.report.tables import (
     markdown_tables,
     terminal_tables,
 )
-from pytest_inferbench.result_files import AGG_PREFIX, point_record
+from pytest_inferbench.results.point_files import AGG_PREFIX, point_record
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_inferbench.backends.base import PointMeasurement
-from pytest_inferbench.metrics import RequestRecord
-from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
-from pytest_inferbench.results import build_result, measurement_failures, write_json_atomic
+from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.results.build import build_result, measurement_failures, write_json_atomic
+from pytest_inferbench.results.measurement import PointMeasurement
+from pytest_inferbench.results.metrics import RequestRecord
 
 
 def server(spec_decoding: str = "mtp") -> ServerConfig:
@@ -128,7 +128,7 @@ def test_written_json_has_no_nan_in_lists_arrays_or_nesting(tmp_path: Path) -> N
 
 
 def test_masking_a_record_reaches_strings_inside_lists_and_keeps_number_lists() -> None:
-    from pytest_inferbench.redact import Redactor
+    from pytest_inferbench.results.redact import Redactor
 
     redactor = Redactor((("TOKEN", "s3cr3t-value-123"),))
     numbers = [1, 2.5, None, True]
@@ -151,7 +151,7 @@ def test_estimated_chunk_tokens_are_not_a_cross_check() -> None:
 
 def test_a_simulated_server_that_fell_behind_its_clock_is_not_a_measurement() -> None:
     from pytest_inferbench.loadgen.scrape import lag_during
-    from pytest_inferbench.results import MAX_MEAN_DELIVERY_LAG_S
+    from pytest_inferbench.results.build import MAX_MEAN_DELIVERY_LAG_S
 
     # Two reads of /debug/inferbench/info around a point: 500 steps, mean lag 0.94 s.
     before = {"steps": 100.0, "mean_s": 0.001, "max_s": 0.01, "steps_over_5ms": 2.0}

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.launch import LaunchSpecError
-from pytest_inferbench.schema import load_recipe
-from pytest_inferbench.servers import ServerPool, server_key
+from pytest_inferbench.plugin.server_pool import ServerPool, server_key
+from pytest_inferbench.recipe.launch import LaunchSpecError
+from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[1]

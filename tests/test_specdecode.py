@@ -8,17 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from pytest_inferbench.frameworks.specdecode import SpecDecodeArgvError, read_speculative_decoding
 from pytest_inferbench.gates.speculative import speculative_decoding
-from pytest_inferbench.golden import GoldenAL, GoldenALError, load_golden_al, model_key, packaged
-from pytest_inferbench.launch import resolve
-from pytest_inferbench.recipe import ServerConfig
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.golden import (
+    GoldenAL,
+    GoldenALError,
+    load_golden_al,
+    model_key,
+    packaged,
+)
+from pytest_inferbench.recipe.launch import resolve
+from pytest_inferbench.recipe.model import ServerConfig
+from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.sim.args import ArgvError, engine_config_from_argv
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.specdecode import (
-    SpecDecodeArgvError,
-    read_speculative_decoding,
-)
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 LAUNCH_DIR = BENCHMARKS / "launch"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_inferbench.metrics import RequestRecord, StepRecords, first_send, summarize
-from pytest_inferbench.request_records import ONE_PER_CHUNK
+from pytest_inferbench.results.metrics import RequestRecord, StepRecords, first_send, summarize
+from pytest_inferbench.results.request_records import ONE_PER_CHUNK
 
 # Six steps ending at these times; three requests on them, the second with drafted chunks.
 STEP_ENDS = np.array([0.1, 0.25, 0.3, 0.5, 0.8, 0.85])

@@ -16,7 +16,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.fixtures import PointResult, Server
+    from pytest_inferbench.plugin.fixtures import PointResult, Server
 
 CANCELLED = 200
 AT_ONCE = 20

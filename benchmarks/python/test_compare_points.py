@@ -14,7 +14,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.fixtures import PointResult, Server
+    from pytest_inferbench.plugin.fixtures import PointResult, Server
 
 
 @pytest.mark.parametrize("conc", [1, 4])

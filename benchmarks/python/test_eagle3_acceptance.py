@@ -14,7 +14,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.fixtures import PointResult
+    from pytest_inferbench.plugin.fixtures import PointResult
 
 CODING_PROMPTS = [
     "Write a Python function that parses an ISO 8601 date string and returns a datetime.",

@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pytest_inferbench.fixtures import PointResult
+    from pytest_inferbench.plugin.fixtures import PointResult
 
 CONTEXT_WORDS = 8000
 CODE_WORDS = ("def", "class", "return", "import", "self", "yield", "async", "await", "with")

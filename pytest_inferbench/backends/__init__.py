@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ..options.backend_registry import BACKENDS, BackendInfo, backend_info
 from .base import Backend
-from .registry import BACKENDS, BackendInfo, backend_info
 
 if TYPE_CHECKING:
     from ..options import Settings

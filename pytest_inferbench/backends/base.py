@@ -11,20 +11,18 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..workload import LoadSettings
+from ..loadgen.workload import LoadSettings
 
 __all__ = ["LoadSettings"]  # how a point loads its server lives with the workload
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from ..launch import ServerSpec
     from ..loadgen.progress import ProgressOutput
-    from ..metrics import RequestRecord
     from ..options import Settings
-    from ..recipe import BenchPoint, ServerConfig
-    from ..record import JSONValue
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint, ServerConfig
+    from ..results.measurement import PointMeasurement
 
 
 class ServerStartError(RuntimeError):
@@ -45,29 +43,6 @@ class StartContext:
     options: Settings
     # Server log files this session has named, so a node started twice gets a second file.
     log_paths: set[Path] = field(default_factory=set, compare=False)
-
-
-@dataclass(frozen=True)
-class PointMeasurement:
-    """The raw outcome of one point: the records plus what the server itself reported."""
-
-    records: Sequence[RequestRecord]
-    duration_s: float
-    num_prompts: int
-    max_concurrency: int
-    simulated: bool
-    # What the server said of the point: deltas, AL, KV, preemptions.
-    server_metrics: Mapping[str, JSONValue] = field(default_factory=dict)
-    client_check: Mapping[str, JSONValue] = field(default_factory=dict)  # self-check verdict
-    notes: tuple[str, ...] = ()
-    # Wall-clock start of the measured phase (a simulated point: when it was simulated; its
-    # virtual timeline is anchored there).
-    started_unix: float | None = None
-    # `Workload.describe()` and more
-    workload: Mapping[str, JSONValue] = field(default_factory=dict)
-    # The simulated server's clock as it announced it (0: as fast as it can, timings are not
-    # meaningful); None for real servers and the in-process simulator's virtual clock.
-    time_scale: float | None = None
 
 
 class ServerHandle(ABC):

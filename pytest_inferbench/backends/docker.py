@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .. import gpu
-from ..redact import Redactor
-from . import reaper
+from ..results.redact import Redactor
+from . import gpu, reaper
 from .base import Backend, ServerStartError
 from .readiness import LogPump, free_port, log_path_for
 from .reaper import make_client
@@ -33,8 +32,8 @@ if TYPE_CHECKING:
     from docker import DockerClient
     from docker.models.containers import Container as DockerContainer
 
-    from ..launch import ServerSpec
-    from ..recipe import ServerConfig
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
     from .base import StartContext
     from .supervised import SupervisedHandle
 

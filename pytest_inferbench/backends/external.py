@@ -15,8 +15,8 @@ from .http import HttpServerHandle
 from .readiness import announced_time_scale, says_simulated
 
 if TYPE_CHECKING:
-    from ..launch import ServerSpec
-    from ..recipe import ServerConfig
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
     from .base import StartContext
 
 HEALTH_TIMEOUT_S = 10.0

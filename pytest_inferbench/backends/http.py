@@ -30,21 +30,22 @@ from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor, verdict
-from ..metrics import FloatArray, first_send
-from ..tokenizer import count_tokens
-from ..workload import DEFAULT_STALL_TIMEOUT_S
-from .base import LoadSettings, PointMeasurement, ServerHandle
+from ..loadgen.tokenizer import count_tokens
+from ..loadgen.workload import DEFAULT_STALL_TIMEOUT_S
+from ..results.measurement import PointMeasurement
+from ..results.metrics import FloatArray, first_send
+from .base import LoadSettings, ServerHandle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     import httpx
 
-    from ..launch import ServerSpec
     from ..loadgen.prompts import RenderedWorkload, TextTokenizer
-    from ..metrics import RequestRecord
-    from ..recipe import BenchPoint
-    from ..record import JSONValue
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint
+    from ..results.metrics import RequestRecord
+    from ..results.record import JSONValue
 
 
 
@@ -106,7 +107,7 @@ class HttpServerHandle(ServerHandle):
 
     def tokenizer(self) -> TextTokenizer | None:
         """The served model's local tokenizer, looked up once per handle. A simulated server
-        counts words (`tokenizer.py`): the words scheme is its exact tokenizer."""
+        counts words (`loadgen/tokenizer.py`): the words scheme is its exact tokenizer."""
         if not self._tokenizer_looked_up:
             self._tokenizer = None if self.simulated else load_local_tokenizer(
                 self.spec.served_model)

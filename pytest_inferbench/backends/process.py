@@ -11,7 +11,7 @@ import os
 import subprocess
 from typing import TYPE_CHECKING
 
-from ..redact import Redactor
+from ..results.redact import Redactor
 from . import reaper
 from .base import Backend, ServerStartError
 from .readiness import LogPump, free_port, log_path_for
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from ..launch import ServerSpec
-    from ..recipe import ServerConfig
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
     from .base import StartContext
     from .supervised import SupervisedHandle
 

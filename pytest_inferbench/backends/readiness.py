@@ -24,7 +24,7 @@ from .base import ServerStartError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from ..redact import Redactor
+    from ..results.redact import Redactor
 
 TAIL_LINES = 40
 HEALTH_REQUEST_TIMEOUT_S = 2.0

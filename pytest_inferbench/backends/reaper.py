@@ -4,7 +4,7 @@
   tolerates "already gone", so a second call or a call after a half-done start is harmless.
 - `install_sigterm_handler` / `restore_sigterm_handler`: pytest runs no teardown on SIGTERM
   (CI cancel, `timeout`); mapping it to KeyboardInterrupt makes pytest unwind normally, so
-  every ServerNode teardown runs. `activation.py` installs it when a run uses the plugin and
+  every ServerNode teardown runs. `plugin/activation.py` installs it when a run uses the plugin and
   keeps the handler it replaced in the config stash, to restore at unconfigure.
 - `sweep_stale_containers`: containers carry `inferbench.owner=<host>:<pid>` of the process that
   started them; when the run starts (controller only) those whose owner on this host is dead are
@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
-from ..pids import pid_alive
+from ..util.pids import pid_alive
 
 if TYPE_CHECKING:
     from collections.abc import Callable

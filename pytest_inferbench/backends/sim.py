@@ -14,7 +14,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..loadgen.prompts import point_workload
+from ..results.measurement import PointMeasurement
 from ..sim import catalog
+from ..sim.acceptance import SpecConfigError
 from ..sim.args import ArgvError, engine_config_from_argv
 from ..sim.cluster import Cluster
 from ..sim.cluster_driver import simulate_deployment_point
@@ -30,13 +32,12 @@ from ..sim.disagg import (
 from ..sim.driver import simulate_point
 from ..sim.engine import Engine
 from ..sim.physics import EngineConfigError
-from ..sim.spec_decode import SpecConfigError
-from .base import Backend, PointMeasurement, ServerHandle, ServerStartError
+from .base import Backend, ServerHandle, ServerStartError
 
 if TYPE_CHECKING:
-    from ..launch import ClientOptions, ServerSpec
     from ..loadgen.progress import ProgressOutput
-    from ..recipe import BenchPoint, ServerConfig
+    from ..recipe.launch import ClientOptions, ServerSpec
+    from ..recipe.model import BenchPoint, ServerConfig
     from .base import LoadSettings, StartContext
 
 SIMULATED_NOTE = ("simulated prediction: virtual-time roofline model of the serving engine "

@@ -18,8 +18,8 @@ from .readiness import free_port
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..launch import ServerSpec
-    from ..recipe import ServerConfig
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
     from .base import StartContext
     from .supervised import SupervisedHandle
 

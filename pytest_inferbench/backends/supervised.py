@@ -19,10 +19,11 @@ from .http import HttpServerHandle
 from .readiness import LogPump, ReadinessProbe, startup_timeout, wait_until_ready
 
 if TYPE_CHECKING:
-    from ..launch import ServerSpec
     from ..loadgen.progress import ProgressOutput
-    from ..recipe import BenchPoint
-    from .base import LoadSettings, PointMeasurement, StartContext
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint
+    from ..results.measurement import PointMeasurement
+    from .base import LoadSettings, StartContext
 
 # After failed requests: how long a dying server may take to show as exited (a container
 # goes from "running" to "exited" some time after its connections drop).

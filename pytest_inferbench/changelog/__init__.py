@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from ..yamllines import YamlSyntaxError, compose, load_data
+from ..util.yamllines import YamlSyntaxError, compose, load_data
 
 PR_URL = re.compile(r"https://github\.com/SemiAnalysisAI/InferenceX/pull/(\d+)")
 PLACEHOLDERS = ("XXX", "https://github.com/SemiAnalysisAI/InferenceX/pull/XXX")

@@ -12,9 +12,9 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..changes import GitError, Revision, touched_configs
-from ..schema import RecipeError, load_recipe
+from ..recipe.schema import RecipeError, load_recipe
 from . import ChangelogEntry, ChangelogError
+from .changes import GitError, Revision, touched_configs
 from .history import check_history
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from ..yamllines import load_data
+from ..util.yamllines import load_data
 from . import PR_URL
 
 ENTRY_START = re.compile(rb"(?m)^- config-keys:")

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..backends.base import ServerHandle
-    from ..launch import ServerSpec
-    from ..recipe import ServerConfig
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
 
 
 class EvalNode(Protocol):
@@ -80,7 +80,7 @@ def make_eval_item(node: pytest.Collector, server: ServerConfig) -> EvalItem | N
 def _eval_callobj() -> Callable[[pytest.FixtureRequest], None]:
     def eval_gsm8k(request: pytest.FixtureRequest) -> None:
         """GSM8K 5-shot against this server node; both lm-eval filters must pass."""
-        from .item import run_eval_item  # the eval's HTTP client stack, only when one runs
+        from .item import run_eval_item
 
         item = request.node
         assert isinstance(item, EvalItem)

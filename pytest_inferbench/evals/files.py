@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ..results import write_json_atomic
+from ..results.build import write_json_atomic
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..recipe import ServerConfig
-    from ..record import JSONValue
+    from ..recipe.model import ServerConfig
+    from ..results.record import JSONValue
     from .runner import EvalResult
 
 META_ENV = "meta_env.json"

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..backends.registry import backend_info
-from ..specdecode import read_speculative_decoding
+from ..frameworks.specdecode import read_speculative_decoding
+from ..options.backend_registry import backend_info
 from .files import finish_eval_dir
 from .gsm8k import TASK, EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
     from ..backends.base import StartContext
     from ..backends.supervised import SupervisedHandle
-    from ..launch import ServerSpec
     from ..options import Settings
-    from ..recipe import ServerConfig
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
 
 SIM_EVAL_ACCURACY = 0.937
 ACCURACY_ENV = "INFERBENCH_SIM_EVAL_ACCURACY"

@@ -46,7 +46,7 @@ from .runner import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..record import JSONValue
+    from ..results.record import JSONValue
 
 
 LM_EVAL_TASK = "gsm8k_inferbench"

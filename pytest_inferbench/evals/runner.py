@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ..recipe import BenchPoint as BenchPointType
-from ..results import write_json_atomic
+from ..recipe.model import BenchPoint as BenchPointType
+from ..results.build import write_json_atomic
 from ..sim.args import ArgvError, argv_value
 from .gsm8k import (
     METRIC,
@@ -48,10 +48,10 @@ from .gsm8k import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..launch import ServerSpec
     from ..options import Settings
-    from ..recipe import BenchPoint, ServerConfig
-    from ..record import JSONValue
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint, ServerConfig
+    from ..results.record import JSONValue
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 RETRIES = 5  # InferenceX passes max_retries=5 to lm-eval

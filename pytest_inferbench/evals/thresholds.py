@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..layout import Layout
-    from ..recipe import ServerConfig
+    from ..recipe.layout import Layout
+    from ..recipe.model import ServerConfig
     from .runner import EvalResult
 
 MIN_SCORE = 0.85

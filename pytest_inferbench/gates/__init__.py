@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..golden import GoldenAL, GoldenALError, load_golden_al, packaged
-from ..record import number as _number
+from ..recipe.golden import GoldenAL, GoldenALError, load_golden_al, packaged
+from ..results.record import number as _number
 from .baseline import (
     DEFAULT_METRICS,
     Baseline,
@@ -47,10 +47,10 @@ from .rules import (
 from .speculative import speculative_decoding
 
 if TYPE_CHECKING:
-    from ..launch import ServerSpec
     from ..options import Settings
-    from ..recipe import BenchPoint
-    from ..record import JSONValue, Record
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint
+    from ..results.record import JSONValue, Record
 
 __all__ = [
     "Gates",

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..result_files import NAMESPACE, point_record
-from ..results import write_json_atomic
+from ..results.build import write_json_atomic
+from ..results.point_files import NAMESPACE, point_record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from ..record import JSONValue, Record
+    from ..results.record import JSONValue, Record
 
 # Fields that say which point a result belongs to (the first name present in each group wins).
 IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (

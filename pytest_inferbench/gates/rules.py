@@ -28,8 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from .. import yamllines
-from ..metrics import summarize
+from ..results.metrics import summarize
+from ..util import yamllines
 from .baseline import BaselineError, higher_is_better
 
 OPERATORS = (">=", "<=")

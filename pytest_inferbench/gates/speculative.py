@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..specdecode import SpeculativeDecoding, read_speculative_decoding, read_thinking
+from ..frameworks.specdecode import SpeculativeDecoding, read_speculative_decoding, read_thinking
 
 if TYPE_CHECKING:
-    from ..launch import ServerSpec
-    from ..recipe import ServerConfig
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
 
 
 def speculative_decoding(server: ServerConfig, spec: ServerSpec | None

@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING
 import httpx
 import numpy as np
 
-from ..aio import cancel_and_wait
-from ..metrics import RequestRecord
-from ..tokenizer import count_tokens
-from ..workload import DEFAULT_STALL_TIMEOUT_S
+from ..results.metrics import RequestRecord
+from ..util.aio import cancel_and_wait
 from .sse import ERROR_DETAIL_CHARS, ParsedStream, parse_stream, parse_stream_in_slices
+from .tokenizer import count_tokens
 from .transport import SlotTransport, arrival_of, written_at
+from .workload import DEFAULT_STALL_TIMEOUT_S
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
-    from ..record import JSONValue
+    from ..results.record import JSONValue
     from .prompts import Prompt
 
 CHAT_ENDPOINT = "/v1/chat/completions"

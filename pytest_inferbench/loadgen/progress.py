@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from ..aio import cancel_and_wait
+from ..util.aio import cancel_and_wait
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..metrics import RequestRecord
+    from ..results.metrics import RequestRecord
 
 REFRESH_S = 0.5
 LINE_INTERVAL_S = 30.0  # CI logs: often enough to see a point move, rare enough to read

@@ -8,7 +8,7 @@ many tokens, in one of two schemes, recorded as `RenderedWorkload.token_source`:
   re-encoded until the count is exact (as InferenceX).
 - `words`: no download needed. One token per whitespace-separated word of a fixed list of short
   common English words, exactly one token in the simulated server's tokenizer
-  (`tokenizer.py`), so against the simulator the counts are exact. Against a real server
+  (`loadgen/tokenizer.py`), so against the simulator the counts are exact. Against a real server
   without its tokenizer they are estimates, and results say so on every table. Every prompt
   starts with a header unique to its text key and continues with a random slice of a seeded
   word pool, so no two prompts share a prefix block.
@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..tokenizer import chat_prompt_tokens, count_tokens, render_chat
-from ..workload import Workload, build_workload, prompts_workload
+from .tokenizer import chat_prompt_tokens, count_tokens, render_chat
+from .workload import Workload, build_workload, prompts_workload
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ..launch import ClientOptions
-    from ..workload import LoadSettings, PlannedRequest
+    from ..recipe.launch import ClientOptions
+    from .workload import LoadSettings, PlannedRequest
 
 _WORDS = (
     "the", "of", "and", "to", "in", "is", "was", "for", "on", "are", "with", "as", "at", "be",

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ..record import number
+from ..results.record import number
 
 if TYPE_CHECKING:
-    from ..record import JSONValue, Record
+    from ..results.record import JSONValue, Record
 
 SCRAPE_TIMEOUT_S = 10.0
 

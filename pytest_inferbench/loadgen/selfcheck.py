@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..aio import cancel_and_wait
-from ..metrics import FloatArray
+from ..results.metrics import FloatArray
+from ..util.aio import cancel_and_wait
 
 if TYPE_CHECKING:
-    from ..record import JSONValue
+    from ..results.record import JSONValue
 
 DEFAULT_INTERVAL_S = 0.002  # short enough to land inside the stalls it is looking for
 # Typical lag (p90) may be at most this fraction of the median interval being measured ...

@@ -1,7 +1,7 @@
 """Reporting: JUnit properties, per-node terminal tables, summary.json, step summary, plots.
 
 Everything the controller shows is built from test reports, which xdist forwards from the
-workers, so `-n 2` prints the same tables as a serial run. Hooks for `plugin.py`:
+workers, so `-n 2` prints the same tables as a serial run. Hooks for `plugin`:
 
 - in the item body: `item.user_properties.extend(result_properties(result))`;
 - `pytest_configure`: `register(config)` (controller only; the collector is a plugin object
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..options import Settings
-    from ..record import JSONValue, Record
+    from ..results.record import JSONValue, Record
     from .plots import PendingPlots
     from .tables import Row
 
@@ -121,7 +121,7 @@ def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:
 
     results = item.stash.get(RESULTS_KEY, None)
     if results:
-        from ..results import PER_REQUEST_KEYS
+        from ..results.build import PER_REQUEST_KEYS
 
         # As one JSON text: xdist's workers send reports through a serializer that walks every
         # value in Python, and a point's record holds about 150 of them (NaN and inf survive).
@@ -207,7 +207,7 @@ class ReportCollector:
         if self.finished or settings is None or not self.points:
             return
         from ..gates.baseline import save_baseline
-        from ..results import write_json_atomic
+        from ..results.build import write_json_atomic
 
         self.finished = True
         points = self.summary_points()

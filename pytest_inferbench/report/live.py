@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     import pytest
 
-    from ..record import Record
+    from ..results.record import Record
 
 
 

@@ -7,11 +7,11 @@ import socket
 import subprocess
 import sys
 import time
+from importlib import metadata
 from typing import TYPE_CHECKING
 
-from .. import __version__
-from ..backends.registry import backend_info
-from ..redact import Redactor
+from ..options.backend_registry import backend_info
+from ..results.redact import Redactor
 from ..state import get_session_state
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def run_metadata(
     )
     return {
         "plugin": "pytest-inferbench",
-        "plugin_version": __version__,
+        "plugin_version": metadata.version("pytest-inferbench"),
         "run_id": get_session_state(config).run_id,
         "backend": settings.backend,
         "simulated": simulated,

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import specdecode
+from ..frameworks import specdecode
 from . import catalog, trtllm
+from .acceptance import SpecConfig, distribution_from_position_rates
 from .config import EngineConfig
-from .spec_decode import SpecConfig, distribution_from_position_rates
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

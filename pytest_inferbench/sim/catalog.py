@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..yamllines import load_data
+from ..util.yamllines import load_data
 from .attention import AttentionShape, attention_params
 
 # Bytes per stored weight. MX formats carry one 8-bit scale per 32 elements.

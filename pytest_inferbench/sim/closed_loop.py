@@ -33,8 +33,8 @@ from .state import plan_draws
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from .acceptance import AcceptanceSampler
     from .engine import Engine
-    from .spec_decode import AcceptanceSampler
     from .state import CounterState
 
     IntArray = npt.NDArray[np.int64]

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import RequestRecord, StepRecords
-from ..request_records import ONE_PER_CHUNK, chunk_token_sums
+from ..results.metrics import RequestRecord, StepRecords
+from ..results.request_records import ONE_PER_CHUNK, chunk_token_sums
 from .closed_loop import fits_whole
 from .cluster import ClientTrace, Cluster
 from .driver import SimulatedPoint, counter_deltas, record_tokens
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from ..record import JSONValue
-    from ..workload import Workload
+    from ..loadgen.workload import Workload
+    from ..results.record import JSONValue
     from .disagg import Deployment
     from .state import EngineCounters
 

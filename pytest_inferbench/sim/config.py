@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec_decode import SpecConfig
+from .acceptance import SpecConfig
 
 __all__ = ["EngineConfig", "SpecConfig"]
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import RequestRecord, StepRecords
-from ..request_records import ONE_PER_CHUNK, chunk_token_sums
+from ..results.metrics import RequestRecord, StepRecords
+from ..results.request_records import ONE_PER_CHUNK, chunk_token_sums
 from .closed_loop import fits_whole, plan_closed_loop
 from .engine import Engine
 from .stretch import advance
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from ..record import JSONValue
-    from ..workload import Workload
+    from ..loadgen.workload import Workload
+    from ..results.record import JSONValue
     from .config import EngineConfig
     from .engine import Trace
     from .state import EngineCounters

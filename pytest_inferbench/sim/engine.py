@@ -18,18 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import golden
-from ..specdecode import THINKING_OFF, THINKING_ON
+from ..frameworks.specdecode import THINKING_OFF, THINKING_ON
+from ..recipe import golden
 from . import catalog
+from .acceptance import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
 from .config import EngineConfig
-from .physics import (
-    EngineConfigError,
-    PrefillTerms,
-    StepCost,
-    kv_capacity_tokens,
-    shard_model,
-)
-from .spec_decode import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
+from .physics import EngineConfigError, PrefillTerms, StepCost, kv_capacity_tokens, shard_model
 from .state import (
     CounterState,
     EngineCounters,

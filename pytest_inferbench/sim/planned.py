@@ -15,9 +15,9 @@ import numpy as np
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from .acceptance import AcceptanceSampler
     from .decode_sums import DecodeSums
     from .engine import Engine
-    from .spec_decode import AcceptanceSampler
     from .state import CounterState
 
     IntArray = npt.NDArray[np.int64]

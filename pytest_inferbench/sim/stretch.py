@@ -22,8 +22,8 @@ from .state import StepBatch
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from .acceptance import AcceptanceSampler
     from .engine import Engine
-    from .spec_decode import AcceptanceSampler
 
 
 def advance(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> StepBatch:

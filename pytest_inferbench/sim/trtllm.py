@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ..yamllines import load_data
+from ..util.yamllines import load_data
 
 OPTIONS_FLAGS = ("extra-llm-api-options", "config")
 # TensorRT-LLM defaults (LlmArgs / KvCacheConfig): 0.9 of free memory, 32 tokens per block.

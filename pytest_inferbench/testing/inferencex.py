@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..schema import load_recipe
+from ..recipe.schema import load_recipe
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..recipe import ServerConfig
+    from ..recipe.model import ServerConfig
 
 
 def single_node_servers(master: Path) -> list[ServerConfig]:

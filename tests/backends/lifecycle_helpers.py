@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_inferbench.backends.base import StartContext
 from pytest_inferbench.backends.reaper import LABEL_RUN
-from pytest_inferbench.launch import resolve
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.launch import resolve
+from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.testing import simimage
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pytest_inferbench.launch import ServerSpec
-    from pytest_inferbench.recipe import ServerConfig
+    from pytest_inferbench.recipe.launch import ServerSpec
+    from pytest_inferbench.recipe.model import ServerConfig
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 

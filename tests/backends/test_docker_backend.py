@@ -16,7 +16,7 @@ from lifecycle_helpers import (
     write_recipe,
 )
 
-from pytest_inferbench import gpu
+from pytest_inferbench.backends import gpu
 from pytest_inferbench.backends.base import LoadSettings, ServerDiedError, ServerStartError
 from pytest_inferbench.backends.docker import DockerBackend, run_kwargs
 from pytest_inferbench.backends.reaper import LABEL_NODE, LABEL_OWNER, LABEL_RUN, LABEL_WORKER

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench import gpu, state, xdist_hooks
+from pytest_inferbench import state
+from pytest_inferbench.backends import gpu
 from pytest_inferbench.backends.base import ServerStartError
 from pytest_inferbench.backends.docker import (
     CONTAINER_HF_CACHE,
@@ -18,7 +19,8 @@ from pytest_inferbench.backends.docker import (
 from pytest_inferbench.backends.readiness import log_path_for
 from pytest_inferbench.backends.reaper import LABEL_OWNER, is_stale
 from pytest_inferbench.options import Settings
-from pytest_inferbench.redact import Redactor
+from pytest_inferbench.plugin import xdist_hooks
+from pytest_inferbench.results.redact import Redactor
 
 
 def test_redactor_masks_values_and_names_the_variable() -> None:

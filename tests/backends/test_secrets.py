@@ -14,7 +14,7 @@ from lifecycle_helpers import load_node, write_recipe
 
 from pytest_inferbench.backends.process import process_env
 from pytest_inferbench.backends.reaper import OWNER_ENV, owner_label
-from pytest_inferbench.redact import Redactor
+from pytest_inferbench.results.redact import Redactor
 
 TOKEN = "hf_SeCrEt0123456789abcdef"
 OTHER_SECRET = "sk-other-0123456789"  # a variable named like a credential, never passed

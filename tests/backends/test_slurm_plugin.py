@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 from lifecycle_helpers import cancel_jobs, slurm_jobs, write_recipe
 
-from pytest_inferbench.result_files import AGG_PREFIX, point_record
+from pytest_inferbench.results.point_files import AGG_PREFIX, point_record
 
 if TYPE_CHECKING:
     from pathlib import Path

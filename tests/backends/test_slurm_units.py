@@ -17,8 +17,8 @@ from lifecycle_helpers import load_node, write_recipe
 
 from pytest_inferbench.backends.base import ServerStartError
 from pytest_inferbench.backends.slurm import commands, layout, pyxis
-from pytest_inferbench.launch import LaunchSpecError
 from pytest_inferbench.options import Settings, SlurmSettings
+from pytest_inferbench.recipe.launch import LaunchSpecError
 
 IMAGE = "rocm/atom-dev:MiniMax-M3-20260623"
 

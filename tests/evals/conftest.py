@@ -13,10 +13,10 @@ import pytest
 
 from pytest_inferbench.backends.base import StartContext
 from pytest_inferbench.evals.item import start_oracle_server
-from pytest_inferbench.launch import ServerSpec, resolve
 from pytest_inferbench.options import Settings
-from pytest_inferbench.recipe import ServerConfig
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.launch import ServerSpec, resolve
+from pytest_inferbench.recipe.model import ServerConfig
+from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from pytest_inferbench.evals.runner import eval_job, eval_max_tokens, plan_eval, run_gsm8k_eval
-from pytest_inferbench.recipe import SeqLenSweep
+from pytest_inferbench.recipe.model import SeqLenSweep
 
 
 def test_every_node_is_evaluated_over_chat_with_the_context_budget(oracle_node, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: E501

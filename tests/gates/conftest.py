@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.launch import ClientOptions, ServerSpec
 from pytest_inferbench.options import Settings
-from pytest_inferbench.recipe import BenchPoint, Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
+from pytest_inferbench.recipe.model import BenchPoint, Parallelism, SeqLenSweep, ServerConfig
 
 
 def make_server(

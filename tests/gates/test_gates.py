@@ -11,7 +11,7 @@ import pytest
 from pytest_inferbench.gates import Gates, evaluate_point, load_gates
 from pytest_inferbench.gates.baseline import load_baseline, save_baseline
 from pytest_inferbench.gates.rules import GatesFile, GatesFileError, load_gates_file, parse_gates
-from pytest_inferbench.golden import load_golden_al, packaged
+from pytest_inferbench.recipe.golden import load_golden_al, packaged
 
 GATES_YAML = """\
 slo:

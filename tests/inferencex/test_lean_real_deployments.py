@@ -11,13 +11,13 @@ import numpy as np
 
 from pytest_inferbench.backends.base import StartContext
 from pytest_inferbench.backends.sim import SimBackend, SimHandle
-from pytest_inferbench.launch import resolve
 from pytest_inferbench.loadgen.prompts import point_workload
-from pytest_inferbench.recipe import BenchPoint
+from pytest_inferbench.loadgen.workload import LoadSettings
+from pytest_inferbench.recipe.launch import resolve
+from pytest_inferbench.recipe.model import BenchPoint
 from pytest_inferbench.sim.cluster import Cluster
 from pytest_inferbench.sim.cluster_driver import _simulate, simulate_deployment_point
 from pytest_inferbench.testing.inferencex import multinode_servers
-from pytest_inferbench.workload import LoadSettings
 
 
 def combinations(checkout: Path) -> dict[tuple[str, str, bool], BenchPoint]:

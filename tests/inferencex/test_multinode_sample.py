@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_inferbench import launch
-from pytest_inferbench.recipe import BenchPoint
+from pytest_inferbench.recipe import launch
+from pytest_inferbench.recipe.model import BenchPoint
 from pytest_inferbench.sim.args import argv_value
 from pytest_inferbench.testing.inferencex import multinode_servers
 

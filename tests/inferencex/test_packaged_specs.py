@@ -17,8 +17,8 @@ import yaml
 
 from pytest_inferbench.backends.base import ServerStartError, StartContext
 from pytest_inferbench.backends.sim import SimBackend
-from pytest_inferbench.launch import OVERLAY_ARGS_MARK, packaged_launch_dir, resolve
-from pytest_inferbench.recipe import ServerConfig
+from pytest_inferbench.recipe.launch import OVERLAY_ARGS_MARK, packaged_launch_dir, resolve
+from pytest_inferbench.recipe.model import ServerConfig
 from pytest_inferbench.testing.inferencex import single_node_servers
 from pytest_inferbench.testing.recipes import master_entry
 from pytest_inferbench.testing.scriptrun import run_script, workspace_available

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.schema import load_recipe
 
 MASTERS = (".github/configs/amd-master.yaml", ".github/configs/nvidia-master.yaml")
 

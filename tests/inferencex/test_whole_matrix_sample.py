@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_inferbench.recipe import BenchPoint
+from pytest_inferbench.recipe.model import BenchPoint
 from pytest_inferbench.testing.inferencex import single_node_servers
 
 from .gate_only import run_and_check

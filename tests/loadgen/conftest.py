@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_inferbench.launch import ClientOptions, ServerSpec
-from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
+from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.sim.server.launcher import running_sim_server
 
 if TYPE_CHECKING:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.datasets import DatasetError, parse_dataset
-from pytest_inferbench.launch import ClientOptions
+from pytest_inferbench.loadgen.datasets import DatasetError, parse_dataset
 from pytest_inferbench.loadgen.prompts import point_workload, render
+from pytest_inferbench.loadgen.tokenizer import count_tokens
+from pytest_inferbench.loadgen.workload import LoadSettings
+from pytest_inferbench.recipe.launch import ClientOptions
 from pytest_inferbench.testing.recipes import master_entry
-from pytest_inferbench.tokenizer import count_tokens
-from pytest_inferbench.workload import LoadSettings
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = ClientOptions(use_chat_template=False)

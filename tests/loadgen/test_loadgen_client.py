@@ -12,16 +12,11 @@ import pytest
 
 from pytest_inferbench.backends.base import LoadSettings, ServerDiedError
 from pytest_inferbench.backends.http import HttpServerHandle
-from pytest_inferbench.loadgen.client import (
-    ClientConfig,
-    Timeouts,
-    connection_slots,
-    run_load,
-)
+from pytest_inferbench.loadgen.client import ClientConfig, Timeouts, connection_slots, run_load
 from pytest_inferbench.loadgen.prompts import render
-from pytest_inferbench.metrics import summarize
+from pytest_inferbench.loadgen.workload import build_workload
+from pytest_inferbench.results.metrics import summarize
 from pytest_inferbench.sim.server.launcher import running_sim_server
-from pytest_inferbench.workload import build_workload
 
 if TYPE_CHECKING:
     import types

@@ -189,7 +189,7 @@ def test_progress_line_redraws_and_clears() -> None:
     import io
 
     from pytest_inferbench.loadgen.progress import Progress
-    from pytest_inferbench.metrics import RequestRecord
+    from pytest_inferbench.results.metrics import RequestRecord
 
     out = io.StringIO()
 

@@ -30,12 +30,12 @@ import pytest
 from pytest_inferbench.backends.base import LoadSettings
 from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.loadgen.selfcheck import DEFAULT_INTERVAL_S, LAG_FLOOR_S
-from pytest_inferbench.metrics import first_send, summarize
+from pytest_inferbench.results.metrics import first_send, summarize
 
 if TYPE_CHECKING:
     import types
 
-    from pytest_inferbench.backends.base import PointMeasurement
+    from pytest_inferbench.results.measurement import PointMeasurement
     from pytest_inferbench.sim.server.launcher import SimServer
 
 CONC = 64

@@ -8,16 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from pytest_inferbench.launch import ClientOptions
 from pytest_inferbench.loadgen.prompts import point_workload, render
-from pytest_inferbench.tokenizer import count_tokens, render_chat
-from pytest_inferbench.workload import (
+from pytest_inferbench.loadgen.tokenizer import count_tokens, render_chat
+from pytest_inferbench.loadgen.workload import (
     DrawnRequests,
     LoadSettings,
     PlannedRequest,
     build_workload,
     poisson_offsets,
 )
+from pytest_inferbench.recipe.launch import ClientOptions
 
 
 def test_drawn_requests_read_as_the_request_tuples_they_stand_for() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.testing.recipes import large_master
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_inferbench.recipe import settings_digest
+from pytest_inferbench.recipe.model import settings_digest
 
 ROWS_SPEC_PAIR = [
     "{ tp: 4, conc-list: [1, 2] }",

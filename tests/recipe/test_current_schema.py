@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_inferbench.recipe import settings_digest
+from pytest_inferbench.recipe.model import settings_digest
 
 FINGERPRINT = "ab" * 32
 CURRENT = f"""\

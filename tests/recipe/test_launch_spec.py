@@ -10,10 +10,10 @@ import pytest
 
 from pytest_inferbench.backends.base import StartContext
 from pytest_inferbench.backends.docker import run_kwargs
-from pytest_inferbench.launch import LaunchSpecError, resolve
 from pytest_inferbench.options import Settings
-from pytest_inferbench.recipe import ServerConfig
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.launch import LaunchSpecError, resolve
+from pytest_inferbench.recipe.model import ServerConfig
+from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO_LAUNCH = Path(__file__).resolve().parents[2] / "benchmarks" / "launch"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.launch import packaged_launch_dir
-from pytest_inferbench.schema import RecipeError, load_recipe
+from pytest_inferbench.recipe.launch import packaged_launch_dir
+from pytest_inferbench.recipe.schema import RecipeError, load_recipe
 
 GOOD = """\
 k-fp4-mi355x-atom:

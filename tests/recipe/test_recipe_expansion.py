@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_inferbench.recipe import expand_concurrency, hardware_for_runner
-from pytest_inferbench.schema import load_recipe
+from pytest_inferbench.recipe.model import expand_concurrency, hardware_for_runner
+from pytest_inferbench.recipe.schema import load_recipe
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_inferbench.loadgen.progress import Progress
-from pytest_inferbench.metrics import RequestRecord
+from pytest_inferbench.results.metrics import RequestRecord
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_inferbench.sim.spec_decode import POOL_SIZE, AcceptanceSampler
+from pytest_inferbench.sim.acceptance import POOL_SIZE, AcceptanceSampler
 
 
 @pytest.mark.parametrize("probs", [(0.0, 0.17, 0.83, 0.0), (0.1, 0.2, 0.3, 0.4), (1.0,),

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_inferbench.metrics import summarize
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
+from pytest_inferbench.results.metrics import summarize
 from pytest_inferbench.sim import calibration
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.driver import simulate_point
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 MEASURED = calibration.MEASURED
 

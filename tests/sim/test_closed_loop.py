@@ -10,11 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
 from pytest_inferbench.sim.closed_loop import fits_whole, plan_closed_loop
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
 from pytest_inferbench.sim.driver import SimulatedPoint, _warmup_leaves_no_trace, simulate_point
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 M3 = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="atom", tp=4,
                   max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,

@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from pytest_inferbench.metrics import StepRecords, summarize
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
+from pytest_inferbench.results.metrics import StepRecords, summarize
+from pytest_inferbench.sim.acceptance import SpecConfig
 from pytest_inferbench.sim.cluster import Cluster
 from pytest_inferbench.sim.cluster_driver import (
     _record_per_request,
@@ -21,8 +23,6 @@ from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.disagg import Deployment, DeploymentError, Pool, Router, kv_transfer
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.sim.spec_decode import SpecConfig
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 M3 = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="vllm", tp=4,
                   kv_cache_dtype="fp8", block_size=128, max_num_batched_tokens=16384,

@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_inferbench.metrics import summarize
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
+from pytest_inferbench.results.metrics import summarize
 from pytest_inferbench.sim.cluster_driver import simulate_deployment_point
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.disagg import Deployment, Pool, kv_transfer
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 M3 = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="vllm", tp=4,
                   kv_cache_dtype="fp8", block_size=128, max_num_batched_tokens=16384,

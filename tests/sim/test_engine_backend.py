@@ -9,10 +9,10 @@ import pytest
 
 from pytest_inferbench.backends import get_backend
 from pytest_inferbench.backends.base import LoadSettings, ServerStartError, StartContext
-from pytest_inferbench.launch import ClientOptions, ServerSpec
-from pytest_inferbench.metrics import summarize
-from pytest_inferbench.recipe import Parallelism, SeqLenSweep, ServerConfig
-from pytest_inferbench.workload import poisson_offsets
+from pytest_inferbench.loadgen.workload import poisson_offsets
+from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
+from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.results.metrics import summarize
 
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", "{model}",
         "--server-port", "{port}", "-tp", "4", "--block-size", "128",

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from pytest_inferbench.golden import packaged
-from pytest_inferbench.metrics import summarize
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
+from pytest_inferbench.recipe.golden import packaged
+from pytest_inferbench.results.metrics import summarize
 from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
 from pytest_inferbench.sim.physics import shard_model, windowed_sum
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 EAGLE3 = ["--method", "eagle3", "--draft-model", "Inferact/MiniMax-M3-EAGLE3",
           "--num-speculative-tokens", "3"]

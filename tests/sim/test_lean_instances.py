@@ -9,14 +9,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
+from pytest_inferbench.sim.acceptance import SpecConfig
 from pytest_inferbench.sim.cluster import Cluster
 from pytest_inferbench.sim.cluster_driver import _simulate, simulate_deployment_point
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.disagg import Deployment, Pool
 from pytest_inferbench.sim.engine import Engine
 from pytest_inferbench.sim.instance import Declined
-from pytest_inferbench.sim.spec_decode import SpecConfig
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 M3 = EngineConfig(hardware="MI355X", model="amd/MiniMax-M3-MXFP4", framework="vllm", tp=4,
                   kv_cache_dtype="fp8", block_size=16, max_num_batched_tokens=8192,

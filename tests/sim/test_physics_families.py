@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_inferbench.metrics import summarize
+from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
+from pytest_inferbench.results.metrics import summarize
 from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.config import EngineConfig, SpecConfig
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.workload import LoadSettings, build_workload
 
 # One checkpoint per family, each served as an InferenceX node of that family serves it.
 FAMILIES = {

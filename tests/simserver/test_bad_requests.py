@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from pytest_inferbench.tokenizer import prompt_of_tokens
+from pytest_inferbench.loadgen.tokenizer import prompt_of_tokens
 
 from .conftest import MODEL
 

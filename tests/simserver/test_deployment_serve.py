@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from pytest_inferbench.tokenizer import count_tokens, prompt_of_tokens
+from pytest_inferbench.loadgen.tokenizer import count_tokens, prompt_of_tokens
 
 from .promtext import scrape, value
 

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from pytest_inferbench.tokenizer import (
+from pytest_inferbench.loadgen.tokenizer import (
     chat_prompt_tokens,
     count_tokens,
     prompt_of_tokens,

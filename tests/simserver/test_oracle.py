@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from pytest_inferbench.loadgen.tokenizer import count_tokens
 from pytest_inferbench.sim.server.oracle import EvalOracle, OracleError
-from pytest_inferbench.tokenizer import count_tokens
 
 from .conftest import ATOM_MTP_ARGV, FAST, MODEL
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from pytest_inferbench.loadgen.tokenizer import prompt_of_tokens
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.tokenizer import prompt_of_tokens
 
 from .conftest import ATOM_ARGV, MODEL
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_inferbench.tokenizer import (
+from pytest_inferbench.loadgen.tokenizer import (
     chat_prompt_tokens,
     count_tokens,
     filler_tokens,

@@ -16,7 +16,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING
 
-from ...redact import Redactor
+from ...results.redact import Redactor
 from .. import reaper
 from ..base import Backend
 from ..process import process_env
@@ -27,9 +27,9 @@ from .jobs import Allocation
 from .steps import SlurmServer, StepLaunch
 
 if TYPE_CHECKING:
-    from ...launch import ServerSpec
     from ...options import SlurmSettings
-    from ...recipe import ServerConfig
+    from ...recipe.launch import ServerSpec
+    from ...recipe.model import ServerConfig
     from ..base import StartContext
     from ..supervised import SupervisedHandle
 

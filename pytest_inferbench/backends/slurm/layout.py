@@ -19,7 +19,7 @@ from .jobs import is_this_host
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ...launch import ServerSpec
+    from ...recipe.launch import ServerSpec
 
 
 @dataclass(frozen=True)

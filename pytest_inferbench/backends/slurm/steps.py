@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from pathlib import Path
 
-    from ...redact import Redactor
+    from ...results.redact import Redactor
     from .jobs import Allocation
 
 SRUN_EXIT_WAIT_S = 5.0  # the job ended: srun follows once its step is torn down

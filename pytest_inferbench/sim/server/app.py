@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ...aio import cancel_and_wait
+from ...util.aio import cancel_and_wait
 from .engine_loop import EngineLoop, RequestTrace
 from .faults import FAULT_EXIT_CODE, FaultConfig, FaultInjector
 from .openai_api import ApiError, Kind, parse_generation, parse_json_object, resolve_max_tokens

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ...aio import cancel_and_wait
+from ...util.aio import cancel_and_wait
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from ...tokenizer import chat_prompt_tokens, count_tokens, render_chat
+from ...loadgen.tokenizer import chat_prompt_tokens, count_tokens, render_chat
 
 Kind = Literal["completion", "chat"]
 _ROLES = ("system", "user", "assistant", "tool", "developer")

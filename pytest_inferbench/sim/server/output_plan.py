@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...tokenizer import filler_tokens, text_to_tokens
+from ...loadgen.tokenizer import filler_tokens, text_to_tokens
 
 if TYPE_CHECKING:
     from .openai_api import GenerationRequest

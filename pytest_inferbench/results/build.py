@@ -24,9 +24,9 @@ from . import metrics
 from .record import PointRecord, mapping, number, strings
 
 if TYPE_CHECKING:
-    from .backends.base import PointMeasurement
-    from .launch import ServerSpec
-    from .recipe import BenchPoint
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint
+    from .measurement import PointMeasurement
     from .record import JSONValue, Record
 
 SCHEMA_VERSION = 1

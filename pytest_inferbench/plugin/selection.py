@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from .changelog import ChangelogError, load_changelog
-from .changelog.gate import launch_names
-from .changelog.history import check_history
-from .changelog.items import ChangelogFile, ChangelogItem, HistoryItem
-from .changes import GitError, Revision, touched_configs
+from ..changelog import ChangelogError, load_changelog
+from ..changelog.changes import GitError, Revision, touched_configs
+from ..changelog.gate import launch_names
+from ..changelog.history import check_history
+from ..changelog.items import ChangelogFile, ChangelogItem, HistoryItem
+from ..evals.collect import EvalItem
 from .collect import BenchItem, InvalidEntryItem
-from .evals.collect import EvalItem
 
 
 def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> None:

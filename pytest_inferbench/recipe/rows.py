@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from yaml.nodes import Node
 
-from .recipe import SPEC_DECODING_VALUES, Parallelism, SeqLenSweep, ServerConfig, Worker
+from .model import SPEC_DECODING_VALUES, Parallelism, SeqLenSweep, ServerConfig, Worker
 from .yaml_walk import Walker
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .yamllines import load_data
+from ..util.yamllines import load_data
 
 
 class GitError(Exception):

@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import report
-from .backends import reaper
-from .backends.registry import backend_info
+from .. import report
+from ..backends import reaper
+from ..options.backend_registry import backend_info
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from .backends.reaper import SignalHandler
-    from .options import Settings
+    from ..backends.reaper import SignalHandler
+    from ..options import Settings
 
 
 @dataclass
@@ -72,8 +72,8 @@ def begin_run(config: pytest.Config, settings: Settings, run_id: str) -> None:
             or hasattr(config, "workerinput")):
         return
     activation.begun = True
-    from . import run_dir
-    from .backends import sweep_stale
+    from ..backends import sweep_stale
+    from ..results import run_dir
 
     lines = [*sweep_stale(settings), *run_dir.prepare(settings.results_dir, run_id)]
     reporter = config.pluginmanager.get_plugin("terminalreporter")

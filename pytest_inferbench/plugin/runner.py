@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from .backends.base import ServerDiedError
-from .record import PointRecord
-from .state import RESULTS_KEY, get_session_state
+from ..backends.base import ServerDiedError
+from ..results.record import PointRecord
+from ..state import RESULTS_KEY, get_session_state
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .backends.base import LoadSettings, ServerHandle
-    from .launch import ServerSpec
-    from .recipe import BenchPoint
+    from ..backends.base import LoadSettings, ServerHandle
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint
 
 
 class RunningNode(Protocol):
@@ -34,15 +34,15 @@ POINTS_DIR = "points"  # only the points' raw and agg files live here; run-level
 
 def write_point_files(results_dir: Path, result: PointRecord) -> list[str]:
     """The point's raw and agg files (`result_files`); notes for what could not be written."""
-    from . import result_files
-    from .results import write_json_atomic
+    from ..results import point_files
+    from ..results.build import write_json_atomic
 
-    raw_path, agg_path = result_files.point_paths(results_dir / POINTS_DIR,
+    raw_path, agg_path = point_files.point_paths(results_dir / POINTS_DIR,
                                                   result.result_filename)
-    raw = result_files.raw_result(result)
+    raw = point_files.raw_result(result)
     write_json_atomic(raw_path, raw, indent=None)  # one line, as benchmark_serving.py writes it
     try:
-        agg = result_files.agg_result(raw)
+        agg = point_files.agg_result(raw)
     except ZeroDivisionError:
         return [f"no {agg_path.name}: a TPOT of 0 ms has no interactivity (InferenceX's "
                 "process_result.py fails on it too)"]
@@ -55,9 +55,10 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     """Run `point` (with the session's load settings unless `load` is given), record its result
     on the item and write its files; fail the item on gate failures unless `fail` is False.
     The result record is returned, `gate_failures` included."""
-    from . import gates, report, results
-    from .report.live import end_line, progress_output, start_line
-    from .result_files import runner_name
+    from .. import gates, report
+    from ..report.live import end_line, progress_output, start_line
+    from ..results import build
+    from ..results.point_files import runner_name
 
     state = get_session_state(item.config)
     handle = node.handle
@@ -76,7 +77,7 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
         node.dead_reason = state.redactor.text(str(exc))
         pytest.fail(node.dead_reason, pytrace=False)
     settings = state.settings
-    measured = results.build_result(
+    measured = build.build_result(
         point, measurement, spec=node.spec, backend=settings.backend,
         goodput_slos=dict(settings.goodput) or None,
         runner_name=runner_name(point.server.runner, settings.runner_name),
@@ -95,7 +96,7 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     written = write_point_files(settings.results_dir, measured)
     result = measured.with_values(notes=[*notes, *written])
     if settings.save_requests:
-        from .result_files import REQUESTS_DIR, write_request_lines
+        from ..results.point_files import REQUESTS_DIR, write_request_lines
 
         write_request_lines(settings.results_dir / REQUESTS_DIR
                             / f"{result.result_filename}.jsonl", measurement.records,
@@ -106,7 +107,7 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     except Exception as exc:  # any gate error fails this point, never the run
         gate_failures, fields = [f"gates could not be evaluated: {type(exc).__name__}: {exc}"], {}
     failures = [state.redactor.text(failure)
-                for failure in [*results.measurement_failures(result), *gate_failures]]
+                for failure in [*build.measurement_failures(result), *gate_failures]]
     added = {k: v for k, v in fields.items() if k not in result}
     if failures or added or written:  # the files on disk do not say all of it yet
         judged = result.with_values(**added, gate_failures=failures)

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from . import yamllines
+from ..util import yamllines
 
 if TYPE_CHECKING:
-    from .recipe import Parallelism, ServerConfig
+    from .model import Parallelism, ServerConfig
 
 PORT_PLACEHOLDER = "{port}"
 

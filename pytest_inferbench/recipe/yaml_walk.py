@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import yamllines
-from .recipe import MAX_CONCURRENCY, expand_concurrency
-from .yamllines import MappingNode, Node, ScalarNode, SequenceNode
+from ..util import yamllines
+from ..util.yamllines import MappingNode, Node, ScalarNode, SequenceNode
+from .model import MAX_CONCURRENCY, expand_concurrency
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -31,14 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .record import to_float
-from .request_records import (
-    Flat,
-    RequestRecord,
-    StepRecords,
-    first_send,
-    flatten,
-    send_times,
-)
+from .request_records import Flat, RequestRecord, StepRecords, first_send, flatten, send_times
 from .sample_stats import latency_stats, weighted_stats
 
 if TYPE_CHECKING:

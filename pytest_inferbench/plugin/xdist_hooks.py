@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..backends.gpu import GpuSpecError, format_gpu_ids, parse_gpu_ids, split_between_workers
+from ..state import DOCKER_HOST_KEY, GPUS_KEY, RUN_ID_KEY, get_session_state
 from . import activation, preflight
-from .gpu import GpuSpecError, format_gpu_ids, parse_gpu_ids, split_between_workers
-from .state import DOCKER_HOST_KEY, GPUS_KEY, RUN_ID_KEY, get_session_state
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import pytest
     from xdist.workermanage import WorkerController
 
-    from .options import Settings
+    from ..options import Settings
 
 __all__ = ["DOCKER_HOST_KEY", "GPUS_KEY", "RUN_ID_KEY", "XdistHooks", "register", "worker_input"]
 

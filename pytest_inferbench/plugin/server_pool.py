@@ -6,7 +6,7 @@ through the `inferbench_server` fixture. Users that ask for the same server iden
 from) share one start. A server stops when it is idle (no user holds it) at an item boundary
 and the next item does not want it (`settle`), the way pytest tears down a scope whose last
 item ran; whatever is still running stops at session end (`close`). Items that want the same
-server are kept next to each other (`plugin.py`), so each server starts once per worker.
+server are kept next to each other (`plugin/__init__.py`), so each server starts once per worker.
 
 A start that fails is remembered until its server is settled: every user in that stretch
 errors with the same message at once, without a new start.
@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .backends import get_backend
-from .backends.base import ServerStartError
-from .launch import resolve
-from .state import get_session_state
+from ..backends import get_backend
+from ..backends.base import ServerStartError
+from ..recipe.launch import resolve
+from ..state import get_session_state
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from .backends.base import ServerHandle
-    from .launch import ServerSpec
-    from .recipe import ServerConfig
+    from ..backends.base import ServerHandle
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import ServerConfig
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from .workload import MAX_SEED
+from ..loadgen.workload import MAX_SEED
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from .options import Settings
-    from .recipe import ServerConfig
+    from ..options import Settings
+    from ..recipe.model import ServerConfig
 
 
 class PreflightError(Exception):
@@ -42,7 +42,7 @@ class PreflightError(Exception):
 
 def checked_settings(config: pytest.Config) -> Settings:
     """The session's settings; every problem of its options at once as a usage error."""
-    from .options import Settings, split_path_problems
+    from ..options import Settings, split_path_problems
 
     problems = split_path_problems(config)
     try:
@@ -69,7 +69,7 @@ def servers_of_node_ids(root: Path, node_ids: Iterable[str], recipe_globs: tuple
     crash)."""
     from fnmatch import fnmatch
 
-    from .schema import RecipeError, load_recipe
+    from ..recipe.schema import RecipeError, load_recipe
 
     wanted: dict[str, set[str]] = {}
     for node_id in node_ids:
@@ -136,7 +136,7 @@ def check_settings(settings: Settings) -> list[str]:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             p.append(f"--inferbench-pass-env: {name!r} is not an environment variable name")
     if settings.gpus is not None:
-        from .gpu import GpuSpecError, parse_gpu_ids
+        from ..backends.gpu import GpuSpecError, parse_gpu_ids
 
         try:
             parse_gpu_ids(settings.gpus)
@@ -215,10 +215,10 @@ def _creatable(directory: Path) -> bool:
 def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str]:
     """Problems of the files the collected servers' points will read: gates files (every
     metric a key the results have), eval thresholds, the baseline, the launch specs."""
-    from .gates import GatesFileError, load_baseline_for, load_gates
-    from .gates.baseline import BaselineError
-    from .golden import GoldenALError
-    from .launch import LaunchSpecError, launch_spec_path, resolve
+    from ..gates import GatesFileError, load_baseline_for, load_gates
+    from ..gates.baseline import BaselineError
+    from ..recipe.golden import GoldenALError
+    from ..recipe.launch import LaunchSpecError, launch_spec_path, resolve
 
     problems: list[str] = []
     seen: set[object] = set()
@@ -254,7 +254,7 @@ def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str
                 problems += [m for m in _mount_problems(spec.mounts, str(path), settings)
                              if once(("mount", m))]
     if servers and settings.eval_data is not None and settings.eval_data.is_file():
-        from .evals.gsm8k import EvalDataError, load_items
+        from ..evals.gsm8k import EvalDataError, load_items
 
         try:
             load_items(settings.eval_data)
@@ -280,7 +280,7 @@ def _mount_problems(mounts: Iterable[str], where: str, settings: Settings) -> li
 
 
 def _thresholds_problems(path: Path) -> list[str]:
-    from .evals.thresholds import ThresholdsError, validate_thresholds
+    from ..evals.thresholds import ThresholdsError, validate_thresholds
 
     if not path.exists():
         return []

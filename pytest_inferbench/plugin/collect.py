@@ -2,7 +2,7 @@
 
 The tree is exactly three deep so `pytest -n N --dist loadscope` keeps every point of a server on
 one worker (loadscope groups by the node id without its last part). A ServerNode takes its
-server from the pool (`servers.py`) in `setup()` and hands it back in `teardown()`; the pool
+server from the pool (`server_pool.py`) in `setup()` and hands it back in `teardown()`; the pool
 stops it once no following item wants it, so a Python test asking for the same server shares
 the start. pytest runs the teardown even after a failed setup and errors every point of a node
 whose setup failed, without retrying.
@@ -15,23 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .backends.base import ServerDiedError, ServerStartError
-from .backends.registry import unsupported_reason
-from .launch import LaunchSpecError
-from .schema import RecipeError, load_recipe
-from .server_select import note_collected
-from .servers import group_with_server, pool_for, server_key
-from .state import get_session_state
+from ..backends.base import ServerDiedError, ServerStartError
+from ..options.backend_registry import unsupported_reason
+from ..recipe.launch import LaunchSpecError
+from ..recipe.schema import RecipeError, load_recipe
+from ..state import get_session_state
+from .server_marker import note_collected
+from .server_pool import group_with_server, pool_for, server_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from _pytest._code.code import TracebackStyle
 
-    from .backends.base import ServerHandle
-    from .launch import ServerSpec
-    from .recipe import BenchPoint, InvalidEntry, ServerConfig
-    from .servers import Lease
+    from ..backends.base import ServerHandle
+    from ..recipe.launch import ServerSpec
+    from ..recipe.model import BenchPoint, InvalidEntry, ServerConfig
+    from .server_pool import Lease
 
 
 class RecipeFile(pytest.File):
@@ -103,7 +103,7 @@ class ServerNode(pytest.Collector):
                                          callobj=_bench_callobj())
             group_with_server(item, self.wants)
             yield item
-        from .evals.collect import make_eval_item
+        from ..evals.collect import make_eval_item
 
         # Last, so it runs after the points on the same server.
         eval_item = make_eval_item(self, self.server)

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .recipe import Parallelism
-from .schema import RecipeError, load_recipe
-from .state import get_session_state
+from ..recipe.model import Parallelism
+from ..recipe.schema import RecipeError, load_recipe
+from ..state import get_session_state
 
 if TYPE_CHECKING:
-    from .recipe import ServerConfig
+    from ..recipe.model import ServerConfig
 
 MARKER = "inferbench_server"
 FIXTURE = "inferbench_server"  # also indirectly parametrized by a config key

@@ -19,7 +19,7 @@ import socket
 import time
 from pathlib import Path
 
-from .pids import pid_alive
+from ..util.pids import pid_alive
 
 RUN_FILE = "run.json"
 _TMP = re.compile(r"^\..+\.(\d+)\.[^.]+\.tmp$")

@@ -10,22 +10,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import (
-    activation,
-    collect,
-    fixtures,
-    options,
-    preflight,
-    redact,
-    report,
-    servers,
-    state,
-    xdist_hooks,
-)
-from .backends import reaper
-from .changelog import items as changelog_items
-from .evals.collect import EVAL_MARKER
-from .server_select import MARKER_HELP
+from .. import options, report, state
+from ..backends import reaper
+from ..changelog import items as changelog_items
+from ..evals.collect import EVAL_MARKER
+from ..results import redact
+from . import activation, collect, fixtures, preflight, server_pool, xdist_hooks
+from .server_marker import MARKER_HELP
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -121,12 +112,12 @@ def pytest_collection_modifyitems_keep_servers_contiguous(items: list[pytest.Ite
     # Reordering plugins could interleave servers and restart them: every user of a server (a
     # recipe node's items, tests marked for it) moves up to its first user; other items keep
     # their places, so a run without servers keeps pytest's order.
-    first_seen: dict[servers.ServerKey, int] = {}
+    first_seen: dict[server_pool.ServerKey, int] = {}
     for index, item in enumerate(items):
-        for key in servers.wanted_by(item):
+        for key in server_pool.wanted_by(item):
             first_seen.setdefault(key, index)
     position = {id(item): index for index, item in enumerate(items)}
-    items.sort(key=lambda i: min((first_seen[k] for k in servers.wanted_by(i)),
+    items.sort(key=lambda i: min((first_seen[k] for k in server_pool.wanted_by(i)),
                                  default=position[id(i)]))
 
 
@@ -136,12 +127,12 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
     try:
         return (yield)
     finally:
-        servers.settle_after(item, nextitem)
+        server_pool.settle_after(item, nextitem)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    for line in servers.close_pool(session.config):
+    for line in server_pool.close_pool(session.config):
         if reporter is not None:
             reporter.write_line(f"inferbench: {line}")
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from .record import JSONValue
+    from ..results.record import JSONValue
 
     IntArray = npt.NDArray[np.int64]
 

@@ -1,6 +1,6 @@
 """Command-line and ini options of the plugin, read once into a frozen `Settings`.
 
-Precedence: command line, then ini, then the default. `plugin.py` registers the options and
+Precedence: command line, then ini, then the default. `plugin` registers the options and
 stores `Settings.from_config(config)` in the config stash; everything else reads `Settings`.
 """
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from .backends.registry import BACKENDS as REGISTRY
-from .datasets import RANDOM, DatasetError, DatasetSpec, parse_dataset, text_prompts
-from .layout import BESIDE_RECIPES, Layout, discover
-from .metrics import GOODPUT_METRICS
-from .options_slurm import IniType, add_slurm_options
-from .options_slurm import SlurmSettings as SlurmSettings
-from .workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
+from ..loadgen.datasets import RANDOM, DatasetError, DatasetSpec, parse_dataset, text_prompts
+from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
+from ..recipe.layout import BESIDE_RECIPES, Layout, discover
+from ..results.metrics import GOODPUT_METRICS
+from .backend_registry import BACKENDS as REGISTRY
+from .slurm import IniType, add_slurm_options
+from .slurm import SlurmSettings as SlurmSettings
 
 BACKENDS = tuple(REGISTRY)
 PROGRESS_MODES = ("auto", "lines", "off")  # report/live.py gives each its meaning

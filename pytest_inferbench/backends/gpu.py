@@ -8,7 +8,7 @@ simulator. The vendor comes from the node's hardware
 (MI* -> ROCm, everything else -> NVIDIA), not from what the host happens to have.
 
 GPU ids of a node are a slice of its worker's GPUs: `--inferbench-gpus 0-7` is split evenly
-between xdist workers (`xdist_hooks.py`), and a node takes the first `tp` ids of its worker's
+between xdist workers (`plugin/xdist_hooks.py`), and a node takes the first `tp` ids of its worker's
 slice (under `--dist loadscope` a worker runs one node at a time).
 """
 

@@ -17,17 +17,11 @@ import functools
 import re
 from typing import TYPE_CHECKING
 
-from . import yamllines
-from .recipe import (
-    GPU_BY_RUNNER_PREFIX,
-    InvalidEntry,
-    RecipeFile,
-    ServerConfig,
-    hardware_for_runner,
-)
-from .schema_rows import EntryContext, group_into_servers, scenarios
+from ..util import yamllines
+from ..util.yamllines import MappingNode, Node
+from .model import GPU_BY_RUNNER_PREFIX, InvalidEntry, RecipeFile, ServerConfig, hardware_for_runner
+from .rows import EntryContext, group_into_servers, scenarios
 from .yaml_walk import Errors, RecipeError, Walker, describe, scalar
-from .yamllines import MappingNode, Node
 
 if TYPE_CHECKING:
     from pathlib import Path

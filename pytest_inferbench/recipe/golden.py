@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .specdecode import THINKING_OFF, THINKING_ON
-from .yamllines import MappingNode, YamlSyntaxError, compose, line_of, read_text, to_python
+from ..frameworks.specdecode import THINKING_OFF, THINKING_ON
+from ..util.yamllines import MappingNode, YamlSyntaxError, compose, line_of, read_text, to_python
 
 __all__ = ["PACKAGED_DIR", "GoldenAL", "GoldenALError", "load_golden_al", "model_key", "packaged"]
 
-PACKAGED_DIR = Path(__file__).parent / "data" / "golden_al"
+PACKAGED_DIR = Path(__file__).parent.parent / "data" / "golden_al"
 
 
 class GoldenALError(Exception):

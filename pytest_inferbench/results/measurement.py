@@ -1,0 +1,36 @@
+"""What one point measured, as a backend hands it over: the request records plus what the server
+itself reported. `build.build_result` turns it into the point's result record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from .metrics import RequestRecord
+    from .record import JSONValue
+
+
+@dataclass(frozen=True)
+class PointMeasurement:
+    """The raw outcome of one point: the records plus what the server itself reported."""
+
+    records: Sequence[RequestRecord]
+    duration_s: float
+    num_prompts: int
+    max_concurrency: int
+    simulated: bool
+    # What the server said of the point: deltas, AL, KV, preemptions.
+    server_metrics: Mapping[str, JSONValue] = field(default_factory=dict)
+    client_check: Mapping[str, JSONValue] = field(default_factory=dict)  # self-check verdict
+    notes: tuple[str, ...] = ()
+    # Wall-clock start of the measured phase (a simulated point: when it was simulated; its
+    # virtual timeline is anchored there).
+    started_unix: float | None = None
+    # `Workload.describe()` and more
+    workload: Mapping[str, JSONValue] = field(default_factory=dict)
+    # The simulated server's clock as it announced it (0: as fast as it can, timings are not
+    # meaningful); None for real servers and the in-process simulator's virtual clock.
+    time_scale: float | None = None
