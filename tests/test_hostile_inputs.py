@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_inferbench.sim import catalog
 from pytest_inferbench.testing.recipes import master_entry
 
 # (option words, a fragment its message must hold)
@@ -270,3 +271,27 @@ def test_under_xdist_the_controller_reports_config_problems_cleanly(
     assert "gates.yaml:2: 'p99_ttfx' is not a result key (did you mean 'p99_ttft'?)" in text
     assert not (pytester.path / "inferbench-results").exists()
     no_traceback(text)
+
+
+def test_a_runner_the_simulator_lacks_is_refused_before_any_start(
+        pytester: pytest.Pytester) -> None:
+    """A runner the recipe model accepts whose hardware the simulator's catalog has no figures
+    for: a simulating backend names the entry's line at once instead of erroring at setup."""
+    pytester.makeconftest(  # a runner the recipes accept, unknown to the simulator
+        "from pytest_inferbench.recipe.model import GPU_BY_RUNNER_PREFIX\n"
+        "GPU_BY_RUNNER_PREFIX['tpu7'] = 'TPU7'\n")
+    known = master_entry(isl=256, osl=16)
+    lacking = master_entry("m-fp8-tpu7-vllm", runner="tpu7-pod", isl=256, osl=16)
+    _write(pytester.path / "bench-master.yaml", known + lacking)
+    lacking_line = known.count("\n") + 1
+    for backend in ("sim", "sim-server"):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                               "--inferbench-backend", backend)
+        text = result.stdout.str() + result.stderr.str()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+        assert "1 problem in the inferbench config files, nothing was run:" in text, text
+        assert (f"bench-master.yaml:{lacking_line}: m-fp8-tpu7-vllm.runner 'tpu7-pod': the "
+                f"{backend} backend cannot simulate it: unknown hardware 'TPU7'; known: "
+                f"{', '.join(catalog.hardware_names())}") in text, text
+        assert not (pytester.path / "inferbench-results").exists()  # nothing started
+        no_traceback(text)

@@ -14,7 +14,8 @@ from .base import Backend
 if TYPE_CHECKING:
     from ..options import Settings
 
-__all__ = ["BACKENDS", "BackendInfo", "backend_info", "get_backend", "sweep_stale"]
+__all__ = ["BACKENDS", "BackendInfo", "backend_info", "get_backend", "simulator_lacks_hardware",
+           "sweep_stale"]
 
 
 def get_backend(name: str) -> Backend:
@@ -24,6 +25,20 @@ def get_backend(name: str) -> Backend:
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise TypeError(f"backends.{info.module}.{info.class_name} is not a Backend")
     return cls()
+
+
+def simulator_lacks_hardware(hardware: str) -> str | None:
+    """Why the simulator cannot serve `hardware` (its catalog has no such entry), or None.
+
+    The recipe model accepts runners by name alone; the simulator needs the accelerator's
+    figures, so a runner added to one and not the other must be caught before any start."""
+    from ..sim import catalog
+
+    try:
+        catalog.hardware(hardware)
+    except catalog.CatalogError as exc:
+        return str(exc)
+    return None
 
 
 def sweep_stale(settings: Settings) -> list[str]:

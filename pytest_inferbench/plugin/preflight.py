@@ -253,6 +253,7 @@ def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str
             else:
                 problems += [m for m in _mount_problems(spec.mounts, str(path), settings)
                              if once(("mount", m))]
+    problems += _simulator_problems(servers, settings)
     if servers and settings.eval_data is not None and settings.eval_data.is_file():
         from ..evals.gsm8k import EvalDataError, load_items
 
@@ -266,6 +267,26 @@ def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str
         except BaselineError as exc:
             problems.append(str(exc))
     return problems
+
+
+def _simulator_problems(servers: Iterable[ServerConfig], settings: Settings) -> list[str]:
+    """Runners whose hardware the simulator has no figures for: each would collect and then
+    error at setup, so a simulating backend refuses them before the first start."""
+    from ..backends import simulator_lacks_hardware
+    from ..options.backend_registry import backend_info
+
+    if not backend_info(settings.backend).simulated:
+        return []
+    problems: dict[str, None] = {}  # one line per entry, however many servers it has
+    for server in servers:
+        if server.skip_reason is not None:
+            continue  # never started
+        lack = simulator_lacks_hardware(server.hardware)
+        if lack is not None:
+            problems[f"{server.source}:{server.line}: {server.config_key}.runner "
+                     f"{server.runner!r}: the {settings.backend} backend cannot simulate it: "
+                     f"{lack}"] = None
+    return list(problems)
 
 
 def _mount_problems(mounts: Iterable[str], where: str, settings: Settings) -> list[str]:
