@@ -4,9 +4,9 @@
   lm-eval's `local-chat-completions --apply_chat_template`, spec-decoding or not).
 - Greedy decoding (temperature 0, top_p 1) and `max_tokens` from the eval context length as
   `run_lm_eval` computes it: context `ctx` = the server's `--max-model-len` (or
-  `--context-length`) from the launch argv, else ISL + OSL + 256 of the eval point, capped at the
-  model's native maximum when its config is on this machine; `max_tokens` = ctx - 4096 when
-  ctx > 4096, else ctx / 2, at most 16384.
+  `--context-length`) from the launch argv, else the eval point's max-model-len
+  (`recipe.model.max_model_len`), capped at the model's native maximum when its config is on
+  this machine; `max_tokens` = ctx - 4096 when ctx > 4096, else ctx / 2, at most 16384.
 - Which point, at which concurrency (InferenceX's `mark_eval_entries`): evals run at 8k1k, at
   concurrency >= 16, with `num_concurrent` = that concurrency. InferenceX evaluates the highest
   and the median eligible concurrency in separate jobs; a node here is evaluated once, against
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..recipe.model import BenchPoint as BenchPointType
+from ..recipe.model import max_model_len
 from ..results.build import write_json_atomic
 from ..sim.args import ArgvError, argv_value
 from .gsm8k import (
@@ -113,7 +114,7 @@ def eval_max_tokens(context_length: int) -> int:
 def plan_eval(target: ServerConfig | BenchPoint, spec: ServerSpec | None) -> EvalPlan:
     conc, isl, osl = eval_point(target)
     server = target.server if isinstance(target, BenchPointType) else target
-    context = isl + osl + 256  # the matrix's max-model-len
+    context = max_model_len(isl, osl)
     if spec is not None:
         try:
             launched = argv_value(spec.argv, "max_model_len")

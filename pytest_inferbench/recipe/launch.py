@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ..util import yamllines
+from .model import max_model_len
 
 if TYPE_CHECKING:
     from .model import Parallelism, ServerConfig
@@ -180,10 +181,10 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
                                            files, client)
     args = _place_overlay_args(path, args, overlay_args)
     # A server node serves every ISL/OSL of its entry: its context is sized for the longest.
-    max_model_len = max((s.isl + s.osl + 256 for s in server.sweeps), default=32768)
+    context = max((max_model_len(s.isl, s.osl) for s in server.sweeps), default=32768)
     p = server.parallel
     values = {"{model}": server.model, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.tp),
-              "{max_model_len}": str(max_model_len),
+              "{max_model_len}": str(context),
               "{mtp_tokens}": str(speculative_tokens(server))}
     roles = _roles(path, data, command, env, values, server, files)
     filled = {name: _fill_tree(content, values) for name, content in files.items()}

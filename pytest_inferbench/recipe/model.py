@@ -56,6 +56,16 @@ def expand_concurrency(start: int, end: int, step: int = 2) -> tuple[int, ...]:
     return tuple(values)
 
 
+# InferenceX's matrix gives a server ISL + OSL + this many tokens of context (its
+# max-model-len), a margin over the random prompt and output for the template's tokens.
+MAX_MODEL_LEN_MARGIN = 256
+
+
+def max_model_len(isl: int, osl: int) -> int:
+    """The context a point of ISL/OSL is served with, as InferenceX's matrix sizes it."""
+    return isl + osl + MAX_MODEL_LEN_MARGIN
+
+
 def seq_len_name(isl: int, osl: int) -> str:
     """InferenceX `seq_len_stoi` inverse: 1k1k, 8k1k, else isl_osl."""
     known = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
@@ -241,7 +251,7 @@ class BenchPoint:
 
     @property
     def max_model_len(self) -> int:
-        return self.isl + self.osl + 256
+        return max_model_len(self.isl, self.osl)
 
     @property
     def exp_name(self) -> str:

@@ -18,7 +18,7 @@ import yaml
 from pytest_inferbench.backends.base import ServerStartError, StartContext
 from pytest_inferbench.backends.sim import SimBackend
 from pytest_inferbench.recipe.launch import OVERLAY_ARGS_MARK, packaged_launch_dir, resolve
-from pytest_inferbench.recipe.model import ServerConfig
+from pytest_inferbench.recipe.model import ServerConfig, max_model_len
 from pytest_inferbench.testing.inferencex import single_node_servers
 from pytest_inferbench.testing.recipes import master_entry
 from pytest_inferbench.testing.scriptrun import run_script, workspace_available
@@ -133,7 +133,7 @@ def test_resolved_spec_matches_what_the_script_starts(
     run = run_script(SCRIPTS / script, {
         "MODEL": server.model, "TP": str(tp), "EP_SIZE": str(ep), "CONC": str(conc),
         "ISL": str(sweep.isl), "OSL": str(sweep.osl),
-        "MAX_MODEL_LEN": str(max(s.isl + s.osl + 256 for s in server.sweeps)),
+        "MAX_MODEL_LEN": str(max(max_model_len(s.isl, s.osl) for s in server.sweeps)),
         "DP_ATTENTION": "true" if dpa else "false", "RANDOM_RANGE_RATIO": "0.8",
         "RESULT_FILENAME": "result"})
     argv = spec.argv_for_port(8888)
