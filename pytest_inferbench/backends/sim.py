@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..loadgen.prompts import point_workload
-from ..results.measurement import PointMeasurement
+from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from ..sim import catalog
 from ..sim.acceptance import SpecConfigError
 from ..sim.args import ArgvError, engine_config_from_argv
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from ..recipe.model import BenchPoint, ServerConfig
     from .base import LoadSettings, StartContext
 
-SIMULATED_NOTE = ("simulated prediction: virtual-time roofline model of the serving engine "
-                  "(pytest_inferbench.sim), not a measurement")
 CONFIG_ERRORS = (ArgvError, catalog.CatalogError, DeploymentError, EngineConfigError,
                  SpecConfigError, ValueError)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from ..results.measurement import SIMULATED_NOTE
+
 # A table row: a point's JUnit properties (or its record) and verdict, or an eval's.
 Row = Mapping[str, object]
 
 EVAL_PREFIX = "eval_"
-SIMULATED_NOTE = "SIMULATED: numbers predicted by the performance model, not measured on hardware"
 NOT_TIMED_NOTE = ("TIMINGS NOT MEANINGFUL: the simulated server ran at time scale 0 (as fast as "
                   "it can); functional results only")
 ESTIMATED_NOTE = ("TOKEN COUNTS ESTIMATED: no local tokenizer for the served model, prompts are "

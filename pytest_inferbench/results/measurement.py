@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from .metrics import RequestRecord
     from .record import JSONValue
 
+# What a simulated result says of itself, in one wording wherever it appears: the note of every
+# point the simulator returns, and the title of every table of simulated points.
+SIMULATED_NOTE = "SIMULATED: numbers predicted by the performance model, not measured on hardware"
+
 
 @dataclass(frozen=True)
 class PointMeasurement:

@@ -14,6 +14,7 @@ import pytest
 # twice in one process, so the simulator and plotting stacks are imported here, once.
 import pytest_inferbench.backends.sim
 import pytest_inferbench.report.plots  # noqa: F401
+from pytest_inferbench.results.measurement import SIMULATED_NOTE
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def test_tables_summary_json_plots_and_junit(
     result.assert_outcomes(passed=3)
     text = result.stdout.str()
     for node in NODES:
-        assert f"{node}  [SIMULATED" in text
+        assert f"{node}  [{SIMULATED_NOTE}]" in text
     result.stdout.re_match_lines(
         [
             r"\s*ISL/OSL\s+conc @rate\s+in flight\s+tput/GPU tok/s\s+out tput/GPU tok/s\s+"
@@ -89,7 +90,7 @@ def test_tables_summary_json_plots_and_junit(
     png = project.path / "inferbench-results/plots/minimaxm3_isl1024_osl64.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = step_summary.read_text()
-    assert "SIMULATED" in markdown and f"### {NODES[0]} (simulated)" in markdown
+    assert f"> **{SIMULATED_NOTE}.**" in markdown and f"### {NODES[0]} (simulated)" in markdown
     assert markdown.count("| 1024/64 |") == 3
 
 

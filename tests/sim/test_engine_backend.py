@@ -12,6 +12,7 @@ from pytest_inferbench.backends.base import LoadSettings, ServerStartError, Star
 from pytest_inferbench.loadgen.workload import poisson_offsets
 from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
 from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.results.measurement import SIMULATED_NOTE
 from pytest_inferbench.results.metrics import summarize
 
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", "{model}",
@@ -55,7 +56,7 @@ def test_default_backend_runs_points_and_says_they_are_simulated() -> None:
     for m, conc in ((first, 1), (second, 8)):
         assert m.simulated and m.max_concurrency == conc and m.num_prompts == 3 * conc
         assert len(m.records) == 3 * conc
-        assert any("simulated prediction" in note for note in m.notes)
+        assert SIMULATED_NOTE in m.notes
         for r in m.records:
             assert r.success and r.output_tokens == int(r.tokens_per_chunk().sum())
             assert 819 <= r.output_tokens <= 1024 and 819 <= r.input_tokens <= 1024
