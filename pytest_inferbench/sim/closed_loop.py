@@ -27,7 +27,7 @@ import numpy as np
 
 from . import decode_sums
 from .kv_schedule import plan_kv_limited
-from .planned import PlannedFinishes, commit, prefill_terms, price_steps
+from .planned import PlannedFinishes, client_turn, commit, prefill_terms, price_steps
 from .state import plan_draws
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class _Schedule:
         complete, scheduled, sent_after = self.complete, self.scheduled, self.sent_after
         chunk_steps, chunk_req, chunk_end = (self.chunk_steps.append, self.chunk_req.append,
                                              self.chunk_end.append)
-        visited, finish_order = self.visited.append, self.finish_order.append
+        visited = self.visited.append
         heappush, heappop = heapq.heappush, heapq.heappop
         sent = min(concurrency, n)  # requests 0 .. sent - 1 are out; an idle engine takes them
         waiting: deque[int] = deque(range(sent))
@@ -172,20 +172,9 @@ class _Schedule:
             visited(s)
             if len(waiting) > waiting_peak:
                 waiting_peak = len(waiting)
-            # The driver: requests sent after the last step reach the engine now; this
-            # step's finishes free client slots, whose requests are in transit for one step
-            # when the engine still has work.
-            if transit:
-                waiting.extend(transit)
-                transit = []
-            if done_now:
-                busy = bool(waiting or running)
-                for r in done_now:
-                    finish_order(r)
-                    if sent < n:
-                        sent_after[sent] = s
-                        (transit if busy else waiting).append(sent)
-                        sent += 1
+            if transit or done_now:
+                transit, sent = client_turn(s, waiting, transit, done_now, running, sent,
+                                            sent_after, self.finish_order)
             admissible = (waiting and running < max_seqs
                           and budget_max - running * q > 0)
             if transit or prefilling or admissible or not finishes:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import decode_sums
-from .planned import PlannedFinishes, commit, prefill_terms, price_steps
+from .planned import PlannedFinishes, client_turn, commit, prefill_terms, price_steps
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -221,20 +221,9 @@ class KVSchedule:
             # The engine notes its usage after the step (or the stretch) it ran.
             self.peak_used = max(self.peak_used, total - free)
             self.waiting_peak = max(self.waiting_peak, len(waiting))
-            # The driver: requests sent after the last step reach the engine now; this
-            # step's finishes free client slots, whose requests are in transit for one step
-            # when the engine still has work.
-            if transit:
-                waiting.extend(transit)
-                transit = []
-            if done_now:
-                busy = bool(waiting or running)
-                for r in done_now:
-                    self.finish_order.append(r)
-                    if sent < n:
-                        sent_after[sent] = s
-                        (transit if busy else waiting).append(sent)
-                        sent += 1
+            if transit or done_now:
+                transit, sent = client_turn(s, waiting, transit, done_now, len(running), sent,
+                                            sent_after, self.finish_order)
             while finishes and not (finishes[0][2] in first_decode
                                     and admitted_as[finishes[0][2]] == finishes[0][1]):
                 heapq.heappop(finishes)  # a preempted decoder's old finish

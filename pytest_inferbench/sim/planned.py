@@ -1,4 +1,5 @@
-"""What a planned load hands the driver, and the step terms both planners price.
+"""What a planned load hands the driver, the step terms both planners price, and the client's
+turn after each step both replay.
 
 `closed_loop._Schedule` and `kv_schedule.KVSchedule` replay a closed loop's schedule in step
 space; both record every prefill chunk and price the steps from per-step sums afterwards.
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections import deque
+
     import numpy.typing as npt
 
     from .acceptance import AcceptanceSampler
@@ -40,6 +43,28 @@ class PlannedFinishes:
     scheduled: list[int]
     tokens: IntArray | None
     broken: dict[int, IntArray] = field(default_factory=dict)
+
+
+def client_turn(step: int, waiting: deque[int], transit: list[int], done: list[int],
+                running: int, sent: int, sent_after: list[int], finish_order: list[int]
+                ) -> tuple[list[int], int]:
+    """The driver after step `step`, as the virtual-time driver acts: requests sent after the
+    last step reach the engine now; each of this step's finishes (`done`, in the engine's order)
+    frees a client slot that sends the next request, in transit for one step when the engine
+    still has work (`running` requests or a waiting one), else waiting at once. Returns the
+    requests now in transit and how many are sent."""
+    if transit:
+        waiting.extend(transit)
+        transit = []
+    if done:
+        busy = bool(waiting or running)
+        for r in done:
+            finish_order.append(r)
+            if sent < len(sent_after):
+                sent_after[sent] = step
+                (transit if busy else waiting).append(sent)
+                sent += 1
+    return transit, sent
 
 
 def prefill_terms(at: IntArray, c0: IntArray, c1: IntArray, completes: IntArray, steps_n: int,
