@@ -15,6 +15,14 @@ from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfi
 from pytest_inferbench.results.build import build_result, measurement_failures, write_json_atomic
 from pytest_inferbench.results.measurement import PointMeasurement
 from pytest_inferbench.results.metrics import RequestRecord
+from pytest_inferbench.results.point_files import (
+    POINTS_DIR,
+    REQUESTS_DIR,
+    agg_result,
+    point_paths,
+    point_record,
+    write_point_files,
+)
 
 
 def server(spec_decoding: str = "mtp") -> ServerConfig:
@@ -191,3 +199,51 @@ def test_time_scale_zero_marks_timings_not_meaningful() -> None:
     assert result["time_scale"] == 0.0 and result["timings_meaningful"] is False
     assert result["notes"][0].startswith("timings not meaningful")
     assert "simulated server" in result["notes"]
+
+
+def test_one_writer_puts_every_file_of_a_point_in_place(tmp_path: Path) -> None:
+    """Raw and agg files, and with the requests their lines (errors masked); a rewrite after
+    the gates without the requests leaves their file as it was."""
+    point = server().points()[0]
+    m = measurement()
+    records = [dataclasses.replace(m.records[0], success=False, error="401: token s3cr3t"),
+               *m.records[1:]]
+    result = build_result(point, dataclasses.replace(m, records=records), spec=None,
+                          backend="sim")
+    notes = write_point_files(tmp_path, result, requests=records,
+                              mask=lambda text: text.replace("s3cr3t", "***"))
+    assert notes == []
+    raw_path, agg_path = point_paths(tmp_path / POINTS_DIR, result.result_filename)
+    raw = json.loads(raw_path.read_text())
+    assert point_record(raw)["result_filename"] == result.result_filename
+    assert json.loads(agg_path.read_text()) == json.loads(json.dumps(agg_result(raw)))
+    requests_path = tmp_path / REQUESTS_DIR / f"{result.result_filename}.jsonl"
+    lines = [json.loads(line) for line in requests_path.read_text().splitlines()]
+    assert [line["status"] for line in lines] == ["error"] + ["ok"] * (len(records) - 1)
+    assert lines[0]["error"] == "401: token ***"
+    saved = requests_path.read_bytes()
+
+    judged = result.with_values(gate_failures=["p99_ttft 9.0 > 2.0"])
+    assert write_point_files(tmp_path, judged) == []
+    assert point_record(json.loads(raw_path.read_text()))["gate_failures"] == [
+        "p99_ttft 9.0 > 2.0"]
+    assert requests_path.read_bytes() == saved
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".")]  # no temp file left
+
+
+def test_a_point_without_an_agg_file_still_gets_its_raw_file_and_requests(
+        tmp_path: Path) -> None:
+    # One-token replies: a TPOT of 0 ms, which has no interactivity.
+    records = [RequestRecord(send_time=i, end_time=i + 0.5, input_tokens=100, output_tokens=1,
+                             success=True, chunk_times=np.array([i + 0.5]), token_source="usage")
+               for i in range(4)]
+    result = build_result(server().points()[0],
+                          dataclasses.replace(measurement(), records=records), spec=None,
+                          backend="sim")
+    notes = write_point_files(tmp_path, result, requests=records)
+    raw_path, agg_path = point_paths(tmp_path / POINTS_DIR, result.result_filename)
+    assert notes == [f"no {agg_path.name}: a TPOT of 0 ms has no interactivity (InferenceX's "
+                     "process_result.py fails on it too)"]
+    assert raw_path.is_file() and not agg_path.exists()
+    requests_path = tmp_path / REQUESTS_DIR / f"{result.result_filename}.jsonl"
+    assert len(requests_path.read_text().splitlines()) == len(records)

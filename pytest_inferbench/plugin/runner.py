@@ -12,8 +12,6 @@ from ..results.record import PointRecord
 from ..state import RESULTS_KEY, get_session_state
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from ..backends.base import LoadSettings, ServerHandle
     from ..recipe.launch import ServerSpec
     from ..recipe.model import BenchPoint
@@ -29,27 +27,6 @@ class RunningNode(Protocol):
     dead_reason: str | None
 
 
-POINTS_DIR = "points"  # only the points' raw and agg files live here; run-level files beside it
-
-
-def write_point_files(results_dir: Path, result: PointRecord) -> list[str]:
-    """The point's raw and agg files (`result_files`); notes for what could not be written."""
-    from ..results import point_files
-    from ..results.build import write_json_atomic
-
-    raw_path, agg_path = point_files.point_paths(results_dir / POINTS_DIR,
-                                                  result.result_filename)
-    raw = point_files.raw_result(result)
-    write_json_atomic(raw_path, raw, indent=None)  # one line, as benchmark_serving.py writes it
-    try:
-        agg = point_files.agg_result(raw)
-    except ZeroDivisionError:
-        return [f"no {agg_path.name}: a TPOT of 0 ms has no interactivity (InferenceX's "
-                "process_result.py fails on it too)"]
-    write_json_atomic(agg_path, agg)
-    return []
-
-
 def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
                    load: LoadSettings | None = None, *, fail: bool = True) -> PointRecord:
     """Run `point` (with the session's load settings unless `load` is given), record its result
@@ -58,7 +35,7 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     from .. import gates, report
     from ..report.live import end_line, progress_output, start_line
     from ..results import build
-    from ..results.point_files import runner_name
+    from ..results.point_files import runner_name, write_point_files
 
     state = get_session_state(item.config)
     handle = node.handle
@@ -93,14 +70,11 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     # What was measured is on disk before any gate reads it: a gate that fails to evaluate
     # (or an interrupt during the gates) never loses the point.
     notes = measured.notes
-    written = write_point_files(settings.results_dir, measured)
+    written = write_point_files(
+        settings.results_dir, measured,
+        requests=measurement.records if settings.save_requests else None,
+        mask=state.redactor.text)
     result = measured.with_values(notes=[*notes, *written])
-    if settings.save_requests:
-        from ..results.point_files import REQUESTS_DIR, write_request_lines
-
-        write_request_lines(settings.results_dir / REQUESTS_DIR
-                            / f"{result.result_filename}.jsonl", measurement.records,
-                            mask=state.redactor.text)
     try:
         findings = gates.check_point(result, point, node.spec, settings)
         gate_failures, fields = list(findings.failures), findings.fields

@@ -1,19 +1,21 @@
-"""The two files of a point, as InferenceX's pipeline has them.
+"""A point's files: the two InferenceX's pipeline has, and its requests' lines when asked.
 
-- `<RESULT_FILENAME>.json`: the raw result exactly as InferenceX's vendored vLLM
+- `points/<RESULT_FILENAME>.json`: the raw result exactly as InferenceX's vendored vLLM
   `benchmark_serving.py --save-result` writes it (every key, same names, units and types, in its
   order), plus one namespaced key, `inferbench`, holding everything else the plugin knows about
   the point (identity, per-token ITL, acceptance length, server metric deltas, client
   self-check, workload, `simulated`, gate failures). `{**raw, **raw["inferbench"]}` without
   the namespace key gives back the point's full record (`point_record`).
-- `agg_<RESULT_FILENAME>.json`: what InferenceX's `utils/process_result.py` writes from the raw
-  file with the workflow's environment (`benchmark-tmpl.yml`): identity from the matrix row
+- `points/agg_<RESULT_FILENAME>.json`: what InferenceX's `utils/process_result.py` writes from
+  the raw file with the workflow's environment (`benchmark-tmpl.yml`): identity from the matrix row
   (`dp_attention` as the string the workflow passes), per-GPU throughputs over TP, every `*_ms`
   key in seconds without the suffix, every TPOT key also as interactivity `1000 / tpot_ms`. A
   simulated point's agg file carries one more key, `inferbench: {"simulated": true}`, so a
   prediction can never pass for a measurement; a measured point's agg file has nothing else.
+- `requests/<RESULT_FILENAME>.jsonl` (`--inferbench-save-requests`): one line per request.
 
-RESULT_FILENAME is `recipe.BenchPoint.result_filename(runner_name)`: the workflow's template,
+`write_point_files` writes all of them. RESULT_FILENAME is
+`recipe.BenchPoint.result_filename(runner_name)`: the workflow's template,
 with the runner name last (`RUNNER_NAME` on a GitHub runner, else the runner type).
 """
 
@@ -25,6 +27,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from .build import write_json_atomic
 from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, first_send
 from .record import to_float, to_int
 from .sample_stats import percentile_label
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .metrics import RequestRecord
-    from .record import JSONValue, Record
+    from .record import JSONValue, PointRecord, Record
 
 NAMESPACE = "inferbench"
 AGG_PREFIX = "agg_"
@@ -128,7 +131,34 @@ def point_paths(points_dir: Path, result_filename: str) -> tuple[Path, Path]:
             points_dir / f"{AGG_PREFIX}{result_filename}.json")
 
 
+POINTS_DIR = "points"  # only the points' raw and agg files live here; run-level files beside it
 REQUESTS_DIR = "requests"  # beside points/: `--inferbench-save-requests` writes one JSONL a point
+
+
+def write_point_files(results_dir: Path, record: PointRecord,
+                      requests: Sequence[RequestRecord] | None = None,
+                      mask: Callable[[str], str] = str) -> list[str]:
+    """Every file of a point under `results_dir`, each written beside and renamed into place
+    (readers never see half a file): the raw and agg files in `points/`, and given the point's
+    `requests` (`--inferbench-save-requests`), their lines in `requests/`, each error masked
+    by `mask`. Without `requests` that file is left as it is: a point's files are written
+    again once its gates have run, its requests have not changed. Returns notes for what
+    could not be written."""
+    raw_path, agg_path = point_paths(results_dir / POINTS_DIR, record.result_filename)
+    raw = raw_result(record)
+    write_json_atomic(raw_path, raw, indent=None)  # one line, as benchmark_serving.py writes it
+    notes: list[str] = []
+    try:
+        agg = agg_result(raw)
+    except ZeroDivisionError:
+        notes.append(f"no {agg_path.name}: a TPOT of 0 ms has no interactivity (InferenceX's "
+                     "process_result.py fails on it too)")
+    else:
+        write_json_atomic(agg_path, agg)
+    if requests is not None:
+        _write_request_lines(results_dir / REQUESTS_DIR / f"{record.result_filename}.jsonl",
+                             requests, mask)
+    return notes
 
 
 def request_lines(records: Sequence[RequestRecord],
@@ -158,8 +188,8 @@ def request_lines(records: Sequence[RequestRecord],
     return lines
 
 
-def write_request_lines(path: Path, records: Sequence[RequestRecord],
-                        mask: Callable[[str], str] = str) -> None:
+def _write_request_lines(path: Path, records: Sequence[RequestRecord],
+                         mask: Callable[[str], str]) -> None:
     """The JSONL, written beside and renamed into place (readers never see half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
