@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pytest_inferbench.results import run_dir
 from pytest_inferbench.testing.recipes import master_entry
 
 RECIPE = master_entry(rows=["{ tp: 4, conc-list: [1, 2] }"], isl=256, osl=16)
@@ -53,3 +57,105 @@ def test_a_rerun_moves_the_earlier_results_aside(pytester: pytest.Pytester) -> N
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*baseline */mixed mixes the results of 2 runs*"])
     assert "Traceback" not in refused.stdout.str() + refused.stderr.str()
+
+
+def _no_traceback(result: pytest.RunResult) -> None:
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "INTERNALERROR" not in text, text
+
+
+REFUSED = "*inferbench: *pass an empty or new directory to --inferbench-results*"
+
+
+@pytest.mark.parametrize(("where", "said"), [
+    (".", REFUSED), ("{here}", REFUSED), ("bench", REFUSED), ("bench/../bench", REFUSED),
+    ("a-file", "*--inferbench-results a-file: exists and is not a directory*")])
+def test_a_directory_the_plugin_did_not_make_is_refused_and_left_as_it_was(
+        pytester: pytest.Pytester, where: str, said: str) -> None:
+    # The project, a recipe folder or a file as the results directory: moving it aside, as
+    # an earlier run's results are, would move what the user owns.
+    bench = pytester.mkdir("bench")
+    (bench / "bench-master.yaml").write_text(RECIPE)
+    (pytester.path / "a-file").write_text("mine\n")
+    before = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*"))
+    option = where.format(here=pytester.path)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "bench",
+                                           f"--inferbench-results={option}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([said])
+    _no_traceback(result)
+    after = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*"))
+    # pytest's own (the benchmark plugin's cache, pytester's basetemp) aside, all as it was
+    pytests_own = (".benchmarks", "runpytest-", "stdout", "stderr")
+    assert [p for p in after if not p.startswith(pytests_own)] == before
+
+
+def test_a_second_run_on_a_live_runs_directory_refuses_and_the_first_completes(
+        pytester: pytest.Pytester) -> None:
+    (pytester.path / "bench-master.yaml").write_text(RECIPE)
+    started, release = pytester.path / "started", pytester.path / "release"
+    # The first run holds its directory while one of its tests waits for the second to end.
+    pytester.makepyfile(test_wait=f"""
+        import time
+        from pathlib import Path
+
+        def test_wait():
+            Path({str(started)!r}).touch()
+            deadline = time.monotonic() + 300
+            while not Path({str(release)!r}).exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        """)
+    first = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
+                             cwd=pytester.path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists():
+            assert first.poll() is None, first.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        first_id = json.loads((pytester.path / "inferbench-results" / "run.json")
+                              .read_text())["run_id"]
+        second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "bench-master.yaml")
+        assert second.ret == pytest.ExitCode.USAGE_ERROR
+        second.stderr.fnmatch_lines([f"*inferbench-results is in use by run {first_id} (pid "
+                                     f"{first.pid} on *"])
+        _no_traceback(second)
+    finally:
+        release.touch()
+        output = first.communicate(timeout=600)[0]
+    assert first.returncode == 0, output
+    results = pytester.path / "inferbench-results"
+    assert json.loads((results / "run.json").read_text())["run_id"] == first_id
+    points = _raw_points(results)
+    assert len(points) == 2
+    assert {p["inferbench"]["run_id"] for p in points} == {first_id}  # type: ignore[index]
+    assert [p.name for p in pytester.path.iterdir() if p.name.startswith("inferbench-results")] \
+        == ["inferbench-results"]  # nothing moved aside
+
+
+def test_request_lines_a_killed_writer_left_are_removed_at_the_next_start(
+        tmp_path: Path) -> None:
+    # A real SIGKILL while the request lines are half written.
+    target = tmp_path / "points" / "requests.jsonl"
+    script = f"""
+import os, signal
+from pathlib import Path
+from pytest_inferbench.results import point_files
+
+def lines(records, mask):
+    yield {{"request": 1}}
+    os.kill(os.getpid(), signal.SIGKILL)
+    yield {{"request": 2}}
+
+point_files.request_lines = lines
+point_files._write_request_lines(Path({str(target)!r}), [], str)
+"""
+    killed = subprocess.run([sys.executable, "-c", script], check=False)
+    assert killed.returncode == -9
+    left = list(target.parent.iterdir())
+    assert len(left) == 1 and left[0].name.endswith(".tmp") and not target.exists()
+    assert run_dir.remove_stale_temp_files(tmp_path) == [
+        f"removed 1 temporary file(s) left by a writer that was killed mid-write in {tmp_path}"]
+    assert not list(target.parent.iterdir())

@@ -35,6 +35,7 @@ class Activation:
     header_shown: bool = False
     begun: bool = False
     restore: list[SignalHandler] = field(default_factory=list)  # the handler before ours
+    results_lock: int | None = None  # held from the run's start to its end (`run_dir`)
 
 
 ACTIVATION_KEY = pytest.StashKey[Activation]()
@@ -75,7 +76,12 @@ def begin_run(config: pytest.Config, settings: Settings, run_id: str) -> None:
     from ..backends import sweep_stale
     from ..results import run_dir
 
-    lines = [*sweep_stale(settings), *run_dir.prepare(settings.results_dir, run_id)]
+    try:
+        prepared, activation.results_lock = run_dir.prepare(
+            settings.results_dir, run_id, (config.invocation_params.dir, config.rootpath))
+    except run_dir.ResultsDirError as exc:
+        raise pytest.UsageError(f"inferbench: {exc}") from None
+    lines = [*sweep_stale(settings), *prepared]
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     for line in lines:
         if reporter is not None:
@@ -83,10 +89,16 @@ def begin_run(config: pytest.Config, settings: Settings, run_id: str) -> None:
 
 
 def disengage(config: pytest.Config) -> None:
-    """At unconfigure: put back the SIGTERM handler that was there before."""
+    """At unconfigure: put back the SIGTERM handler that was there before, and let the next
+    run take the results directory."""
     activation = config.stash.get(ACTIVATION_KEY, None)
     if activation is not None and activation.restore:
         reaper.restore_sigterm_handler(activation.restore.pop())
+    if activation is not None and activation.results_lock is not None:
+        from ..results import run_dir
+
+        run_dir.release(activation.results_lock)
+        activation.results_lock = None
 
 
 def is_recipe_file(path: Path, settings: Settings) -> bool:

@@ -14,7 +14,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -213,6 +213,14 @@ def write_json_atomic(path: Path, data: object, *, indent: int | None = 2) -> No
     line, as vLLM's `benchmark_serving.py` writes its raw result, with the C encoder (about
     five times faster on a point's per-request arrays than the indenting Python one).
     """
+    write_text_atomic(path, [json.dumps(_jsonable(data), indent=indent, allow_nan=False), "\n"])
+
+
+def write_text_atomic(path: Path, parts: Iterable[str]) -> None:
+    """Write `parts` to a temp file beside `path`, then rename; the temp file goes on any error.
+
+    The one way the plugin writes a results file (JSON through `write_json_atomic`, request
+    lines as JSONL)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # The writer's pid in the name: the next run removes what a killed writer left
     # (`run_dir.remove_stale_temp_files`).
@@ -221,8 +229,7 @@ def write_json_atomic(path: Path, data: object, *, indent: int | None = 2) -> No
     try:
         os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide results from the rest of the team
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(_jsonable(data), indent=indent, allow_nan=False))
-            handle.write("\n")
+            handle.writelines(parts)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

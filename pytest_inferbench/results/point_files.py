@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .build import write_json_atomic
+from .build import write_json_atomic, write_text_atomic
 from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, first_send
 from .record import to_float, to_int
 from .sample_stats import percentile_label
@@ -191,9 +191,4 @@ def request_lines(records: Sequence[RequestRecord],
 def _write_request_lines(path: Path, records: Sequence[RequestRecord],
                          mask: Callable[[str], str]) -> None:
     """The JSONL, written beside and renamed into place (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        for line in request_lines(records, mask):
-            out.write(json.dumps(line) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, (json.dumps(line) + "\n" for line in request_lines(records, mask)))

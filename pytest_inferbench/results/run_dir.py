@@ -1,27 +1,39 @@
-"""The results directory belongs to one run.
+"""The results directory belongs to one run, and only a directory the plugin made is ever moved.
 
 When the run starts (after collection, controller only, before any server starts):
 
-- temporary files of JSON writers that died mid-write (`.<name>.<pid>.<random>.tmp`, written by
-  `results.write_json_atomic`) are removed when their writer is gone;
-- a results directory that holds anything else is an earlier run's: it is moved aside to
-  `<dir>.<its run id or time>` (never deleted, never mixed with this run's files) and the
-  terminal says where;
-- `run.json` records this run's id, host, pid and start time; every result carries the id too.
+- a directory that is not the plugin's is refused, never touched: one that holds files but no
+  `run.json` (a project, a recipe folder, someone's data), and one that holds the directory
+  pytest runs in (moving it would move the project);
+- a directory another live run holds (its lock, `.inferbench.lock`, taken with `flock`) is
+  refused: that run would go on writing into this run's directory;
+- temporary files of writers that died mid-write (`.<name>.<pid>.<random>.tmp`, written by
+  `build.write_text_atomic`) are removed when their writer is gone;
+- an earlier run's directory is moved aside to `<dir>.<its run id or time>` (never deleted,
+  never mixed with this run's files) and the terminal says where;
+- `run.json` records this run's id, host, pid and start time (the mark that the directory is
+  the plugin's; every result carries the id too), and this run takes the lock until it ends.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..util.pids import pid_alive
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 RUN_FILE = "run.json"
+LOCK_FILE = ".inferbench.lock"
 _TMP = re.compile(r"^\..+\.(\d+)\.[^.]+\.tmp$")
 
 
@@ -66,12 +78,84 @@ def move_earlier_run_aside(directory: Path) -> list[str]:
             "results are not mixed with them"]
 
 
-def prepare(directory: Path, run_id: str) -> list[str]:
-    """The session-start steps above; lines for the terminal."""
-    lines = remove_stale_temp_files(directory)
-    lines += move_earlier_run_aside(directory)
+class ResultsDirError(Exception):
+    """The results directory cannot be this run's; the message says why and what to pass."""
+
+
+def refusal(directory: Path, protected: Iterable[Path]) -> str | None:
+    """Why `directory` is not the plugin's to use, or None. `protected`: directories it must
+    not hold (where pytest runs, its rootdir), whatever they hold."""
+    resolved = directory.resolve()
+    for kept in protected:
+        if resolved == kept.resolve() or resolved in kept.resolve().parents:
+            return (f"{directory} holds {kept}, where this pytest run works; a results "
+                    "directory is moved aside by the next run")
+    if not directory.is_dir():
+        return None
+    names = sorted(p.name for p in directory.iterdir() if p.name != LOCK_FILE)
+    if names and earlier_run_id(directory) is None:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        return (f"{directory} holds files that no inferbench run wrote ({shown}): the plugin "
+                "moves aside only results directories it made")
+    return None
+
+
+def _try_lock(path: Path) -> int | None:
+    """An open descriptor holding an exclusive lock on `path`, or None when another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def _holder(directory: Path) -> str:
+    try:
+        data = json.loads((directory / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        return "another run"
+    return (f"run {data.get('run_id')} (pid {data.get('pid')} on {data.get('host')}, started "
+            f"{data.get('started')})")
+
+
+def prepare(directory: Path, run_id: str, protected: Iterable[Path]) -> tuple[list[str], int]:
+    """The session-start steps above: lines for the terminal, and the descriptor that holds
+    the directory's lock until the run ends (`release`). Raises `ResultsDirError`."""
+    reason = refusal(directory, protected)
+    if reason is not None:
+        raise ResultsDirError(f"{reason}; pass an empty or new directory to "
+                              "--inferbench-results")
+    if (directory / LOCK_FILE).exists():
+        earlier = _try_lock(directory / LOCK_FILE)
+        if earlier is None:
+            raise ResultsDirError(
+                f"{directory} is in use by {_holder(directory)}, which writes its results there; "
+                "wait for it to end or pass another directory to --inferbench-results")
+        try:
+            lines = remove_stale_temp_files(directory)
+            lines += move_earlier_run_aside(directory)
+        finally:
+            os.close(earlier)
+    else:
+        lines = remove_stale_temp_files(directory)
+        lines += move_earlier_run_aside(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    lock = _try_lock(directory / LOCK_FILE)
+    if lock is None:  # another run made the directory anew between our steps
+        raise ResultsDirError(f"{directory} was taken by {_holder(directory)} as this run "
+                              "started; pass another directory to --inferbench-results")
     record = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (directory / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return lines
+    return lines, lock
+
+
+def release(lock: int) -> None:
+    """The run's end: the next run may take the directory."""
+    os.close(lock)
