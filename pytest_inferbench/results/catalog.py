@@ -259,11 +259,7 @@ CATALOG: tuple[Metric | Fact, ...] = (
 
 
 def metrics() -> tuple[Metric, ...]:
-    return tuple(entry for entry in CATALOG if isinstance(entry, Metric))
-
-
-def metric(name: str) -> Metric:
-    return next(m for m in metrics() if m.name == name)
+    return tuple(entry for entry in _checked() if isinstance(entry, Metric))
 
 
 @dataclass(frozen=True)
@@ -303,6 +299,12 @@ def _derivations(catalog: tuple[Metric | Fact, ...]) -> dict[str, tuple[Metric, 
     found = [m for m in catalog if isinstance(m, Metric)]
     return {m.name: tuple(d for d in found if d.derived_from == m.name)
             for m in found if m.distribution}
+
+
+def _checked() -> tuple[Metric | Fact, ...]:
+    """The catalog, once its declarations have been checked (`_index`)."""
+    _index(CATALOG)
+    return CATALOG
 
 
 def describe(key: str) -> Key | None:
@@ -364,7 +366,7 @@ def inferencex_raw_latency_keys() -> tuple[str, ...]:
 
 
 def junit_properties() -> tuple[str, ...]:
-    return tuple(key for entry in CATALOG
+    return tuple(key for entry in _checked()
                  for key in ((entry.name,) if isinstance(entry, Fact) else entry.junit))
 
 
