@@ -76,7 +76,7 @@ def higher_is_better(metric: str) -> bool:
         return direction is catalog.Direction.HIGHER
     raise BaselineError(
         f"no known direction for metric {metric!r}: the metric catalog says neither higher "
-        "nor lower is better (name a throughput, latency or other key that has one)"
+        "nor lower is better for it"
     )
 
 

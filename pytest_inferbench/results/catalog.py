@@ -22,15 +22,13 @@ one: adding a metric is one declaration here (and the function that computes its
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-
-from .sample_stats import percentile_label
 
 if TYPE_CHECKING:
     from .record import JSONValue
@@ -118,7 +116,12 @@ class Metric:
         return (self.name,)
 
 
-def stat_names(percentiles: tuple[float, ...]) -> tuple[str, ...]:
+def percentile_label(p: float) -> str:
+    """vLLM's key label: `99` for integral percentiles, `99.9` otherwise."""
+    return str(int(p)) if float(p).is_integer() else str(p)
+
+
+def stat_names(percentiles: Sequence[float]) -> tuple[str, ...]:
     """vLLM's statistics of a distribution, in its key order."""
     return ("mean", "median", "std", *(f"p{percentile_label(p)}" for p in percentiles))
 
