@@ -125,6 +125,21 @@ def test_a_key_shown_must_be_the_metrics_own(monkeypatch: pytest.MonkeyPatch) ->
         catalog.junit_properties()
 
 
+def declared_inferencex_keys() -> tuple[set[str], set[str]]:
+    """(raw file, agg file) metric keys as the catalog declares them: a raw distribution's ms
+    statistics are raw-file keys, its seconds ones agg-file keys."""
+    raw: set[str] = set()
+    agg: set[str] = set()
+    for key in catalog.all_record_keys():
+        found = catalog.describe(key)
+        assert found is not None
+        where = found.metric.inferencex
+        if where == "raw" and found.metric.distribution and not key.endswith("_ms"):
+            where = "agg"
+        {"raw": raw, "agg": agg, "": set()}[where].add(key)
+    return raw, agg
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     (pytester.path / "bench-master.yaml").write_text(RECIPE)
@@ -149,6 +164,7 @@ def request_ttst(lines: list[dict[str, object]]) -> list[float]:
 def test_a_new_metric_reaches_the_result_junit_table_and_baseline(
         project: pytest.Pytester, with_ttst: None) -> None:
     inferencex_raw = set(raw_keys())
+    declared_raw, declared_agg = declared_inferencex_keys()
     result = project.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
                                "--inferbench-prompts-per-conc", "3", "--inferbench-save-requests",
                                "--junitxml=junit.xml", "--inferbench-save-baseline=base.json")
@@ -166,6 +182,9 @@ def test_a_new_metric_reaches_the_result_junit_table_and_baseline(
         assert set(raw) - {"inferbench"} == inferencex_raw
         agg = json.loads((raw_path.parent / f"{AGG_PREFIX}{raw_path.name}").read_text())
         assert not [key for key in agg if "ttst" in key]
+        # What the catalog says InferenceX has is what the files hold.
+        assert {key for key in raw if catalog.describe(key)} == declared_raw
+        assert {key for key in agg if catalog.describe(key)} == declared_agg
         lines = [json.loads(text) for text in
                  (results / "requests" / f"{raw_path.stem}.jsonl").read_text().splitlines()]
         assert record["median_ttst_ms"] == pytest.approx(np.median(request_ttst(lines)))

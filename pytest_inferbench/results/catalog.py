@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,7 @@ FloatArray = npt.NDArray[np.float64]
 
 DEFAULT_PERCENTILES = (90.0, 99.0, 99.9)  # vLLM benchmark_serving's --metric-percentiles
 MS_SUFFIX = "_ms"
+InferenceX = Literal["", "raw", "agg"]
 
 
 class Direction(Enum):
@@ -90,7 +91,9 @@ class Metric:
     percentiles: tuple[float, ...] = ()
     derived_from: str = ""
     derive: Callable[[float], float | None] | None = None  # from one ms statistic
-    inferencex: str = ""  # "raw": benchmark_serving writes it; "agg": process_result.py does
+    # Where InferenceX has it: "raw", benchmark_serving writes it (a distribution: its ms
+    # statistics; process_result.py adds them in seconds); "agg", process_result.py derives it.
+    inferencex: InferenceX = ""
     junit: tuple[str, ...] = ()  # its keys that are JUnit properties, in their order
     columns: tuple[Column, ...] = ()
     plot: tuple[PlotAxis, ...] = ()
@@ -164,9 +167,9 @@ _TPUT = "tok/s"
 
 
 def latency(name: str, title: str, *, samples: Callable[[Flat], FloatArray] | None = None,
-            inferencex: str = "", junit: tuple[str, ...] = (), columns: tuple[Column, ...] = (),
-            plot: tuple[PlotAxis, ...] = (), baseline: tuple[str, ...] = (),
-            goodput: bool = False) -> Metric:
+            inferencex: InferenceX = "", junit: tuple[str, ...] = (),
+            columns: tuple[Column, ...] = (), plot: tuple[PlotAxis, ...] = (),
+            baseline: tuple[str, ...] = (), goodput: bool = False) -> Metric:
     """A latency distribution: seconds, lower is better, a timing, vLLM's percentiles."""
     return Metric(name, title, "s", Direction.LOWER, timing=True, samples=samples,
                   percentiles=DEFAULT_PERCENTILES, inferencex=inferencex, junit=junit,
@@ -196,7 +199,8 @@ CATALOG: tuple[Metric | Fact, ...] = (
            inferencex="raw", junit=("duration",)),
     Metric("total_input_tokens", "prompt tokens of the successful requests", "",
            inferencex="raw"),
-    # HIGHER as its name has always been read (it holds "tput"); a workload fixes it anyway.
+    # Higher is better, as the baseline has always read it (its name holds "tput"); the
+    # workload fixes it anyway.
     Metric("total_output_tokens", "output tokens of the successful requests (the server's "
            "usage counts)", "", Direction.HIGHER, inferencex="raw"),
     Metric("request_throughput", "successful requests per second", "req/s", Direction.HIGHER,
@@ -226,21 +230,21 @@ CATALOG: tuple[Metric | Fact, ...] = (
            plot=(PlotAxis("median_intvty", "Interactivity, median (tok/s/user)", "x"),),
            baseline=("median_intvty", "p99_intvty")),
     latency("ttft", "time to first token: first content chunk - send", samples=_ttft,
-           inferencex="raw", junit=("median_ttft", "p99_ttft"),
-           columns=(Column("TTFT p50 s", "median_ttft", digits=3),
-                    Column("TTFT p99 s", "p99_ttft", digits=3)),
-           baseline=("median_ttft", "p99_ttft"), goodput=True),
+            inferencex="raw", junit=("median_ttft", "p99_ttft"),
+            columns=(Column("TTFT p50 s", "median_ttft", digits=3),
+                     Column("TTFT p99 s", "p99_ttft", digits=3)),
+            baseline=("median_ttft", "p99_ttft"), goodput=True),
     latency("tpot", "time per output token: (E2EL - TTFT) / (output tokens - 1), requests of "
-           "more than one token", samples=_tpot, inferencex="raw",
-           junit=("median_tpot", "p99_tpot"),
-           columns=(Column("TPOT p50 ms", "median_tpot", 1000.0, 2),), goodput=True),
+            "more than one token", samples=_tpot, inferencex="raw",
+            junit=("median_tpot", "p99_tpot"),
+            columns=(Column("TPOT p50 ms", "median_tpot", 1000.0, 2),), goodput=True),
     latency(ITL, "inter-token latency as vLLM counts it: one sample per gap between chunks",
             inferencex="raw", junit=("median_itl",)),
     latency("e2el", "end-to-end latency: last content chunk - send", samples=_e2el,
-           inferencex="raw", junit=("median_e2el", "p99_e2el"),
-           columns=(Column("E2EL p50 s", "median_e2el", digits=2),),
-           plot=(PlotAxis("median_e2el", "End-to-end latency, median (s)", "x"),),
-           baseline=("median_e2el", "p99_e2el"), goodput=True),
+            inferencex="raw", junit=("median_e2el", "p99_e2el"),
+            columns=(Column("E2EL p50 s", "median_e2el", digits=2),),
+            plot=(PlotAxis("median_e2el", "End-to-end latency, median (s)", "x"),),
+            baseline=("median_e2el", "p99_e2el"), goodput=True),
     latency(PER_TOKEN_ITL, "inter-token latency per token: each chunk gap divided over its "
             "tokens, token-weighted"),
     Metric("total_chunks", "content chunks streamed", ""),
