@@ -47,8 +47,8 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
     ("dataset", str, "SPEC", """what prompts are drawn from: random (default), sharegpt:PATH
         (ShareGPT JSON), jsonl:PATH ({"prompt": ...} a line), prefix:GROUPS:TOKENS (random
         prompts in GROUPS groups sharing their first TOKENS tokens)"""),
-    ("goodput", str, "SLOS", """fill request_goodput as vLLM's --goodput does: requests/s that meet
-        every SLO, e.g. 'ttft:2000 tpot:50' (ms; ttft, tpot, e2el)"""),
+    ("goodput", str, "SLOS", f"""fill request_goodput as vLLM's --goodput does: requests/s that
+        meet every SLO, e.g. 'ttft:2000 tpot:50' (ms; {', '.join(catalog.goodput_metrics())})"""),
     ("random-range-ratio", float, "R", """request lengths uniform in [R x ISL, ISL] and [R x OSL,
         OSL] (default 0.8, as InferenceX; 1.0 = fixed lengths)"""),
     ("warmup", WARMUP_MODES, None, """warmup requests: 'same' repeats the first prompt (default, as
