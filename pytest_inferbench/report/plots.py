@@ -1,8 +1,8 @@
 """PNG plots (optional `plot` extra): throughput per GPU against interactivity and E2E latency.
 
 The axes are the metric catalog's plot axes: its y axis (throughput per GPU) against each x
-axis in its own panel. One figure per (model prefix, ISL/OSL), one curve per server node (points in
-concurrency order, each labelled with its concurrency; in a figure of more than
+axis in a panel of its own. One figure per (model prefix, ISL/OSL), one curve per server node
+(points in concurrency order, each labelled with its concurrency; in a figure of more than
 `DENSE_POINTS` points only each curve's ends), the way InferenceX charts its sweeps.
 Simulated results say so in the title.
 """
@@ -47,17 +47,18 @@ def _value(point: Row, key: str) -> float | None:
 POINT_KEYS = ("model_prefix", "isl", "osl", "server_node", "conc", "request_rate", "simulated",
               "timings_meaningful")
 
+# Below this many figures one process draws them all: a drawing process takes about a second
+# to start (Python, matplotlib), about what one figure takes.
+PARALLEL_FIGURES = 4
+# Above this many points a figure labels only each curve's lowest and highest load.
+DENSE_POINTS = 150
+
 
 def panels() -> tuple[tuple[catalog.PlotAxis, ...], catalog.PlotAxis]:
     """(the x axes, one panel each; the y axis) from the catalog."""
     axes = catalog.plot_axes()
     (y,) = [a for a in axes if a.axis == "y"]
     return tuple(a for a in axes if a.axis == "x"), y
-# Below this many figures one process draws them all: a drawing process takes about a second
-# to start (Python, matplotlib), about what one figure takes.
-PARALLEL_FIGURES = 4
-# Above this many points a figure labels only each curve's lowest and highest load.
-DENSE_POINTS = 150
 
 
 def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
