@@ -24,7 +24,8 @@ from pytest_inferbench.report.tables import columns
 from pytest_inferbench.results import catalog
 from pytest_inferbench.results.catalog import FloatArray
 from pytest_inferbench.results.metrics import RequestRecord, summarize
-from pytest_inferbench.results.point_files import AGG_PREFIX, raw_keys
+from pytest_inferbench.results.point_files import AGG_PREFIX, agg_result, raw_keys
+from pytest_inferbench.results.record import JSONValue
 from pytest_inferbench.results.request_records import Flat
 from pytest_inferbench.testing.recipes import master_entry
 
@@ -107,6 +108,26 @@ def test_a_declared_distribution_is_computed_and_described(with_ttst: None) -> N
     assert HEADER in [header for header, _ in columns()]
     properties = dict(result_properties(summary))
     assert properties["median_ttst"] == round(float(np.median(samples)), 6)
+
+
+def test_the_agg_file_derives_its_keys_as_the_summary_does() -> None:
+    """Seconds, interactivity and per-GPU throughputs have one derivation: the agg file's equal
+    the summary's, a TPOT statistic of 0 (one request: no spread) giving null interactivity in
+    both, where InferenceX would divide by zero."""
+    tp = 2
+    summary = summarize([RequestRecord(0.0, 0.5, 8, 5, True, np.linspace(0.1, 0.5, 5))],
+                        duration_s=1.0, num_prompts=1, max_concurrency=1, num_gpus=tp)
+    identity: dict[str, JSONValue] = {
+        "tp": tp, "ep": 1, "runner": "mi355x", "image": "image", "model_prefix": "m",
+        "framework": "atom", "precision": "fp4", "spec_decoding": "none", "disagg": False,
+        "isl": 8, "osl": 5, "dp_attention": False}
+    raw: dict[str, JSONValue] = {key: summary[key] for key in raw_keys() if key in summary}
+    raw.update({"model_id": "model", "inferbench": identity})
+    agg = agg_result(raw)
+    derived = {key: value for key, value in agg.items() if catalog.describe(key)}
+    assert "std_intvty" in derived and "tput_per_gpu" in derived
+    assert derived == {key: summary[key] for key in derived}
+    assert summary["std_tpot_ms"] == 0.0 and agg["std_intvty"] is None
 
 
 def test_a_new_distribution_leaves_the_inferencex_files_alone(monkeypatch: pytest.MonkeyPatch
