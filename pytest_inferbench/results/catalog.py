@@ -97,7 +97,9 @@ class Metric:
     junit: tuple[str, ...] = ()  # its keys that are JUnit properties, in their order
     columns: tuple[Column, ...] = ()
     plot: tuple[PlotAxis, ...] = ()
-    baseline: tuple[str, ...] = ()  # its keys compared with a baseline by default
+    # Its keys compared with a baseline by default: InferenceX's compare_results.METRIC_DEFS,
+    # plus the output throughput per GPU and the AL.
+    baseline: tuple[str, ...] = ()
     goodput: bool = False  # an SLO of --inferbench-goodput (a distribution, limit in ms)
 
     @property
