@@ -8,6 +8,7 @@ comparison (lower is better), while the InferenceX raw and agg files keep their 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 # twice in one process, so the simulator is imported here, once.
 import pytest_inferbench.backends.sim  # noqa: F401
 from pytest_inferbench.gates.baseline import higher_is_better
+from pytest_inferbench.gates.rules import RegressionPolicy
 from pytest_inferbench.report import result_properties
 from pytest_inferbench.report.tables import columns
 from pytest_inferbench.results import catalog
@@ -30,8 +32,12 @@ from pytest_inferbench.results.request_records import Flat
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = master_entry(rows=["{ tp: 4, conc-list: [2] }",
-                            "{ tp: 4, spec-decoding: mtp, conc-list: [2] }"], isl=256, osl=16)
+ISL, OSL, CONC = 256, 16, 2
+NODES = 2  # plain and MTP, one point each
+RECIPE = master_entry(rows=[f"{{ tp: 4, conc-list: [{CONC}] }}",
+                            f"{{ tp: 4, spec-decoding: mtp, conc-list: [{CONC}] }}"],
+                      isl=ISL, osl=OSL)
+RUN = ("-p", "no:cacheprovider", "--inferbench-no-plots", "--inferbench-prompts-per-conc", "3")
 HEADER = "TTST p50 s"
 
 
@@ -186,10 +192,9 @@ def test_a_new_metric_reaches_the_result_junit_table_and_baseline(
         project: pytest.Pytester, with_ttst: None) -> None:
     inferencex_raw = set(raw_keys())
     declared_raw, declared_agg = declared_inferencex_keys()
-    result = project.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
-                               "--inferbench-prompts-per-conc", "3", "--inferbench-save-requests",
-                               "--junitxml=junit.xml", "--inferbench-save-baseline=base.json")
-    result.assert_outcomes(passed=2)
+    result = project.runpytest(*RUN, "--inferbench-save-requests", "--junitxml=junit.xml",
+                               "--inferbench-save-baseline=base.json")
+    result.assert_outcomes(passed=NODES)
 
     # The result JSON: the distribution under the raw file's namespace, computed as the
     # requests' own chunk times say; the InferenceX keys of both files unchanged.
@@ -211,10 +216,12 @@ def test_a_new_metric_reaches_the_result_junit_table_and_baseline(
         assert record["median_ttst_ms"] == pytest.approx(np.median(request_ttst(lines)))
         assert record["median_ttst"] == pytest.approx(record["median_ttst_ms"] / 1000)
         records[record["server_node"]] = record
-    assert len(records) == 2
+    assert len(records) == NODES
 
     # JUnit: a property of each point's testcase, after the catalog's earlier ones.
-    for case in ET.parse(project.path / "junit.xml").getroot().iter("testcase"):
+    cases = list(ET.parse(project.path / "junit.xml").getroot().iter("testcase"))
+    assert len(cases) == NODES
+    for case in cases:
         names = [p.get("name") for p in case.iter("property")]
         values = {p.get("name"): p.get("value") for p in case.iter("property")}
         assert names[-1] == "median_ttst"
@@ -225,23 +232,22 @@ def test_a_new_metric_reaches_the_result_junit_table_and_baseline(
     # The terminal table: a column of its own, before the verdict.
     result.stdout.re_match_lines([rf"\s*ISL/OSL\s+.*AL \(golden\)\s+{HEADER}\s+verdict"])
     for record in records.values():
-        result.stdout.re_match_lines([rf"\s*256/16\s+2\s+.*\s{record['median_ttst']:.3f}"
-                                      r"\s+passed"])
+        result.stdout.re_match_lines([rf"\s*{ISL}/{OSL}\s+{CONC}\s+.*"
+                                      rf"\s{record['median_ttst']:.3f}\s+passed"])
 
     # The baseline: compared by default, lower is better.
     baseline = json.loads((project.path / "base.json").read_text())
     for point in baseline["points"]:
         point["median_ttst"] *= 2  # the baseline was slower: now is better
     (project.path / "base.json").write_text(json.dumps(baseline))
-    project.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
-                      "--inferbench-prompts-per-conc", "3",
-                      "--inferbench-baseline=base.json").assert_outcomes(passed=2)
+    project.runpytest(*RUN, "--inferbench-baseline=base.json").assert_outcomes(passed=NODES)
+    slower = 2.0  # now takes twice the baseline's time
     for point in baseline["points"]:
-        point["median_ttst"] /= 4  # the baseline was twice as fast: now is 100% worse
+        point["median_ttst"] /= 2 * slower
     (project.path / "base.json").write_text(json.dumps(baseline))
-    worse = project.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
-                              "--inferbench-prompts-per-conc", "3",
-                              "--inferbench-baseline=base.json")
-    worse.assert_outcomes(failed=2)
-    worse.stdout.re_match_lines([r".*median_ttst [\d.]+ s > baseline [\d.]+ s \(\+100\.0%, "
-                                 r"tolerance 5%; base\.json\)"])
+    worse = project.runpytest(*RUN, "--inferbench-baseline=base.json")
+    worse.assert_outcomes(failed=NODES)
+    change = re.escape(f"{slower - 1:+.1%}")
+    tolerance = f"{RegressionPolicy().default_tolerance:.0%}"
+    worse.stdout.re_match_lines([rf".*median_ttst [\d.]+ s > baseline [\d.]+ s \({change}, "
+                                 rf"tolerance {tolerance}; base\.json\)"])
