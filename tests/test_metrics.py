@@ -11,8 +11,8 @@ import statistics
 import numpy as np
 import pytest
 
+from pytest_inferbench.results.catalog import percentile_label
 from pytest_inferbench.results.metrics import NO_CHUNK_ERROR, RequestRecord, summarize
-from pytest_inferbench.results.sample_stats import percentile_label
 
 
 def record(send: float, chunks: list[float], tokens: list[int], *, out: int | None = None,

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..recipe.golden import GoldenAL, GoldenALError, load_golden_al, packaged
+from ..results import catalog
+from ..results.catalog import is_timing, unit_of
 from ..results.record import number as _number
 from .baseline import (
-    DEFAULT_METRICS,
     Baseline,
     BaselineError,
     higher_is_better,
@@ -117,23 +118,6 @@ def _baseline_cached(path: Path, stamp: tuple[int, int]) -> Baseline:
     return load_baseline(path)
 
 
-def unit_of(metric: str) -> str:
-    name = metric.lower()
-    if name.endswith("_ms"):
-        return "ms"
-    if "intvty" in name:
-        return "tok/s/user"
-    if "per_gpu" in name:
-        return "tok/s/GPU"
-    if name == "request_throughput" or "goodput" in name:
-        return "req/s"
-    if "throughput" in name:
-        return "tok/s"
-    if any(w in name for w in ("ttft", "tpot", "itl", "e2el", "duration")):
-        return "s"
-    return ""
-
-
 def fmt(value: float, unit: str = "") -> str:
     magnitude = abs(value)
     text = (
@@ -219,11 +203,6 @@ def evaluate_point(
     if baseline is not None:
         failures += _regression(values, baseline, gates.rules, settings.baseline_any_setup)
     return failures
-
-
-def is_timing(metric: str) -> bool:
-    """A latency, rate or throughput (what a clock measured), as opposed to counts and ALs."""
-    return unit_of(metric) != ""
 
 
 def _timings_refused(result: Record) -> str | None:
@@ -357,7 +336,7 @@ def _regression(result: Record, baseline: Baseline, rules: GatesFile,
                 f"{source}); --inferbench-baseline-any-setup compares anyway"]
     refused = _timings_refused(result) or _timings_refused(before)
     policy = rules.regression
-    metrics = dict(DEFAULT_METRICS)
+    metrics = dict(catalog.baseline_metrics())
     for metric, _ in policy.tolerances:
         metrics.setdefault(metric, higher_is_better(metric))
     failures: list[str] = []

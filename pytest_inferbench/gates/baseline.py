@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..results import catalog
 from ..results.build import write_json_atomic
 from ..results.point_files import NAMESPACE, point_record
 
@@ -41,19 +42,6 @@ IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
     ("conc", "max_concurrency"),
 )
 
-# (metric, higher_is_better), InferenceX compare_results.METRIC_DEFS plus output tput and AL.
-DEFAULT_METRICS: tuple[tuple[str, bool], ...] = (
-    ("tput_per_gpu", True),
-    ("output_tput_per_gpu", True),
-    ("median_ttft", False),
-    ("p99_ttft", False),
-    ("median_intvty", True),
-    ("p99_intvty", True),
-    ("median_e2el", False),
-    ("p99_e2el", False),
-    ("acceptance_length", True),
-)
-
 # What a measurement was taken with: results differ across these for reasons other than the
 # server, so a baseline taken otherwise is refused unless --inferbench-baseline-any-setup.
 SETUP_FIELDS = ("backend", "time_scale")
@@ -77,24 +65,18 @@ def setup_differences(now: Record, then: Record) -> list[str]:
             if key in before and before[key] != after[key]]
 
 
-_HIGHER = ("throughput", "tput", "intvty", "goodput", "acceptance", "completed", "accuracy")
-_LOWER = ("ttft", "tpot", "itl", "e2el", "latency", "duration", "failed", "preempt")
-
-
 class BaselineError(Exception):
     """The baseline cannot be read; the message names the file."""
 
 
 def higher_is_better(metric: str) -> bool:
-    """Direction of a metric from its name: throughput up, latency down."""
-    name = metric.lower()
-    if any(word in name for word in _HIGHER):
-        return True
-    if any(word in name for word in _LOWER):
-        return False
+    """Direction of a metric, as the metric catalog declares it: throughput up, latency down."""
+    direction = catalog.direction(metric)
+    if direction is not None:
+        return direction is catalog.Direction.HIGHER
     raise BaselineError(
-        f"no known direction for metric {metric!r}: name a throughput "
-        "(higher is better) or latency (lower is better) key"
+        f"no known direction for metric {metric!r}: the metric catalog says neither higher "
+        "nor lower is better for it"
     )
 
 
@@ -163,7 +145,7 @@ def _metric_problems(file: Path, result: Record) -> list[str]:
     null is what the writer records for a metric a point has none of (no AL, no interactivity
     at TPOT 0)."""
     problems = []
-    for metric, _ in DEFAULT_METRICS:
+    for metric, _ in catalog.baseline_metrics():
         value = result.get(metric)
         if value is None:
             continue

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import functools
 import math
 import re
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from ..results.metrics import summarize
+from ..results import catalog
 from ..util import yamllines
 from .baseline import BaselineError, higher_is_better
 
@@ -38,13 +37,11 @@ MATCH_KEYS = ("config", "isl", "osl", "conc")
 _REQUIRE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|=|>|<)\s*(-?[0-9.eE+-]+)\s*$")
 
 
-@functools.cache
 def known_metrics() -> frozenset[str]:
-    """The numeric keys a point's result has, as `metrics.summarize()` writes them (asked of it
-    with no requests), plus the acceptance length and `golden_al_delta`."""
-    summary = summarize([], duration_s=1.0, num_prompts=0, max_concurrency=1, num_gpus=1)
-    return frozenset({*summary, "acceptance_length", "client_tokens_per_chunk",
-                      GOLDEN_AL_DELTA, "isl", "osl", "conc", "tp", "ep"})
+    """The metric keys of a point's record (the metric catalog's), plus `golden_al_delta` and
+    the point's numbers (isl, osl, conc, tp, ep)."""
+    return frozenset({*catalog.all_record_keys(), GOLDEN_AL_DELTA, "isl", "osl", "conc", "tp",
+                      "ep"})
 
 
 def _suggest(name: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 from ..loadgen.datasets import RANDOM, DatasetError, DatasetSpec, parse_dataset, text_prompts
 from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
 from ..recipe.layout import BESIDE_RECIPES, Layout, discover
-from ..results.metrics import GOODPUT_METRICS
+from ..results import catalog
 from .backend_registry import BACKENDS as REGISTRY
 from .slurm import IniType, add_slurm_options
 from .slurm import SlurmSettings as SlurmSettings
@@ -47,8 +47,8 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
     ("dataset", str, "SPEC", """what prompts are drawn from: random (default), sharegpt:PATH
         (ShareGPT JSON), jsonl:PATH ({"prompt": ...} a line), prefix:GROUPS:TOKENS (random
         prompts in GROUPS groups sharing their first TOKENS tokens)"""),
-    ("goodput", str, "SLOS", """fill request_goodput as vLLM's --goodput does: requests/s that meet
-        every SLO, e.g. 'ttft:2000 tpot:50' (ms; ttft, tpot, e2el)"""),
+    ("goodput", str, "SLOS", f"""fill request_goodput as vLLM's --goodput does: requests/s that
+        meet every SLO, e.g. 'ttft:2000 tpot:50' (ms; {', '.join(catalog.goodput_metrics())})"""),
     ("random-range-ratio", float, "R", """request lengths uniform in [R x ISL, ISL] and [R x OSL,
         OSL] (default 0.8, as InferenceX; 1.0 = fixed lengths)"""),
     ("warmup", WARMUP_MODES, None, """warmup requests: 'same' repeats the first prompt (default, as
@@ -310,10 +310,11 @@ def parse_goodput(text: str | None) -> tuple[tuple[str, float], ...]:
             limit = float(value)
         except ValueError:
             limit = math.nan
-        if name not in GOODPUT_METRICS or not limit >= 0:
+        allowed = catalog.goodput_metrics()
+        if name not in allowed or not limit >= 0:
             raise pytest.UsageError(
                 f"--inferbench-goodput {text!r}: {word!r} is not METRIC:MS with METRIC one of "
-                f"{', '.join(GOODPUT_METRICS)} and MS a number >= 0 (e.g. 'ttft:2000 tpot:50')")
+                f"{', '.join(allowed)} and MS a number >= 0 (e.g. 'ttft:2000 tpot:50')")
         slos[name] = limit
     return tuple(slos.items())
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..results import catalog
 from ..state import RESULTS_KEY, STATE_KEY
 from .meta import run_metadata
 from .tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
@@ -36,56 +37,6 @@ if TYPE_CHECKING:
 RESULTS_ATTR = "inferbench_results"
 COLLECTOR_NAME = "inferbench-report"
 
-# (result key, property name); the property names are what JUnit shows and the tables read.
-PROPERTY_KEYS: tuple[str, ...] = (
-    "server_node",
-    "config_key",
-    "model_prefix",
-    "hardware",
-    "framework",
-    "precision",
-    "tp",
-    "ep",
-    "dp_attention",
-    "spec_decoding",
-    "isl",
-    "osl",
-    "conc",
-    "request_rate",
-    "rate_limited",
-    "achieved_request_rate",
-    "achieved_concurrency",
-    "backend",
-    "time_scale",
-    "timings_meaningful",
-    "image",
-    "simulated",
-    "token_counts_estimated",
-    "num_prompts",
-    "completed",
-    "failed",
-    "duration",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "tput_per_gpu",
-    "output_tput_per_gpu",
-    "input_tput_per_gpu",
-    "median_intvty",
-    "p99_intvty",
-    "median_ttft",
-    "p99_ttft",
-    "median_tpot",
-    "p99_tpot",
-    "median_itl",
-    "median_e2el",
-    "p99_e2el",
-    "acceptance_length",
-    "golden_acceptance_length",
-    "synthetic_acceptance_length",
-)
-
-
 def _builtin(value: JSONValue) -> JSONValue:
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
@@ -95,8 +46,10 @@ def _builtin(value: JSONValue) -> JSONValue:
 
 
 def result_properties(result: Record) -> list[tuple[str, JSONValue]]:
-    """Key results as builtin-typed (name, value) pairs; absent or null keys are left out."""
-    return [(key, _builtin(result[key])) for key in PROPERTY_KEYS if result.get(key) is not None]
+    """Key results as builtin-typed (name, value) pairs, in the metric catalog's order (its
+    JUnit properties); absent or null keys are left out."""
+    return [(key, _builtin(result[key])) for key in catalog.junit_properties()
+            if result.get(key) is not None]
 
 
 def attach_result(item: pytest.Item, report: pytest.TestReport) -> None:

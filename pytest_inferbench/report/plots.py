@@ -1,7 +1,8 @@
 """PNG plots (optional `plot` extra): throughput per GPU against interactivity and E2E latency.
 
-One figure per (model prefix, ISL/OSL) with two panels, one curve per server node (points in
-concurrency order, each labelled with its concurrency; in a figure of more than
+The axes are the metric catalog's plot axes: its y axis (throughput per GPU) against each x
+axis in a panel of its own. One figure per (model prefix, ISL/OSL), one curve per server node
+(points in concurrency order, each labelled with its concurrency; in a figure of more than
 `DENSE_POINTS` points only each curve's ends), the way InferenceX charts its sweeps.
 Simulated results say so in the title.
 """
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from ..results import catalog
 from .tables import Row, load_label
 
 if TYPE_CHECKING:
@@ -40,15 +42,23 @@ def _value(point: Row, key: str) -> float | None:
     return float(value)
 
 
-# What a figure reads of a point: a child process gets these, not the whole record.
-PLOTTED_KEYS = ("model_prefix", "isl", "osl", "server_node", "conc", "request_rate",
-                "tput_per_gpu", "median_intvty", "median_e2el", "simulated",
-                "timings_meaningful")
+# What a figure reads of a point besides its axes: a child process gets these and the axes'
+# keys, not the whole record.
+POINT_KEYS = ("model_prefix", "isl", "osl", "server_node", "conc", "request_rate", "simulated",
+              "timings_meaningful")
+
 # Below this many figures one process draws them all: a drawing process takes about a second
 # to start (Python, matplotlib), about what one figure takes.
 PARALLEL_FIGURES = 4
 # Above this many points a figure labels only each curve's lowest and highest load.
 DENSE_POINTS = 150
+
+
+def panels() -> tuple[tuple[catalog.PlotAxis, ...], catalog.PlotAxis]:
+    """(the x axes, one panel each; the y axis) from the catalog."""
+    axes = catalog.plot_axes()
+    (y,) = [a for a in axes if a.axis == "y"]
+    return tuple(a for a in axes if a.axis == "x"), y
 
 
 def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
@@ -89,12 +99,14 @@ def start_plots(points: Sequence[Row], out_dir: Path) -> PendingPlots | None:
         import matplotlib  # noqa: F401
     except ImportError:
         return None
+    x_axes, y_axis = panels()
+    plotted = (*POINT_KEYS, y_axis.key, *(x.key for x in x_axes))
     groups: dict[tuple[str, int, int], list[Row]] = {}
     for p in points:
-        if _value(p, "tput_per_gpu") is not None:
+        if _value(p, y_axis.key) is not None:
             key = (str(p.get("model_prefix", "model")), int(_value(p, "isl") or 0),
                    int(_value(p, "osl") or 0))
-            groups.setdefault(key, []).append({k: p[k] for k in PLOTTED_KEYS if k in p})
+            groups.setdefault(key, []).append({k: p[k] for k in plotted if k in p})
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(key, rows, out_dir / f"{_slug(key[0])}_isl{key[1]}_osl{key[2]}.png")
             for key, rows in sorted(groups.items())]
@@ -148,10 +160,7 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
     import matplotlib.pyplot as plt
 
     model, isl, osl = key
-    panels = (
-        ("median_intvty", "Interactivity, median (tok/s/user)"),
-        ("median_e2el", "End-to-end latency, median (s)"),
-    )
+    x_axes, y_axis = panels()
     by_node: dict[str, list[Row]] = {}
     for p in group:
         by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
@@ -165,14 +174,15 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
     width = 13.0
     height = TITLE_INCHES + PANEL_INCHES + AXIS_LABEL_INCHES + legend_inches + EDGE_INCHES
     dense = len(group) > DENSE_POINTS
-    fig, axes = plt.subplots(1, 2, figsize=(width, height))
+    fig, axes = plt.subplots(1, len(x_axes), figsize=(width, height), squeeze=False)
+    axes = axes[0]
     fig.subplots_adjust(left=0.8 / width, right=1 - 0.25 / width, wspace=0.22,
                         top=1 - TITLE_INCHES / height,
                         bottom=(legend_inches + AXIS_LABEL_INCHES + EDGE_INCHES) / height)
-    for ax, (x_key, x_label) in zip(axes, panels, strict=True):
+    for ax, x_axis in zip(axes, x_axes, strict=True):
         for index, (node, rows) in enumerate(sorted(by_node.items())):
             rows = sorted(rows, key=lambda r: int(_value(r, "conc") or 0))
-            xy = [(_value(r, x_key), _value(r, "tput_per_gpu"), load_label(r)) for r in rows]
+            xy = [(_value(r, x_axis.key), _value(r, y_axis.key), load_label(r)) for r in rows]
             xy = [(x, y, c) for x, y, c in xy if x is not None and y is not None]
             if not xy:
                 continue
@@ -183,8 +193,8 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
                 # Every point lies inside its autoscaled axes: no clip test per label.
                 ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4),
                             fontsize=7, annotation_clip=False)
-        ax.set_xlabel(x_label)
-        ax.set_ylabel("Throughput per GPU (tok/s/GPU)")
+        ax.set_xlabel(x_axis.label)
+        ax.set_ylabel(y_axis.label)
         ax.grid(True, alpha=0.3)
     # Both panels draw the same nodes: one legend below them. (A legend per panel placed
     # at "best" searched every point of every curve: most of a matrix plot's time.)

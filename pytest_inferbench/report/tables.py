@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from ..results import catalog
 from ..results.measurement import SIMULATED_NOTE
 
 # A table row: a point's JUnit properties (or its record) and verdict, or an eval's.
@@ -22,15 +23,16 @@ def _number(value: object, scale: float = 1.0, digits: int = 1) -> str:
     return f"{value * scale:.{digits}f}"
 
 
-def _num(key: str, scale: float = 1.0, digits: int = 1) -> Callable[[Row], str]:
-    """The renderer of one numeric property of a row."""
-    return lambda row: _number(row.get(key), scale, digits)
-
-
-def _al(row: Row) -> str:
-    measured = _number(row.get("acceptance_length"), digits=2)
-    golden = row.get("golden_acceptance_length")
-    return f"{measured} ({golden:.2f})" if isinstance(golden, (int, float)) else measured
+def _metric_cell(column: catalog.Column) -> Callable[[Row], str]:
+    """The renderer of a metric's column: its value, and the value `beside` it in parentheses
+    (the golden AL beside the measured one) where the row has one."""
+    def render(row: Row) -> str:
+        value = _number(row.get(column.key), column.scale, column.digits)
+        other = row.get(column.beside) if column.beside else None
+        if isinstance(other, bool) or not isinstance(other, (int, float)):
+            return value
+        return f"{value} ({other * column.scale:.{column.digits}f})"
+    return render
 
 
 def load_label(row: Row) -> str:
@@ -41,21 +43,18 @@ def load_label(row: Row) -> str:
     return f"{row.get('conc', '?')} @{rate:g}/s"
 
 
-# (header, renderer of a row)
-COLUMNS: tuple[tuple[str, Callable[[Row], str]], ...] = (
+TableColumn = tuple[str, Callable[[Row], str]]  # (header, renderer of a row)
+LEADING: tuple[TableColumn, ...] = (
     ("ISL/OSL", lambda row: f"{row.get('isl', '?')}/{row.get('osl', '?')}"),
     ("conc @rate", load_label),
-    ("in flight", _num("achieved_concurrency")),
-    ("tput/GPU tok/s", _num("tput_per_gpu")),
-    ("out tput/GPU tok/s", _num("output_tput_per_gpu")),
-    ("intvty tok/s/user", _num("median_intvty")),
-    ("TTFT p50 s", _num("median_ttft", digits=3)),
-    ("TTFT p99 s", _num("p99_ttft", digits=3)),
-    ("TPOT p50 ms", _num("median_tpot", 1000.0, 2)),
-    ("E2EL p50 s", _num("median_e2el", digits=2)),
-    ("AL (golden)", _al),
-    ("verdict", lambda row: str(row.get("verdict"))),
 )
+TRAILING: tuple[TableColumn, ...] = (("verdict", lambda row: str(row.get("verdict"))),)
+
+
+def columns() -> tuple[TableColumn, ...]:
+    """The point, the metric catalog's columns in its order, the verdict."""
+    shown = tuple((c.header, _metric_cell(c)) for c in catalog.columns())
+    return (*LEADING, *shown, *TRAILING)
 
 
 def node_rows(rows: Iterable[Row]) -> dict[str, dict[str, list[Row]]]:
@@ -74,8 +73,8 @@ def _order(value: object) -> float:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def _cells(row: Row) -> list[str]:
-    return [render(row) for _, render in COLUMNS]
+def _cells(row: Row, shown: tuple[TableColumn, ...]) -> list[str]:
+    return [render(row) for _, render in shown]
 
 
 def _simulated(entry: Mapping[str, list[Row]]) -> bool:
@@ -113,8 +112,9 @@ def terminal_tables(nodes: Mapping[str, Mapping[str, list[Row]]]) -> list[str]:
             f"  [{ESTIMATED_NOTE}]" if _estimated(entry) else "")
         lines += ["", title]
         if entry["points"]:
-            table = [[h for h, _ in COLUMNS]] + [_cells(r) for r in entry["points"]]
-            widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+            shown = columns()
+            table = [[h for h, _ in shown]] + [_cells(r, shown) for r in entry["points"]]
+            widths = [max(len(row[i]) for row in table) for i in range(len(shown))]
             for index, row in enumerate(table):
                 lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
                 if index == 0:
@@ -137,9 +137,10 @@ def markdown_tables(
         if _estimated(entry):
             out += [f"> {ESTIMATED_NOTE}.", ""]
         if entry["points"]:
-            out.append("| " + " | ".join(h for h, _ in COLUMNS) + " |")
-            out.append("|" + "---:|" * len(COLUMNS))
-            out += ["| " + " | ".join(_cells(r)) + " |" for r in entry["points"]]
+            shown = columns()
+            out.append("| " + " | ".join(h for h, _ in shown) + " |")
+            out.append("|" + "---:|" * len(shown))
+            out += ["| " + " | ".join(_cells(r, shown)) + " |" for r in entry["points"]]
             out.append("")
         out += [f"- {_eval_line(r)}" for r in entry["evals"]]
         out.append("")

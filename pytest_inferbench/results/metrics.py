@@ -15,7 +15,12 @@ Formulas (vLLM `calculate_metrics`, InferenceX `process_result.py`):
 - Statistics: mean, median, population std (ddof 0), `np.percentile` with linear interpolation.
 - Throughputs divide by the benchmark duration; input tokens count successful requests only.
 - InferenceX: every `*_ms` key also appears in seconds without the suffix, every TPOT key also as
-  interactivity `*_intvty` = 1000 / tpot_ms, and per-GPU throughputs divide by `num_gpus`.
+  interactivity `*_intvty` = 1000 / tpot_ms, and per-GPU throughputs divide by `num_gpus`
+  (`catalog.derived_values`, `catalog.per_gpu`: the agg file derives them the same way).
+
+Which distributions are computed, from which samples, with which percentiles, is the metric
+catalog's (`catalog.py`); this module counts the chunk gaps (ITL, per-token ITL) and the
+scalars.
 
 Empty inputs never divide by zero: latency statistics over no samples are 0.0 (vLLM's `or 0`);
 a throughput over a non-positive duration is 0.0; an interactivity whose TPOT is 0 is None
@@ -30,6 +35,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from . import catalog
+from .catalog import ITL, PER_TOKEN_ITL
 from .record import to_float
 from .request_records import Flat, RequestRecord, StepRecords, first_send, flatten, send_times
 from .sample_stats import latency_stats, weighted_stats
@@ -44,10 +51,6 @@ IntArray = npt.NDArray[np.int64]
 # The per-request type lives in `request_records`; its importers have always found it here.
 __all__ = ["RequestRecord", "StepRecords", "first_send", "summarize"]
 
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
-PER_TOKEN_ITL = "itl_per_token"
-GOODPUT_METRICS = ("ttft", "tpot", "e2el")
-DEFAULT_PERCENTILES = (90.0, 99.0, 99.9)
 NO_CHUNK_ERROR = "succeeded without any content chunk"
 
 
@@ -62,16 +65,9 @@ def _send_rate(records: Sequence[RequestRecord]) -> float | None:
     return (len(sends) - 1) / span if span > 0 else None
 
 
-def _latencies(flat: Flat) -> tuple[dict[str, FloatArray], IntArray]:
-    """Per-request TTFT/E2EL/TPOT and (when the chunk times are kept) the chunk and per-token
-    ITL samples, in seconds."""
-    ttft = flat.first - flat.send
-    e2el = flat.last - flat.send
-    multi = flat.output_tokens > 1
-    tpot = (e2el[multi] - ttft[multi]) / (flat.output_tokens[multi] - 1)
-    tpot_for_goodput = np.zeros_like(ttft)
-    tpot_for_goodput[multi] = tpot
-
+def _chunk_gaps(flat: Flat) -> tuple[FloatArray, FloatArray, IntArray]:
+    """The chunk ITL samples, the per-token ITL samples and their token weights (seconds),
+    when the chunk times are kept."""
     if flat.times is not None and flat.times.size > 1:
         starts = np.cumsum(flat.chunk_count) - flat.chunk_count
         gaps = np.diff(flat.times)
@@ -87,10 +83,7 @@ def _latencies(flat: Flat) -> tuple[dict[str, FloatArray], IntArray]:
         per_token = gaps / gap_tokens
     else:
         per_token = np.divide(gaps, gap_tokens, out=np.zeros_like(gaps), where=gap_tokens > 0)
-    return {
-        "ttft": ttft, "e2el": e2el, "tpot": tpot, "tpot_for_goodput": tpot_for_goodput,
-        "itl": gaps, PER_TOKEN_ITL: per_token,
-    }, gap_tokens
+    return gaps, per_token, gap_tokens
 
 
 def _itl_by_step(flat: Flat, ends: FloatArray, firsts: IntArray, percentiles: Sequence[float]
@@ -103,7 +96,7 @@ def _itl_by_step(flat: Flat, ends: FloatArray, firsts: IntArray, percentiles: Se
     # Each request's gaps end at steps first + 1 .. first + chunks - 1.
     per_step = np.cumsum(np.bincount(firsts + 1, minlength=n + 1)
                          - np.bincount(firsts + flat.chunk_count, minlength=n + 1))[1:n]
-    out = weighted_stats(gap, per_step, "itl", percentiles)
+    out = weighted_stats(gap, per_step, ITL, percentiles)
     if flat.tokens is None or not flat.tokens.size or int(flat.tokens.max()) == 1:
         out.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
                     for key, value in out.items()})
@@ -127,13 +120,19 @@ def _itl_by_step(flat: Flat, ends: FloatArray, firsts: IntArray, percentiles: Se
     return out
 
 
-def _goodput(lat: Mapping[str, FloatArray], slos_ms: Mapping[str, float]) -> int:
-    unknown = sorted(set(slos_ms) - set(GOODPUT_METRICS))
+def _goodput(flat: Flat, samples: Mapping[str, FloatArray], slos_ms: Mapping[str, float]
+             ) -> int:
+    allowed = catalog.goodput_metrics()
+    unknown = sorted(set(slos_ms) - set(allowed))
     if unknown:
-        raise ValueError(f"goodput SLO for {', '.join(unknown)}: expected ttft, tpot or e2el (ms)")
-    good = np.ones(lat["ttft"].size, dtype=bool)
+        raise ValueError(f"goodput SLO for {', '.join(unknown)}: expected "
+                         f"{', '.join(allowed)} (ms)")
+    # One value per request: a request of one token has no TPOT sample; vLLM counts it as 0.
+    tpot = np.zeros_like(flat.send)
+    tpot[flat.output_tokens > 1] = samples["tpot"]
+    good = np.ones(flat.send.size, dtype=bool)
     for metric, limit_ms in slos_ms.items():
-        values = lat["tpot_for_goodput"] if metric == "tpot" else lat[metric]
+        values = tpot if metric == "tpot" else samples[metric]
         good &= values <= limit_ms / 1000.0
     return int(good.sum())
 
@@ -141,20 +140,10 @@ def _goodput(lat: Mapping[str, FloatArray], slos_ms: Mapping[str, float]) -> int
 def inferencex_keys(summary: Mapping[str, JSONValue], num_gpus: int
                     ) -> dict[str, float | None]:
     """The keys InferenceX `process_result.py` derives (single node: GPUs = TP)."""
-    out: dict[str, float | None] = {}
-    total = to_float(summary["total_token_throughput"])
-    output = to_float(summary["output_throughput"])
-    gpus = max(num_gpus, 1)
-    out["tput_per_gpu"] = total / gpus
-    out["output_tput_per_gpu"] = output / gpus
-    out["input_tput_per_gpu"] = (total - output) / gpus
-    for key, value in summary.items():
-        if not key.endswith("ms") or not isinstance(value, (int, float)):
-            continue
-        seconds_key = key.replace("_ms", "")
-        out[seconds_key] = value / 1000.0
-        if "tpot" in key:
-            out[seconds_key.replace("tpot", "intvty")] = 1000.0 / value if value else None
+    out: dict[str, float | None] = dict(catalog.per_gpu(
+        to_float(summary["total_token_throughput"]), to_float(summary["output_throughput"]),
+        num_gpus))
+    out.update(catalog.derived_values(summary))
     return out
 
 
@@ -171,12 +160,13 @@ def summarize(
     num_prompts: int,
     max_concurrency: int,
     num_gpus: int,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    percentiles: Sequence[float] | None = None,
     goodput_slos: Mapping[str, float] | None = None,
 ) -> dict[str, JSONValue]:
     """The vLLM `benchmark_serving` result keys and the InferenceX aggregates for one point.
 
     `goodput_slos` maps ttft/tpot/e2el to a limit in ms; a request is good when it meets all.
+    `percentiles` replaces every distribution's own (the catalog's).
     A record that claims success without any content chunk counts as failed.
     """
     if isinstance(records, StepRecords):  # all succeeded, each with its chunks
@@ -192,7 +182,12 @@ def summarize(
         ]
     flat = flatten(ok)
     step_ends, firsts = flat.step_ends, flat.first_steps
-    lat, itl_weights = _latencies(flat)
+    # Each distribution's samples from its catalog entry; the chunk gaps counted here.
+    dists = catalog.distributions()
+    samples = {m.name: m.samples(flat) for m in dists if m.samples is not None}
+    gaps, per_token, itl_weights = _chunk_gaps(flat)
+    kept = {m.name: tuple(percentiles) if percentiles is not None else m.percentiles
+            for m in dists}
 
     total_in = int(flat.input_tokens.sum())
     total_out = int(flat.output_tokens.sum())
@@ -210,22 +205,24 @@ def summarize(
         "total_output_tokens": total_out,
         "request_throughput": _rate(len(ok), duration_s),
         "request_goodput:": (
-            _rate(_goodput(lat, goodput_slos), duration_s) if goodput_slos else None),
+            _rate(_goodput(flat, samples, goodput_slos), duration_s) if goodput_slos else None),
         "output_throughput": _rate(total_out, duration_s),
         "total_token_throughput": _rate(total_in + total_out, duration_s),
     }
-    for metric in LATENCY_METRICS:
-        if step_ends is None or metric != "itl":
-            summary.update(latency_stats(lat[metric], metric, percentiles))
+    for m in dists:
+        if m.samples is not None:
+            summary.update(latency_stats(samples[m.name], m.name, kept[m.name]))
+        elif m.name == ITL and step_ends is None:
+            summary.update(latency_stats(gaps, ITL, kept[ITL]))
     if step_ends is not None and firsts is not None:
-        summary.update(_itl_by_step(flat, step_ends, firsts, percentiles))
+        summary.update(_itl_by_step(flat, step_ends, firsts, kept[ITL]))
     elif itl_weights.size and bool(np.all(itl_weights == 1)):
         # One token per chunk: per-token ITL is the chunk ITL, already computed (no 2nd sort).
         summary.update({key.replace("_itl_ms", f"_{PER_TOKEN_ITL}_ms"): value
                         for key, value in list(summary.items()) if key.endswith("_itl_ms")})
     else:
-        summary.update(weighted_stats(lat[PER_TOKEN_ITL], itl_weights, PER_TOKEN_ITL,
-                                       percentiles))
+        summary.update(weighted_stats(per_token, itl_weights, PER_TOKEN_ITL,
+                                       kept[PER_TOKEN_ITL]))
     summary.update({
         "total_chunks": total_chunks,
         "mean_tokens_per_chunk": (
@@ -234,7 +231,7 @@ def summarize(
         "chunk_token_total": int(chunk_token_sums.sum()),
         "token_mismatch_requests": mismatched,
         "token_accounting_ok": mismatched == 0,
-        "achieved_concurrency": _rate(float(lat["e2el"].sum()), duration_s),
+        "achieved_concurrency": _rate(float(samples["e2el"].sum()), duration_s),
         "achieved_request_rate": _send_rate(records),
     })
     summary.update(inferencex_keys(summary, num_gpus))

@@ -27,10 +27,10 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from . import catalog
 from .build import write_json_atomic, write_text_atomic
-from .metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, first_send
+from .metrics import first_send
 from .record import to_float, to_int
-from .sample_stats import percentile_label
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -44,7 +44,7 @@ AGG_PREFIX = "agg_"
 RUNNER_NAME_ENV = "RUNNER_NAME"  # set by GitHub Actions on every runner
 
 # benchmark_serving's keys in the order it writes them (setup, run, per-request lists, then
-# mean/median/std/p90/p99/p99.9 of each latency metric).
+# the latency statistics, `catalog.inferencex_raw_latency_keys()`).
 SETUP_KEYS = ("date", "backend", "model_id", "tokenizer_id", "best_of", "num_prompts",
               "request_rate", "burstiness", "max_concurrency")
 RUN_KEYS = ("duration", "benchmark_start_time_unix", "benchmark_end_time_unix", "completed",
@@ -53,12 +53,9 @@ RUN_KEYS = ("duration", "benchmark_start_time_unix", "benchmark_end_time_unix", 
             "input_lens", "output_lens")
 
 
-def latency_keys() -> tuple[str, ...]:
-    stats = ("mean", "median", "std", *(f"p{percentile_label(p)}" for p in DEFAULT_PERCENTILES))
-    return tuple(f"{stat}_{metric}_ms" for metric in LATENCY_METRICS for stat in stats)
-
-
-RAW_KEYS = (*SETUP_KEYS, *RUN_KEYS, *latency_keys())
+def raw_keys() -> tuple[str, ...]:
+    """Every key of a raw file but the namespace, in benchmark_serving's order."""
+    return (*SETUP_KEYS, *RUN_KEYS, *catalog.inferencex_raw_latency_keys())
 
 
 def runner_name(runner_type: str, explicit: str | None = None) -> str:
@@ -68,10 +65,11 @@ def runner_name(runner_type: str, explicit: str | None = None) -> str:
 
 def raw_result(record: Record) -> dict[str, JSONValue]:
     """The raw point file from the point's record (`results.build_result`)."""
-    missing = [key for key in RAW_KEYS if key not in record]
+    keys = raw_keys()
+    missing = [key for key in keys if key not in record]
     if missing:
         raise KeyError(f"point record lacks benchmark_serving keys: {', '.join(missing)}")
-    raw: dict[str, JSONValue] = {key: record[key] for key in RAW_KEYS}
+    raw: dict[str, JSONValue] = {key: record[key] for key in keys}
     raw["backend"] = record["client_backend"]  # the client's backend, as benchmark_serving's
     raw[NAMESPACE] = {key: value for key, value in record.items()
                       if key not in raw or value != raw[key]}
@@ -93,8 +91,6 @@ def agg_result(raw: Record) -> dict[str, JSONValue]:
     """`process_result.py`'s output for a single-node raw point file."""
     record = point_record(raw)
     tp = to_int(record["tp"])
-    total = to_float(raw["total_token_throughput"])
-    output = to_float(raw["output_throughput"])
     agg: dict[str, JSONValue] = {
         "hw": record["runner"],
         "conc": to_int(raw["max_concurrency"]),
@@ -111,18 +107,22 @@ def agg_result(raw: Record) -> dict[str, JSONValue]:
         "tp": tp,
         "ep": to_int(record["ep"]),
         "dp_attention": _flag(bool(record["dp_attention"])),  # an env string in InferenceX
-        "tput_per_gpu": total / tp,
-        "output_tput_per_gpu": output / tp,
-        "input_tput_per_gpu": (total - output) / tp,
+        **catalog.per_gpu(to_float(raw["total_token_throughput"]),
+                          to_float(raw["output_throughput"]), tp),
+        **_derived_as_inferencex(raw),
     }
-    for key, value in raw.items():
-        if key.endswith("ms"):
-            agg[key.replace("_ms", "")] = to_float(value) / 1000.0
-        if "tpot" in key:
-            agg[key.replace("_ms", "").replace("tpot", "intvty")] = 1000.0 / to_float(value)
     if record.get("simulated"):
         agg[NAMESPACE] = {"simulated": True}
     return agg
+
+
+def _derived_as_inferencex(raw: Mapping[str, JSONValue]) -> dict[str, float | None]:
+    """Derived as the summary derives them. At a TPOT statistic of 0 (one request has no
+    spread) process_result.py divides by zero and makes no agg file: neither do we."""
+    derived = catalog.derived_values(raw)
+    if any(value is None for value in derived.values()):
+        raise ZeroDivisionError("a TPOT statistic of 0 ms has no interactivity")
+    return derived
 
 
 def point_paths(points_dir: Path, result_filename: str) -> tuple[Path, Path]:

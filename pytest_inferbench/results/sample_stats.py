@@ -10,16 +10,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from .catalog import MS_SUFFIX, stat_names
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-
-def percentile_label(p: float) -> str:
-    """vLLM's key label: `99` for integral percentiles, `99.9` otherwise."""
-    return str(int(p)) if float(p).is_integer() else str(p)
 
 
 def _lerp(a: FloatArray, b: FloatArray, t: FloatArray) -> FloatArray:
@@ -39,14 +36,10 @@ def _quantiles_sorted(ordered: FloatArray, qs: Sequence[float]) -> FloatArray:
 
 def _stat_keys(name: str, percentiles: Sequence[float], mean: float, std: float,
                qs: Sequence[float] | FloatArray) -> dict[str, float]:
-    out = {
-        f"mean_{name}_ms": mean * 1000.0,
-        f"median_{name}_ms": float(qs[0]) * 1000.0,
-        f"std_{name}_ms": std * 1000.0,
-    }
-    for p, q in zip(percentiles, qs[1:], strict=True):
-        out[f"p{percentile_label(p)}_{name}_ms"] = float(q) * 1000.0
-    return out
+    """The `<stat>_<name>_ms` keys (the metric catalog's names) from seconds."""
+    values = (mean, float(qs[0]), std, *(float(q) for q in qs[1:]))
+    return {f"{stat}_{name}{MS_SUFFIX}": value * 1000.0
+            for stat, value in zip(stat_names(percentiles), values, strict=True)}
 
 
 def _dot(a: FloatArray, b: FloatArray) -> float:
