@@ -5,7 +5,8 @@ description and the gates compare the measured acceptance length against the gol
 it, so both always agree on the method, the draft length k, the draft model, the thinking mode
 and any forced (synthetic) acceptance.
 
-Each framework family spells it its own way (inferencex-formats.md §6); one reader per family:
+Each framework family spells it its own way (inferencex-formats.md §6); one reader per family,
+the flags and forcing knobs each reads listed in its registry entry (`speculative`):
 
 - ATOM: `--method eagle3 --draft-model M --num-speculative-tokens k
   [--spec-decode-acceptance-length AL | --spec-decode-acceptance-rate R]`
@@ -29,17 +30,19 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from . import registry
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
-    "FLAGS",
     "THINKING_OFF",
     "THINKING_ON",
     "SpecDecodeArgvError",
     "SpeculativeDecoding",
     "read_speculative_decoding",
     "read_thinking",
+    "value_flags",
 ]
 
 T = TypeVar("T")
@@ -47,15 +50,16 @@ T = TypeVar("T")
 THINKING_ON = "thinking_on"
 THINKING_OFF = "thinking_off"
 
-ATOM_FLAGS = ("method", "draft-model", "num-speculative-tokens",
-              "spec-decode-acceptance-length", "spec-decode-acceptance-rate")
-VLLM_FLAGS = ("speculative-config",)
-SGLANG_FLAGS = ("speculative-algorithm", "speculative-draft-model-path",
-                "speculative-num-steps", "speculative-num-draft-tokens")
 SIM_FLAGS = ("sim-accepted-distribution",)
 THINKING_FLAGS = ("default-chat-template-kwargs", "chat-template-kwargs")
-# Every value-taking flag read here (canonical spelling), so an argv parser can skip them.
-FLAGS = frozenset(ATOM_FLAGS + VLLM_FLAGS + SGLANG_FLAGS + SIM_FLAGS + THINKING_FLAGS)
+
+
+def value_flags() -> frozenset[str]:
+    """Every value-taking flag read here (canonical spelling), so an argv parser can skip them:
+    each framework's speculative flags (its registry entry's `speculative.flags`), the
+    simulator's own and the thinking mode's."""
+    own = (f for framework in registry.frameworks() for f in framework.speculative_flags)
+    return frozenset((*own, *SIM_FLAGS, *THINKING_FLAGS))
 
 
 class SpecDecodeArgvError(ValueError):
@@ -108,8 +112,10 @@ class _Reading:
     forced_by: tuple[str, ...] = ()
 
 
-def flag_values(argv: Sequence[str], names: frozenset[str] = FLAGS) -> dict[str, str]:
-    """`--name value` / `--name=value` for the canonical `names`; the last one wins."""
+def flag_values(argv: Sequence[str], names: frozenset[str] | None = None) -> dict[str, str]:
+    """`--name value` / `--name=value` for the canonical `names` (default: `value_flags()`);
+    the last one wins."""
+    names = value_flags() if names is None else names
     found: dict[str, str] = {}
     i = 0
     while i < len(argv):

@@ -67,7 +67,7 @@ RETURN_ERROR_HEADER = "x-return-error"
 
 @dataclass(frozen=True)
 class ServeConfig:
-    persona: str  # atom | vllm | sglang: metric names and /debug/mtp_stats
+    persona: str  # a framework registry name: metric names and its debug endpoint
     hardware: str
     time_scale: float  # 1.0 real time; 0 = as fast as possible
     seed: int
