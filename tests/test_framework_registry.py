@@ -15,6 +15,7 @@ import yaml
 from pytest_inferbench.frameworks import registry
 from pytest_inferbench.results.point_files import AGG_PREFIX, point_record
 from pytest_inferbench.sim import catalog
+from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.testing.recipes import master_entry
 
 if TYPE_CHECKING:
@@ -176,3 +177,32 @@ def test_every_framework_runs_on_the_simulated_server_and_its_metrics_are_scrape
         assert server["counter_deltas"][generated] == sum(raw["output_lens"]), name
         assert server["kv_cache_usage"] == server["gauges"][persona.metrics["kv_usage"]], name
         assert server["preemptions"] == server["counter_deltas"][persona.preemption_counter], name
+
+
+MODEL = "amd/MiniMax-M3-MXFP4"
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_data_parallel_reads_as_the_entry_says(name: str) -> None:
+    entry = registry.get(name)
+    argv = [entry.programs[0], "serve", MODEL, "--tensor-parallel-size", "2",
+            "--data-parallel-size", "2"]
+    config, ignored = engine_config_from_argv(argv, hardware="MI355X", framework=name)
+    if entry.data_parallel_attention:
+        assert (config.tp, config.dp_attn) == (2 * 2, True)
+    else:
+        assert (config.tp, config.dp_attn) == (2, False)
+        assert any(word.startswith("--data-parallel-size 2") for word in ignored)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_an_options_file_is_read_only_where_the_entry_says(name: str) -> None:
+    entry = registry.get(name)
+    batch = catalog.framework(name).defaults["max_num_seqs"] + 1
+    config, ignored = engine_config_from_argv(
+        [entry.programs[0], "serve", MODEL, "--config", "options.yaml"], hardware="MI355X",
+        framework=name, files={"options.yaml": f"max_batch_size: {batch}\n"})
+    if entry.options_file:
+        assert config.max_num_seqs == batch and not ignored
+    else:
+        assert config.max_num_seqs == batch - 1 and ignored == ["--config options.yaml"]

@@ -9,6 +9,11 @@ A framework's file is the one place that says what it is to every part of the pl
   launch argv's words, a `/metrics` exposition's names).
 - `argv_words`: a launch argv whose first words contain one of these starts this framework.
 - `programs`: executables that start it; `<program> [serve]` is not one of the server's flags.
+- `options_file`: true when its `--config` / `--extra-llm-api-options` names an options YAML
+  that the simulator reads (TensorRT-LLM's); otherwise such a flag is reported as ignored.
+- `data_parallel_attention`: true when `--data-parallel-size N` without DP-attention flags
+  still means N attention ranks over N x TP GPUs (vLLM on MoE models); otherwise it is N
+  independent replicas, which the simulator does not model.
 - `persona`: whose metric names the simulated server exposes for it (a framework whose own
   names are not modelled borrows another's).
 - `metrics`: each engine quantity (a `sim/server/prom.MetricsSnapshot` attribute) -> the name the
@@ -81,6 +86,8 @@ class Framework:
     argv_words: tuple[str, ...]
     programs: tuple[str, ...]
     aliases: tuple[str, ...]
+    options_file: bool
+    data_parallel_attention: bool
     persona: str
     metrics: Mapping[str, str]
     latency_histograms: Mapping[str, str]
@@ -152,6 +159,8 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> Framework:
         argv_words=_strings(data["argv_words"], f"{where}: argv_words"),
         programs=_strings(data["programs"], f"{where}: programs"),
         aliases=_strings(data.get("aliases", []), f"{where}: aliases"),
+        options_file=bool(data.get("options_file", False)),
+        data_parallel_attention=bool(data.get("data_parallel_attention", False)),
         persona=str(data["persona"]), metrics=metrics,
         latency_histograms={k: str(v) for k, v in _mapping(
             data.get("latency_histograms"), f"{where}: latency_histograms").items()},

@@ -200,7 +200,8 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     parsed = _parse(_strip_program(argv))
     v = _typed(parsed.values)
     options: dict[str, Any] = {}
-    if "trt_options" in v and fw.name != "trt":
+    entry = registry.get(fw.name)
+    if "trt_options" in v and not entry.options_file:
         parsed.ignored.append(f"--config {v.pop('trt_options')}")
     if "trt_options" in v:
         try:
@@ -218,9 +219,9 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     catalog.checkpoint(model)  # an unknown model fails here, listing the known ones
     tp, dp = v.get("tp", 1), v.get("dp", 1)
     dp_attn = "enable-dp-attention" in parsed.flags
-    if dp > 1 and fw.name == "vllm":
-        # vLLM data parallelism on an MoE model: dp x tp GPUs, attention split by sequences
-        # (each DP rank runs its own requests), experts shared over all ranks (EP or TP).
+    if dp > 1 and entry.data_parallel_attention:
+        # Data parallelism as vLLM runs it on an MoE model: dp x tp GPUs, attention split by
+        # sequences (each DP rank runs its own requests), experts shared over all ranks.
         tp, dp_attn = tp * dp, True
     elif dp > 1 and not dp_attn:
         parsed.ignored.append(f"--data-parallel-size {dp} (independent replicas not modelled)")
