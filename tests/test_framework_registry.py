@@ -90,13 +90,13 @@ def raw_records(root: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def throwaway() -> Iterator[registry.Framework]:
+def throwaway() -> Iterator[registry.FrameworkEntry]:
     found = registry.register(yaml.safe_load(THROWAWAY_ENTRY))
     yield found
     registry.unregister(THROWAWAY)
 
 
-def test_a_framework_is_one_entry_that_every_part_asks(throwaway: registry.Framework) -> None:
+def test_a_framework_is_one_entry_that_every_part_asks(throwaway: registry.FrameworkEntry) -> None:
     assert THROWAWAY in registry.names() and THROWAWAY in registry.personas()
     assert registry.of_argv([THROWAWAY, "serve", "m"]) is throwaway
     assert registry.engine_of(f"{THROWAWAY}-disagg") == THROWAWAY
@@ -145,7 +145,7 @@ def test_a_registered_framework_runs_a_point_on_the_simulator(pytester: pytest.P
         overhead_ms, abs=1e-6)
 
 
-def exposed(persona: registry.Framework) -> tuple[set[str], set[str]]:
+def exposed(persona: registry.FrameworkEntry) -> tuple[set[str], set[str]]:
     """The counter (as scraped, `_total`) and gauge names a plain-decoding server exposes."""
     counters, gauges = set(), set()
     for quantity in yaml.safe_load(QUANTITIES.read_text()):

@@ -47,10 +47,11 @@ import yaml
 
 __all__ = [
     "Acceptance",
-    "Framework",
+    "FrameworkEntry",
     "FrameworkError",
     "default_router",
     "engine_of",
+    "entry",
     "frameworks",
     "get",
     "names",
@@ -78,7 +79,7 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
-class Framework:
+class FrameworkEntry:
     """One framework's entry (the module docstring says what each field means)."""
 
     name: str
@@ -118,8 +119,10 @@ class Framework:
 
 _REQUIRED = ("name", "order", "argv_words", "programs", "persona", "metrics", "speculative",
              "simulator")
-_registered: dict[str, Framework] = {}
-_packaged: dict[str, Framework] = {}
+# The packaged entries, read once; those registered at run time are kept apart so that
+# `unregister` can only take back what `register` added.
+_packaged: dict[str, FrameworkEntry] = {}
+_registered: dict[str, FrameworkEntry] = {}
 
 
 def _strings(value: object, where: str) -> tuple[str, ...]:
@@ -136,8 +139,8 @@ def _mapping(value: object, where: str) -> dict[str, Any]:
     return {str(k): v for k, v in value.items()}
 
 
-def entry(data: Mapping[str, Any], where: str = "framework entry") -> Framework:
-    """A `Framework` from one entry's mapping; `FrameworkError` names the key that is wrong."""
+def entry(data: Mapping[str, Any], where: str = "framework entry") -> FrameworkEntry:
+    """An entry from its mapping; `FrameworkError` names the key that is wrong."""
     missing = [key for key in _REQUIRED if key not in data]
     if missing:
         raise FrameworkError(f"{where}: missing {', '.join(missing)}")
@@ -154,7 +157,7 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> Framework:
         except KeyError as exc:
             raise FrameworkError(f"{where}: acceptance needs the metric {exc}") from None
     spec = _mapping(data["speculative"], f"{where}: speculative")
-    return Framework(
+    return FrameworkEntry(
         name=name, order=int(data["order"]),
         argv_words=_strings(data["argv_words"], f"{where}: argv_words"),
         programs=_strings(data["programs"], f"{where}: programs"),
@@ -176,7 +179,7 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> Framework:
         simulator=_mapping(data["simulator"], f"{where}: simulator"))
 
 
-def _all() -> dict[str, Framework]:
+def _all() -> dict[str, FrameworkEntry]:
     if not _packaged:
         folder = resources.files(__package__).joinpath(ENTRIES)
         for path in sorted(folder.iterdir(), key=lambda p: p.name):
@@ -187,7 +190,7 @@ def _all() -> dict[str, Framework]:
     return {**_packaged, **_registered}
 
 
-def register(data: Mapping[str, Any]) -> Framework:
+def register(data: Mapping[str, Any]) -> FrameworkEntry:
     """Add (or replace) a framework for this process; returns its entry."""
     found = entry(data)
     _registered[found.name] = found
@@ -198,7 +201,7 @@ def unregister(name: str) -> None:
     _registered.pop(name, None)
 
 
-def frameworks() -> tuple[Framework, ...]:
+def frameworks() -> tuple[FrameworkEntry, ...]:
     """Every framework, in `order`."""
     return tuple(sorted(_all().values(), key=lambda f: (f.order, f.name)))
 
@@ -207,7 +210,7 @@ def names() -> list[str]:
     return sorted(_all())
 
 
-def get(name: str) -> Framework:
+def get(name: str) -> FrameworkEntry:
     """A framework by name, case folded; `FrameworkError` lists the known ones."""
     table = _all()
     found = table.get(name) or {k.lower(): v for k, v in table.items()}.get(name.lower())
@@ -221,7 +224,7 @@ def personas() -> tuple[str, ...]:
     return tuple(f.name for f in frameworks() if f.persona == f.name)
 
 
-def of_argv(argv: list[str] | tuple[str, ...]) -> Framework | None:
+def of_argv(argv: list[str] | tuple[str, ...]) -> FrameworkEntry | None:
     """The framework a launch argv starts, from its first words (program, module, model)."""
     words = " ".join(argv[:8]).lower()
     return next((f for f in frameworks() if any(w in words for w in f.argv_words)), None)
@@ -233,6 +236,7 @@ def engine_of(framework: str) -> str:
     for found in frameworks():
         if framework in found.multinode:
             return found.name
+    # A deployment no entry lists still names its engine, as InferenceX's framework names do.
     name = framework.removeprefix("dynamo-").removesuffix("-disagg")
     by_alias = {alias: f.name for f in frameworks() for alias in (f.name, *f.aliases)}
     return by_alias.get(name, name)
