@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from pytest_inferbench.frameworks import registry
+from pytest_inferbench.frameworks import registry, specdecode
 from pytest_inferbench.results.point_files import AGG_PREFIX, point_record
 from pytest_inferbench.sim import catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
@@ -125,7 +125,7 @@ def test_a_registered_framework_runs_a_point_on_the_simulator(pytester: pytest.P
 
         import yaml
 
-        from pytest_inferbench.frameworks import registry
+        from pytest_inferbench.frameworks import registry, specdecode
 
         registry.register(yaml.safe_load(Path(__file__).with_name("{THROWAWAY}.yaml").read_text()))
         """)
@@ -206,3 +206,11 @@ def test_an_options_file_is_read_only_where_the_entry_says(name: str) -> None:
         assert config.max_num_seqs == batch and not ignored
     else:
         assert config.max_num_seqs == batch - 1 and ignored == ["--config options.yaml"]
+
+
+def test_an_unknown_speculative_reader_is_named(throwaway: registry.FrameworkEntry) -> None:
+    data = {**yaml.safe_load(THROWAWAY_ENTRY), "speculative": {"reader": "nope"}}
+    registry.register(data)
+    with pytest.raises(registry.FrameworkError, match=r"speculative\.reader 'nope' unknown"):
+        specdecode.read_speculative_decoding(["vllm", "serve", MODEL])
+

@@ -23,9 +23,10 @@ A framework's file is the one place that says what it is to every part of the pl
 - `acceptance`: how the scraper reads the acceptance length from the counters (`steps`: the
   quantity that counts verify steps; `source`: the result's `acceptance_length_source`), or null.
 - `debug_stats`: a JSON endpoint with the speculative-decoding counters, or null.
-- `speculative`: `flags`, the value-taking launch flags its speculative decoding is configured
-  with (`frameworks/specdecode.py` reads them), and `synthetic_acceptance`, the knobs that force
-  acceptance.
+- `speculative`: `reader`, the family reader of `frameworks/specdecode.py` that reads its
+  speculative decoding (`atom`, `vllm`, `sglang`, `trtllm`; a framework that spells it as one
+  of them names that one; null: none); `flags`, the value-taking launch flags it reads; and
+  `synthetic_acceptance`, the knobs that force acceptance.
 - `router`: the router policy of the engine's own disaggregated deployment (default
   round-robin); `multinode`: each multinode recipe framework that serves this engine -> its
   default router policy; its packaged launch spec is `launch_specs/multinode/<name>.yaml`.
@@ -95,6 +96,7 @@ class FrameworkEntry:
     older_kv_usage: tuple[str, ...]
     acceptance: Acceptance | None
     debug_stats: str | None
+    speculative_reader: str | None
     speculative_flags: tuple[str, ...]
     synthetic_acceptance: tuple[str, ...]
     router: str
@@ -170,6 +172,7 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> FrameworkE
         older_kv_usage=_strings(data.get("older_kv_usage", []), f"{where}: older_kv_usage"),
         acceptance=acceptance,
         debug_stats=str(data["debug_stats"]) if data.get("debug_stats") else None,
+        speculative_reader=str(spec["reader"]) if spec.get("reader") else None,
         speculative_flags=_strings(spec.get("flags", []), f"{where}: speculative.flags"),
         synthetic_acceptance=_strings(spec.get("synthetic_acceptance", []),
                                       f"{where}: speculative.synthetic_acceptance"),
