@@ -39,7 +39,7 @@ project's conftest may do so for a framework of its own).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -227,7 +227,7 @@ def personas() -> tuple[str, ...]:
     return tuple(f.name for f in frameworks() if f.persona == f.name)
 
 
-def of_argv(argv: list[str] | tuple[str, ...]) -> FrameworkEntry | None:
+def of_argv(argv: Sequence[str]) -> FrameworkEntry | None:
     """The framework a launch argv starts, from its first words (program, module, model)."""
     words = " ".join(argv[:8]).lower()
     return next((f for f in frameworks() if any(w in words for w in f.argv_words)), None)

@@ -76,7 +76,7 @@ class _Parsed:
 
 
 def framework_of_argv(argv: Sequence[str]) -> str | None:
-    found = registry.of_argv(tuple(argv))
+    found = registry.of_argv(argv)
     return found.name if found is not None else None
 
 

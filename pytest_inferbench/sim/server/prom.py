@@ -19,7 +19,8 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ...frameworks import registry
+# `registry` alone would read as the prometheus CollectorRegistry this module builds.
+from ...frameworks import registry as framework_registry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -149,14 +150,14 @@ class EngineCollector:
 
     def __init__(self, persona: str, model: str, snapshot: Callable[[], MetricsSnapshot],
                  latency: LatencyHistograms | None = None) -> None:
-        known = registry.personas()
+        known = framework_registry.personas()
         if persona not in known:
             raise ValueError(f"unknown persona {persona!r}: expected one of {', '.join(known)}")
-        self._names = registry.get(persona).metrics
+        self._names = framework_registry.get(persona).metrics
         self._model = model
         self._snapshot = snapshot
         # Only a persona whose entry names latency histograms exports them.
-        self._histogram_names = registry.get(persona).latency_histograms
+        self._histogram_names = framework_registry.get(persona).latency_histograms
         self._latency = latency if self._histogram_names else None
 
     def collect(self) -> Iterator[Metric]:
