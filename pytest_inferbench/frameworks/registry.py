@@ -22,7 +22,8 @@ A framework's file is the one place that says what it is to every part of the pl
 - `older_kv_usage`: KV-usage gauge names of older releases that the scraper also reads.
 - `acceptance`: how the scraper reads the acceptance length from the counters (`steps`: the
   quantity that counts verify steps; `source`: the result's `acceptance_length_source`), or null.
-- `debug_stats`: a JSON endpoint with the speculative-decoding counters, or null.
+- `debug_stats`: the path of a JSON endpoint with the speculative-decoding counters in ATOM's
+  `/debug/mtp_stats` shape (the simulated server serves it, the scraper reads it), or null.
 - `speculative`: `reader`, the family reader of `frameworks/specdecode.py` that reads its
   speculative decoding (`atom`, `vllm`, `sglang`, `trtllm`; a framework that spells it as one
   of them names that one; null: none); `flags`, the value-taking launch flags it reads; and
