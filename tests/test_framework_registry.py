@@ -214,3 +214,26 @@ def test_an_unknown_speculative_reader_is_named(throwaway: registry.FrameworkEnt
     with pytest.raises(registry.FrameworkError, match=r"speculative\.reader 'nope' unknown"):
         specdecode.read_speculative_decoding(["vllm", "serve", MODEL])
 
+
+
+# How each family reader's knobs force acceptance: (argv words, env) beside a plain MTP argv.
+FORCING: dict[str, tuple[list[str], dict[str, str]]] = {
+    "atom": (["--spec-decode-acceptance-length", "2.5"], {}),
+    "vllm": (["--speculative-config", json.dumps(
+        {"method": "eagle3", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2.5})],
+        {}),
+    "sglang": ([], {"SGLANG_SIMULATE_ACC_LEN": "2.5"}),
+    "trtllm": ([], {"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": "1.5"}),
+}
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_an_entry_lists_the_knobs_that_force_its_acceptance(name: str) -> None:
+    entry = registry.get(name)
+    assert entry.speculative_reader in FORCING
+    words, env = FORCING[str(entry.speculative_reader)]
+    argv = [entry.programs[0], "serve", MODEL, "--method", "mtp", "--num-speculative-tokens",
+            "3", *words]
+    described = specdecode.read_speculative_decoding(argv, env)
+    assert described is not None and described.forced_acceptance_length == 2.5
+    assert described.forced_by and described.forced_by in entry.synthetic_acceptance

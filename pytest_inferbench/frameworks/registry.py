@@ -20,19 +20,21 @@ A framework's file is the one place that says what it is to every part of the pl
   server exports it under (counters without `_total`); what the simulated server exposes
   and what the client's scraper reads. `latency_histograms`: ttft/itl/e2e -> histogram names.
 - `older_kv_usage`: KV-usage gauge names of older releases that the scraper also reads.
-- `acceptance`: how the scraper reads the acceptance length from the counters (`steps`: the
-  quantity that counts verify steps; `source`: the result's `acceptance_length_source`), or null.
+- `acceptance`: how the scraper reads the acceptance length from the counters: 1 + the
+  `accepted_tokens` metric / the `steps` quantity's (the one that counts verify steps), the
+  rate over `draft_tokens`; `source` is the result's `acceptance_length_source`. Or null.
 - `debug_stats`: the path of a JSON endpoint with the speculative-decoding counters in ATOM's
   `/debug/mtp_stats` shape (the simulated server serves it, the scraper reads it), or null.
 - `speculative`: `reader`, the family reader of `frameworks/specdecode.py` that reads its
   speculative decoding (`atom`, `vllm`, `sglang`, `trtllm`; a framework that spells it as one
   of them names that one; null: none); `flags`, the value-taking launch flags it reads; and
-  `synthetic_acceptance`, the knobs that force acceptance.
+  `synthetic_acceptance`, the knobs that force acceptance, as `SpeculativeDecoding.forced_by`
+  names them.
 - `router`: the router policy of the engine's own disaggregated deployment (default
   round-robin); `multinode`: each multinode recipe framework that serves this engine -> its
   default router policy; its packaged launch spec is `launch_specs/multinode/<name>.yaml`.
-- `simulator`: the simulated engine's profile (`sim/catalog.py` reads it; the keys are
-  described in `docs/simulator.md`).
+- `simulator`: the simulated engine's profile (the docstring of `sim/catalog.Framework`, which
+  reads it, describes the keys; `docs/simulator.md` the calibrated values).
 
 Adding a framework is one new file here, or `register()` of a mapping of the same shape (a
 project's conftest may do so for a framework of its own).
