@@ -35,9 +35,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "frameworks": set(),
     "recipe": {"frameworks", "util"},
     "results": {"recipe", "util"},
-    "loadgen": {"recipe", "results", "util"},
+    "loadgen": {"frameworks", "recipe", "results", "util"},
     "sim": {"frameworks", "loadgen", "recipe", "results", "util"},
-    "sim.server": {"loadgen", "sim", "util"},
+    "sim.server": {"frameworks", "loadgen", "sim", "util"},
     "options": {"loadgen", "recipe", "results"},
     "backends": {"loadgen", "options", "recipe", "results", "sim", "util"},
     "state": {"backends", "options", "results"},
@@ -49,7 +49,7 @@ MAY_IMPORT: dict[str, set[str]] = {
                "report", "results", "state"},
     ROOT: {"evals", "plugin"},
     "fixtures": {"evals", "plugin"},
-    "testing": {"recipe", ROOT},
+    "testing": {"frameworks", "recipe", ROOT},
 }
 # What may sit at the package root besides the parts' packages: the public face, the old import
 # path of the fixture types, and the session state that every floor from `state` up shares.

@@ -5,7 +5,8 @@ description and the gates compare the measured acceptance length against the gol
 it, so both always agree on the method, the draft length k, the draft model, the thinking mode
 and any forced (synthetic) acceptance.
 
-Each framework family spells it its own way (inferencex-formats.md §6); one reader per family:
+Each framework family spells it its own way (inferencex-formats.md §6); one reader per family,
+the flags and forcing knobs each reads listed in its registry entry (`speculative`):
 
 - ATOM: `--method eagle3 --draft-model M --num-speculative-tokens k
   [--spec-decode-acceptance-length AL | --spec-decode-acceptance-rate R]`
@@ -26,20 +27,23 @@ default chat-template kwargs turn it off.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from . import registry
+
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
-    "FLAGS",
     "THINKING_OFF",
     "THINKING_ON",
     "SpecDecodeArgvError",
     "SpeculativeDecoding",
     "read_speculative_decoding",
     "read_thinking",
+    "value_flags",
 ]
 
 T = TypeVar("T")
@@ -47,15 +51,16 @@ T = TypeVar("T")
 THINKING_ON = "thinking_on"
 THINKING_OFF = "thinking_off"
 
-ATOM_FLAGS = ("method", "draft-model", "num-speculative-tokens",
-              "spec-decode-acceptance-length", "spec-decode-acceptance-rate")
-VLLM_FLAGS = ("speculative-config",)
-SGLANG_FLAGS = ("speculative-algorithm", "speculative-draft-model-path",
-                "speculative-num-steps", "speculative-num-draft-tokens")
 SIM_FLAGS = ("sim-accepted-distribution",)
 THINKING_FLAGS = ("default-chat-template-kwargs", "chat-template-kwargs")
-# Every value-taking flag read here (canonical spelling), so an argv parser can skip them.
-FLAGS = frozenset(ATOM_FLAGS + VLLM_FLAGS + SGLANG_FLAGS + SIM_FLAGS + THINKING_FLAGS)
+
+
+def value_flags() -> frozenset[str]:
+    """Every value-taking flag read here (canonical spelling), so an argv parser can skip them:
+    each framework's speculative flags (its registry entry's `speculative.flags`), the
+    simulator's own and the thinking mode's."""
+    own = (f for framework in registry.frameworks() for f in framework.speculative_flags)
+    return frozenset((*own, *SIM_FLAGS, *THINKING_FLAGS))
 
 
 class SpecDecodeArgvError(ValueError):
@@ -108,8 +113,10 @@ class _Reading:
     forced_by: tuple[str, ...] = ()
 
 
-def flag_values(argv: Sequence[str], names: frozenset[str] = FLAGS) -> dict[str, str]:
-    """`--name value` / `--name=value` for the canonical `names`; the last one wins."""
+def flag_values(argv: Sequence[str], names: frozenset[str] | None = None) -> dict[str, str]:
+    """`--name value` / `--name=value` for the canonical `names` (default: `value_flags()`);
+    the last one wins."""
+    names = value_flags() if names is None else names
     found: dict[str, str] = {}
     i = 0
     while i < len(argv):
@@ -139,8 +146,8 @@ def read_speculative_decoding(argv: Sequence[str], env: Mapping[str, str] | None
     """
     env = env or {}
     flags = flag_values(argv)
-    readings = [_atom(flags), _vllm(flags), _sglang(flags, env), _trtllm(env),
-                _trtllm_options(trt_options or {})]
+    readings = [reading for name in readers()
+                for reading in READERS[name](flags, env, trt_options or {})]
     readings.append(_sim(flags, env, _first(r.num_tokens for r in readings)))
 
     method = _first(r.method for r in readings)
@@ -154,6 +161,20 @@ def read_speculative_decoding(argv: Sequence[str], env: Mapping[str, str] | None
         position_rates=_first(r.position_rates for r in readings),
         accepted_distribution=_first(r.accepted_distribution for r in readings),
         forced_by=", ".join(knob for r in readings for knob in r.forced_by))
+
+
+def readers() -> tuple[str, ...]:
+    """The family readers the frameworks name (their entries' `speculative.reader`), once
+    each, in the registry's order: where two families' knobs say the same thing, the first
+    one's counts."""
+    named = (f.speculative_reader for f in registry.frameworks() if f.speculative_reader)
+    found = tuple(dict.fromkeys(named))
+    unknown = [name for name in found if name not in READERS]
+    if unknown:
+        # The registry cannot check the names itself: this module asks it, not the reverse.
+        raise registry.FrameworkError(
+            f"speculative.reader {unknown[0]!r} unknown; known: {', '.join(sorted(READERS))}")
+    return found
 
 
 def _first(values: Iterable[T | None]) -> T | None:
@@ -227,6 +248,22 @@ def _trtllm_options(options: Mapping[str, object]) -> _Reading:
     draft = spec.get("speculative_model_dir")
     return _Reading(method=kind, num_tokens=int(k) if k is not None else None,
                     draft_model=str(draft) if draft else None)
+
+
+def _trtllm_family(flags: Mapping[str, str], env: Mapping[str, str],
+                   options: Mapping[str, object]) -> tuple[_Reading, ...]:
+    return _trtllm(env), _trtllm_options(options)
+
+
+_Reader = Callable[[Mapping[str, str], Mapping[str, str], Mapping[str, object]],
+                   tuple[_Reading, ...]]
+# Each family's reader by the name a registry entry gives as `speculative.reader`.
+READERS: dict[str, _Reader] = {
+    "atom": lambda flags, env, options: (_atom(flags),),
+    "vllm": lambda flags, env, options: (_vllm(flags),),
+    "sglang": lambda flags, env, options: (_sglang(flags, env),),
+    "trtllm": _trtllm_family,
+}
 
 
 def _sim(flags: Mapping[str, str], env: Mapping[str, str], k: int | None) -> _Reading:

@@ -5,6 +5,8 @@ never scrape do not pay for it). Counters are diffed, summed over their label se
 reported as read after the point. Acceptance length = 1 + accepted / verification steps
 (performance-model.md §A7): vLLM `spec_decode_num_accepted_tokens` / `spec_decode_num_drafts`;
 ATOM `mtp_accepted_tokens` / sum of `mtp_decode_steps`, or the same from `/debug/mtp_stats`.
+Which names to read is each framework's registry entry (`frameworks/entries/`): its
+`metrics`, `acceptance` and `debug_stats`; the frameworks are tried in the registry's order.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from ..frameworks import registry
 from ..results.record import number
 
 if TYPE_CHECKING:
@@ -22,16 +25,6 @@ if TYPE_CHECKING:
 
 SCRAPE_TIMEOUT_S = 10.0
 
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ATOM_ACCEPTED = "atom:mtp_accepted_tokens_total"
-ATOM_DRAFT_TOKENS = "atom:mtp_draft_tokens_total"
-ATOM_STEPS = "atom:mtp_decode_steps_total"
-KV_USAGE_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                   "atom:kv_cache_usage_ratio", "sglang:token_usage")
-PREEMPTION_COUNTERS = ("vllm:num_preemptions_total", "atom:preemptions_total",
-                       "sglang:num_preemptions_total")
 
 
 class MissingPrometheusParser(RuntimeError):
@@ -84,9 +77,11 @@ async def scrape(client: httpx.AsyncClient, simulated: bool = False) -> Snapshot
         return Snapshot(error=f"/metrics: HTTP {response.status_code}")
     counters, gauges = parse_metrics(response.text)
     mtp: Record | None = None
-    if any(name.startswith("atom:") for name in (*counters, *gauges)):
+    endpoint = next((f.debug_stats for f in registry.frameworks() if f.debug_stats and any(
+        name.startswith(f.metric_prefix) for name in (*counters, *gauges))), None)
+    if endpoint is not None:
         try:
-            stats = await client.get("/debug/mtp_stats", timeout=SCRAPE_TIMEOUT_S)
+            stats = await client.get(endpoint, timeout=SCRAPE_TIMEOUT_S)
             if stats.status_code == 200 and isinstance(stats.json(), dict):
                 mtp = stats.json()
         except (httpx.HTTPError, ValueError):
@@ -150,20 +145,18 @@ def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
 
     al = None
     source = None
-    accepted, drafts = _delta(before.counters, after.counters, VLLM_ACCEPTED), _delta(
-        before.counters, after.counters, VLLM_DRAFTS)
-    if accepted is not None and drafts:
-        al, source = 1.0 + accepted / drafts, "vllm:spec_decode_*"
-        draft_tokens = _delta(before.counters, after.counters, VLLM_DRAFT_TOKENS)
-        if draft_tokens:
-            out["acceptance_rate"] = accepted / draft_tokens
-    atom_acc = _delta(before.counters, after.counters, ATOM_ACCEPTED)
-    atom_steps = _delta(before.counters, after.counters, ATOM_STEPS)
-    if al is None and atom_acc is not None and atom_steps:
-        al, source = 1.0 + atom_acc / atom_steps, "atom:mtp_*"
-        atom_drafted = _delta(before.counters, after.counters, ATOM_DRAFT_TOKENS)
-        if atom_drafted:
-            out["acceptance_rate"] = atom_acc / atom_drafted
+    for framework in registry.frameworks():
+        how = framework.acceptance
+        if how is None:
+            continue
+        accepted = _delta(before.counters, after.counters, how.accepted)
+        steps = _delta(before.counters, after.counters, how.steps)
+        if accepted is not None and steps:
+            al, source = 1.0 + accepted / steps, how.source
+            drafted = _delta(before.counters, after.counters, how.drafted)
+            if drafted:
+                out["acceptance_rate"] = accepted / drafted
+            break
     mtp_al = _mtp_al(before.mtp_stats, after.mtp_stats)
     if after.mtp_stats is not None:
         out["mtp_stats_acceptance_length"] = mtp_al
@@ -176,13 +169,13 @@ def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
     if before.delivery_lag is not None and after.delivery_lag is not None:
         out["delivery_lag"] = lag_during(before.delivery_lag, after.delivery_lag)
 
-    for gauge in KV_USAGE_GAUGES:
-        if gauge in after.gauges:
-            out["kv_cache_usage"] = after.gauges[gauge]
-            break
-    for counter in PREEMPTION_COUNTERS:
-        preempted = _delta(before.counters, after.counters, counter)
-        if preempted is not None:
-            out["preemptions"] = preempted
-            break
+    gauges = [g for f in registry.frameworks() for g in f.kv_usage_gauges]
+    usage = next((after.gauges[g] for g in gauges if g in after.gauges), None)
+    if usage is not None:
+        out["kv_cache_usage"] = usage
+    counters = [c for f in registry.frameworks() if (c := f.preemption_counter)]
+    preempted = next((d for c in counters
+                      if (d := _delta(before.counters, after.counters, c)) is not None), None)
+    if preempted is not None:
+        out["preemptions"] = preempted
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..frameworks import specdecode
+from ..frameworks import registry, specdecode
 from . import catalog, trtllm
 from .acceptance import SpecConfig, distribution_from_position_rates
 from .config import EngineConfig
@@ -76,35 +76,24 @@ class _Parsed:
 
 
 def framework_of_argv(argv: Sequence[str]) -> str | None:
-    words = " ".join(argv[:8]).lower()
-    if "trtllm" in words:
-        return "trt"
-    if "atom" in words:
-        return "atom"
-    if "sglang" in words:
-        return "sglang"
-    if "vllm" in words:
-        return "vllm"
-    return None
+    found = registry.of_argv(argv)
+    return found.name if found is not None else None
 
 
 def _strip_program(argv: Sequence[str]) -> list[str]:
     """Drop `python3 -m module` / `vllm serve` so only the server's own arguments remain."""
     args = list(argv)
+    programs = {p for f in registry.frameworks() for p in f.programs}
     if args and args[0].rsplit("/", 1)[-1] == "mpirun":
         # mpirun's own options first, then the program it starts.
-        start = next((i for i, w in enumerate(args) if w.rsplit("/", 1)[-1] == "trtllm-serve"),
+        start = next((i for i, w in enumerate(args) if w.rsplit("/", 1)[-1] in programs),
                      len(args))
         args = args[start:]
-    if args and args[0].rsplit("/", 1)[-1] == "trtllm-serve":
-        args = args[1:]
-        if args[:1] == ["serve"]:
-            args = args[1:]
-    elif args and ("python" in args[0].rsplit("/", 1)[-1]):
+    if args and ("python" in args[0].rsplit("/", 1)[-1]):
         args = args[1:]
         if args[:1] == ["-m"]:
             args = args[2:]
-    elif args and args[0].rsplit("/", 1)[-1] in {"vllm", "sglang", "atom"}:
+    elif args and args[0].rsplit("/", 1)[-1] in programs:
         args = args[1:]
         if args[:1] == ["serve"]:
             args = args[1:]
@@ -113,6 +102,7 @@ def _strip_program(argv: Sequence[str]) -> list[str]:
 
 def _parse(args: list[str]) -> _Parsed:
     out = _Parsed({}, set(), [], [])
+    speculative = specdecode.value_flags()  # read by specdecode, not ignored
     i = 0
     while i < len(args):
         word = args[i]
@@ -134,7 +124,7 @@ def _parse(args: list[str]) -> _Parsed:
             out.values[field] = value
         elif name in {"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe"}:
             out.flags.add(name)
-        elif name not in SERVER_FLAGS and name not in specdecode.FLAGS:
+        elif name not in SERVER_FLAGS and name not in speculative:
             out.ignored.append(word if value is None or eq else f"{word} {value}")
     return out
 
@@ -210,7 +200,8 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     parsed = _parse(_strip_program(argv))
     v = _typed(parsed.values)
     options: dict[str, Any] = {}
-    if "trt_options" in v and fw.name != "trt":
+    entry = registry.get(fw.name)
+    if "trt_options" in v and not entry.options_file:
         parsed.ignored.append(f"--config {v.pop('trt_options')}")
     if "trt_options" in v:
         try:
@@ -228,9 +219,9 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     catalog.checkpoint(model)  # an unknown model fails here, listing the known ones
     tp, dp = v.get("tp", 1), v.get("dp", 1)
     dp_attn = "enable-dp-attention" in parsed.flags
-    if dp > 1 and fw.name == "vllm":
-        # vLLM data parallelism on an MoE model: dp x tp GPUs, attention split by sequences
-        # (each DP rank runs its own requests), experts shared over all ranks (EP or TP).
+    if dp > 1 and entry.data_parallel_attention:
+        # Data parallelism as vLLM runs it on an MoE model: dp x tp GPUs, attention split by
+        # sequences (each DP rank runs its own requests), experts shared over all ranks.
         tp, dp_attn = tp * dp, True
     elif dp > 1 and not dp_attn:
         parsed.ignored.append(f"--data-parallel-size {dp} (independent replicas not modelled)")

@@ -1,6 +1,7 @@
 """Catalogs as data: hardware, model architectures, checkpoints, framework profiles.
 
-The YAML files in `sim/catalog/` hold only measured or published numbers; everything derived
+The YAML files in `sim/catalog/` (and each framework's `simulator` profile in its registry
+entry, `frameworks/entries/`) hold only measured or published numbers; everything derived
 (weight bytes, active parameters, KV bytes per token) is computed here from the architecture,
 so a new model is a few lines of config, not a hand-typed size.
 """
@@ -12,6 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ..frameworks import registry
 from ..util.yamllines import load_data
 from .attention import AttentionShape, attention_params
 
@@ -135,6 +137,29 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Framework:
+    """A framework's simulator profile: what the roofline cannot derive. Its registry entry's
+    `simulator` mapping gives it:
+
+    - step_overhead_ms: fixed cost of every engine step that is not a layer's HBM or compute
+      time: kernel launches, MoE routing, sampling, scheduler, and the latency part of the
+      per-layer all-reduces (those are modelled separately: allreduce_latency_us x 2 per
+      layer, only when TP > 1)
+    - allreduce_latency_us: latency of one all-reduce among the TP ranks
+    - allreduce_bytes_per_elem: activation bytes sent per hidden element (2 = bf16)
+    - hbm_efficiency: achieved fraction of peak HBM bandwidth for weight/KV streaming
+    - compute_efficiency: achieved fraction of dense peak FLOP/s (prefill and verify GEMMs) on
+      the `calibrated_on` chip; other chips scale it by their realizable-flops fraction
+      relative to that chip's
+    - defaults: engine arguments when the argv does not give them
+    - kv_transfer: disaggregated serving, the prefill -> decode KV-cache transfer. overlap:
+      true when the prefill instance sends each chunk's KV as that chunk completes (only the
+      last chunk's is left after the prefill), false when the transfer starts once the whole
+      prompt is prefilled; latency_ms: fixed cost per transfer (completion polling,
+      notification, the decode side picking it up; assumption: 1 ms, no public measurement);
+      efficiency: achieved fraction of the link's line rate for the KV pages (assumption:
+      0.8, as hbm_efficiency; not measured)
+    """
+
     name: str
     step_overhead_s: float
     allreduce_latency_s: float
@@ -178,7 +203,7 @@ def checkpoint_names() -> list[str]:
 
 
 def framework_names() -> list[str]:
-    return sorted(_load("frameworks.yaml")["frameworks"])
+    return registry.names()
 
 
 @cache
@@ -254,11 +279,15 @@ def checkpoint(name: str) -> Checkpoint:
                       dtypes=dtypes, draft_for=d.get("draft_for"))
 
 
-@cache
 def framework(name: str) -> Framework:
-    key, d = _pick("framework", _load("frameworks.yaml")["frameworks"], name)
+    """A framework's simulator profile, from its registry entry (`frameworks/entries/`)."""
+    try:
+        entry = registry.get(name)
+    except registry.FrameworkError as exc:
+        raise CatalogError(str(exc)) from None
+    d = entry.simulator
     return Framework(
-        name=key,
+        name=entry.name,
         step_overhead_s=float(d["step_overhead_ms"]) / 1e3,
         allreduce_latency_s=float(d["allreduce_latency_us"]) / 1e6,
         allreduce_bytes_per_elem=float(d["allreduce_bytes_per_elem"]),

@@ -13,7 +13,7 @@ __all__ = ["EngineConfig", "SpecConfig"]
 class EngineConfig:
     hardware: str  # catalog name, e.g. "MI355X"
     model: str  # checkpoint name, e.g. "amd/MiniMax-M3-MXFP4"
-    framework: str = "atom"  # atom | vllm | sglang
+    framework: str = "atom"  # a registry name (frameworks/entries/)
     tp: int = 1
     ep: int = 1  # expert-parallel degree (= tp when --enable-expert-parallel)
     dp_attn: bool = False

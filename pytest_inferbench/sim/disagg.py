@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..frameworks import registry
 from . import catalog
 from .config import EngineConfig
 from .physics import ModelOnGpus, shard_model
@@ -223,16 +224,12 @@ def router_policy_of_argv(argv: tuple[str, ...] | list[str]) -> str | None:
 
 
 def default_router(framework: str) -> str:
-    """The router policy InferenceX's deployment of a recipe framework runs by default."""
-    if framework.startswith("dynamo-"):
-        return "round-robin"  # Dynamo frontend `--router-mode` default
-    if framework.startswith("sglang"):
-        return "random"  # SGLang's disaggregation load balancer picks a random pair
-    return "round-robin"  # vLLM's disaggregation proxy; ATOM assumed the same
+    """The router policy InferenceX's deployment of a recipe framework runs by default (its
+    registry entry's `multinode`, or the engine's own `router`)."""
+    return registry.default_router(framework)
 
 
 def engine_framework(framework: str) -> str:
     """The serving engine of a recipe framework: `dynamo-trt` -> trt, `sglang-disagg` ->
     sglang."""
-    name = framework.removeprefix("dynamo-").removesuffix("-disagg")
-    return {"trtllm": "trt"}.get(name, name)
+    return registry.engine_of(framework)

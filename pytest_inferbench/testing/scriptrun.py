@@ -22,8 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..frameworks import registry
+
 WORKSPACE = Path("/workspace")
-SERVER_PROGRAMS = ("python3", "python", "vllm", "sglang", "trtllm-serve")
+# Python (modules such as `sglang.launch_server`) and every framework's own executables.
+SERVER_PROGRAMS = ("python3", "python",
+                   *(p for framework in registry.frameworks() for p in framework.programs))
 SILENT_PROGRAMS = ("mpirun", "hf", "huggingface-cli", "nvidia-smi", "amd-smi", "rocm-smi",
                    "curl", "pip", "pip3", "sleep")
 

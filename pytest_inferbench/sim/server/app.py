@@ -38,6 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ...frameworks import registry as framework_registry  # apart from self.registry (prometheus)
 from ...util.aio import cancel_and_wait
 from .engine_loop import EngineLoop, RequestTrace
 from .faults import FAULT_EXIT_CODE, FaultConfig, FaultInjector
@@ -67,7 +68,7 @@ RETURN_ERROR_HEADER = "x-return-error"
 
 @dataclass(frozen=True)
 class ServeConfig:
-    persona: str  # atom | vllm | sglang: metric names and /debug/mtp_stats
+    persona: str  # a framework registry name: metric names and its debug endpoint
     hardware: str
     time_scale: float  # 1.0 real time; 0 = as fast as possible
     seed: int
@@ -147,7 +148,10 @@ class SimulatorApp:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/metrics", self.metrics, methods=["GET"]),
-            Route("/debug/mtp_stats", self.mtp_stats, methods=["GET"]),
+            # Every persona serves the speculative-decoding stats where any entry names them
+            # (ATOM's `/debug/mtp_stats`), as it always has.
+            *(Route(path, self.mtp_stats, methods=["GET"]) for path in dict.fromkeys(
+                f.debug_stats for f in framework_registry.frameworks() if f.debug_stats)),
             Route("/debug/inferbench/timeline", self.timeline, methods=["GET", "DELETE"]),
             Route("/debug/inferbench/info", self.info, methods=["GET"]),
         ]

@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...frameworks import registry
 from ..disagg import ROUTER_POLICIES
 from .faults import FaultConfig
 from .oracle import EvalOracle, OracleError
-from .prom import PERSONAS, snapshot_from_engine
+from .prom import snapshot_from_engine
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "produces are simulated, not measured on any GPU.")
     p.add_argument("--hardware", default=os.environ.get(DEFAULT_HARDWARE_ENV, "MI355X"),
                    help=f"accelerator from the catalog (default ${DEFAULT_HARDWARE_ENV} or MI355X)")
-    p.add_argument("--persona", choices=PERSONAS, default=None,
+    p.add_argument("--persona", choices=registry.personas(), default=None,
                    help="metric names and debug endpoints to mimic (default: the argv's program)")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="1.0 = real time, 0.5 = twice as fast, 0 = as fast as possible")
@@ -192,9 +193,8 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
                 if w.rpartition("=")[2].lower() == engine_config.model.lower()]
     served = flag_values(server_argv, "--served-model-name") or as_given[-1:] or [
         engine_config.model]
-    persona = options.persona or engine_config.framework
-    if persona not in PERSONAS:
-        persona = "vllm"  # trt and others expose vLLM-style names closest to theirs
+    # A framework whose own names are not modelled borrows its entry's persona (trt: vLLM's).
+    persona = options.persona or registry.get(engine_config.framework).persona
     return ServeConfig(
         persona=persona, hardware=options.hardware, time_scale=options.time_scale,
         seed=engine_config.seed, served_models=tuple(served),

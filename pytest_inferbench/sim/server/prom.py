@@ -1,9 +1,10 @@
 """`/metrics` and `/debug/mtp_stats` over the engine counters, with each persona's names.
 
-A custom prometheus_client collector turns one `MetricsSnapshot` into the exposition, with
-each persona's names as `metric_names.yaml` lists them: vLLM (`vllm:*`, spec-decode counters
+A custom prometheus_client collector turns one `MetricsSnapshot` into the exposition: the
+quantities of `quantities.yaml`, each under the persona's name for it in the persona's framework
+registry entry (`frameworks/entries/<persona>.yaml`): vLLM (`vllm:*`, spec-decode counters
 per `vllm/v1/spec_decode/metrics.py`), ATOM (`atom:*` per `atom/entrypoints/openai/metrics.py`,
-counters scraped as `..._total`) or SGLang (`sglang:*`).
+counters scraped as `..._total`), SGLang (`sglang:*`), or any registered framework's.
 Counters only ever grow; every value comes from the engine, none is estimated here.
 """
 
@@ -18,6 +19,9 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+# `registry` alone would read as the prometheus CollectorRegistry this module builds.
+from ...frameworks import registry as framework_registry
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
@@ -25,9 +29,6 @@ if TYPE_CHECKING:
 
     from .engine_loop import EngineLike
     from .prom_latency import LatencyHistograms
-
-PERSONAS = ("atom", "vllm", "sglang")
-
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
@@ -111,27 +112,26 @@ def _family(kind: str, name: str, doc: str,
 
 @dataclass(frozen=True)
 class _Fact:
-    """One engine quantity of `metric_names.yaml` (its comment says what each part means)."""
+    """One engine quantity of `quantities.yaml` (its comment says what each part means)."""
 
     snapshot: str  # the `MetricsSnapshot` attribute that gives it
     kind: str
     doc: str
-    names: Mapping[str, str]  # persona -> its name for the quantity
     speculative: bool
     series: str
 
 
 @cache
 def _facts() -> tuple[_Fact, ...]:
-    text = resources.files(__package__).joinpath("metric_names.yaml").read_text(encoding="utf-8")
-    return tuple(_Fact(snapshot=d["snapshot"], kind=d["kind"], doc=d["help"], names=d["names"],
+    text = resources.files(__package__).joinpath("quantities.yaml").read_text(encoding="utf-8")
+    return tuple(_Fact(snapshot=d["snapshot"], kind=d["kind"], doc=d["help"],
                        speculative=bool(d.get("speculative", False)), series=d.get("series", ""))
                  for d in yaml.safe_load(text))
 
 
-def _families(persona: str, model: str, s: MetricsSnapshot) -> Iterator[Metric]:
+def _families(names: Mapping[str, str], model: str, s: MetricsSnapshot) -> Iterator[Metric]:
     for fact in _facts():
-        name = fact.names.get(persona)
+        name = names.get(fact.snapshot)
         if name is None or (fact.speculative and not s.spec_tokens):
             continue
         value: float | tuple[int, ...] = getattr(s, fact.snapshot)
@@ -150,18 +150,20 @@ class EngineCollector:
 
     def __init__(self, persona: str, model: str, snapshot: Callable[[], MetricsSnapshot],
                  latency: LatencyHistograms | None = None) -> None:
-        if persona not in PERSONAS:
-            raise ValueError(f"unknown persona {persona!r}: expected one of {', '.join(PERSONAS)}")
-        self._persona = persona
+        known = framework_registry.personas()
+        if persona not in known:
+            raise ValueError(f"unknown persona {persona!r}: expected one of {', '.join(known)}")
+        self._names = framework_registry.get(persona).metrics
         self._model = model
         self._snapshot = snapshot
-        # Only vLLM's latency histogram names are known; other personas do not export them.
-        self._latency = latency if persona == "vllm" else None
+        # Only a persona whose entry names latency histograms exports them.
+        self._histogram_names = framework_registry.get(persona).latency_histograms
+        self._latency = latency if self._histogram_names else None
 
     def collect(self) -> Iterator[Metric]:
-        yield from _families(self._persona, self._model, self._snapshot())
+        yield from _families(self._names, self._model, self._snapshot())
         if self._latency is not None:
-            yield from self._latency.families(self._model)
+            yield from self._latency.families(self._histogram_names, self._model)
 
 
 def metrics_registry(persona: str, model: str, snapshot: Callable[[], MetricsSnapshot],

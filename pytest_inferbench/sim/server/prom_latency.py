@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import HistogramMetricFamily
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from .engine_loop import RequestTrace
 
@@ -68,10 +68,9 @@ class LatencyHistograms:
             self.itl.observe(after - before)
         self.e2e.observe(trace.finish - trace.arrival)
 
-    def families(self, model: str) -> Iterator[HistogramMetricFamily]:
-        yield self.ttft.family("vllm:time_to_first_token_seconds",
-                               "Time to first token, server side.", model)
-        yield self.itl.family("vllm:inter_token_latency_seconds",
-                              "Time between output chunks, server side.", model)
-        yield self.e2e.family("vllm:e2e_request_latency_seconds",
-                              "Arrival to finish, server side.", model)
+    def families(self, names: Mapping[str, str], model: str) -> Iterator[HistogramMetricFamily]:
+        """The histograms under the persona's names (its registry entry's
+        `latency_histograms`: ttft, itl, e2e)."""
+        yield self.ttft.family(names["ttft"], "Time to first token, server side.", model)
+        yield self.itl.family(names["itl"], "Time between output chunks, server side.", model)
+        yield self.e2e.family(names["e2e"], "Arrival to finish, server side.", model)
