@@ -24,6 +24,9 @@ from .slurm import SlurmSettings as SlurmSettings
 BACKENDS = tuple(REGISTRY)
 PROGRESS_MODES = ("auto", "lines", "off")  # report/live.py gives each its meaning
 EVAL_RUNNERS = ("builtin", "lm-eval")
+# Seconds one git command (changelog gate, --inferbench-changed-since) may take before it counts
+# as hung; the `inferbench_git_timeout` ini value overrides it.
+GIT_TIMEOUT_S = 60.0
 
 
 # What an option's value is: a string, int or float (with its metavar), one of the choices
@@ -138,6 +141,9 @@ def add_options(parser: pytest.Parser) -> None:
                   "recipes)", default="")
     _addini(parser, "inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
                   "each recipe file); --inferbench-launch-dir overrides it", default="")
+    _addini(parser, "inferbench_git_timeout", "seconds one git command of the changelog gate "
+                  f"or --inferbench-changed-since may take (default {GIT_TIMEOUT_S:g})",
+                  default="")
 
 
 @dataclass(frozen=True)
@@ -183,6 +189,7 @@ class Settings:
     save_requests: bool = False
     dataset: DatasetSpec = RANDOM
     request_rates: tuple[float, ...] = ()  # a sweep: each point once per rate
+    git_timeout_s: float = GIT_TIMEOUT_S
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -242,6 +249,8 @@ class Settings:
             save_requests=bool(config.getoption("inferbench_save_requests")),
             dataset=_dataset(opt("inferbench_dataset"), opt("inferbench_request_rate")),
             request_rates=parse_rates(opt("inferbench_request_rates")),
+            git_timeout_s=_number_or_nan(str(config.getini("inferbench_git_timeout")),
+                                         GIT_TIMEOUT_S),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -344,6 +353,14 @@ def _path(value: str | None) -> Path | None:
 
 def _float(value: str | None) -> float | None:
     return float(value) if value is not None else None
+
+
+def _number_or_nan(text: str, default: float) -> float:
+    """An ini number (the default when empty); nan for words, which preflight refuses."""
+    try:
+        return float(text) if text.strip() else default
+    except ValueError:
+        return math.nan
 
 
 def _int(value: str | None) -> int | None:

@@ -127,6 +127,8 @@ def check_settings(settings: Settings) -> list[str]:
     _number(p, "--inferbench-pr", settings.pr_number, low=1, expected="a PR number >= 1")
     _number(p, "--inferbench-seed", settings.seed, low=0, high=MAX_SEED,
             expected=f"an integer within [0, {MAX_SEED}]")
+    _number(p, "inferbench_git_timeout", settings.git_timeout_s, low=0.0, low_open=True,
+            expected="a finite number of seconds > 0")
     p += _url_problems(settings)
     p += _path_problems(settings)
     if settings.backend == "external" and not settings.base_url:
