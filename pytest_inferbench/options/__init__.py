@@ -18,6 +18,7 @@ from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WAR
 from ..recipe.layout import BESIDE_RECIPES, Layout, discover
 from ..results.metrics import GOODPUT_METRICS
 from .backend_registry import BACKENDS as REGISTRY
+from .rules import REQUEST_RATE
 from .slurm import IniType, add_slurm_options
 from .slurm import SlurmSettings as SlurmSettings
 
@@ -206,6 +207,13 @@ class Settings:
         results = opt("inferbench_results") or str(config.getini("inferbench_results"))
         ratio = config.getoption("inferbench_random_range_ratio")
         ratio = DEFAULT_RANGE_RATIO if ratio is None else float(ratio)  # preflight checks it
+        rate = config.getoption("inferbench_request_rate")
+        if rate is not None and opt("inferbench_request_rates"):
+            # A sweep sets every point's rate: the single rate would be silently ignored.
+            raise pytest.UsageError(
+                f"--inferbench-request-rate {rate:g} and "
+                f"--inferbench-request-rates {opt('inferbench_request_rates')}: give one of "
+                "them (the sweep runs every point once per rate)")
         return cls(
             backend=backend,
             results_dir=Path(results),
@@ -301,10 +309,10 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
             rate = float(word)
         except ValueError:
             rate = math.nan
-        if not rate > 0:
+        if not REQUEST_RATE.accepts(rate):
             raise pytest.UsageError(
-                f"--inferbench-request-rates {text!r}: {word!r} is not a rate > 0 (requests per "
-                "second, or inf for a closed loop), e.g. '1,2,4,inf'")
+                f"--inferbench-request-rates {text!r}: {word!r} is not a rate > 0 (expected "
+                f"{REQUEST_RATE.expected}), e.g. '1,2,4,inf'")
         if rate not in rates:
             rates.append(rate)
     return tuple(rates)
