@@ -33,6 +33,8 @@ class Case:
     base_master: str | bytes | None  # amd-master.yaml at the base (None: as on the branch)
     base_changelog: str | None  # perf-changelog.yaml at the base (None: not there)
     git: str = "real"  # real, missing (no git on PATH) or hung (a git that never answers)
+    head_changelog: str | None = None  # the branch's entries before its new one (None: the
+    # base's)
     message: str | None = None  # None: the run passes; else every failure says this
 
 
@@ -43,6 +45,9 @@ CASES = [
          message="amd-master.yaml at revision main: line 14: not readable YAML"),
     Case("base-recipe-not-utf8", MASTER.encode().replace(b"MiniMax", b"Mini\xffMax", 1),
          OLD_ENTRY, message="amd-master.yaml at revision main: line 2: not UTF-8 text"),
+    Case("base-changelog-bad-yaml", None, OLD_ENTRY.replace("description:", "description: [",
+                                                            1), head_changelog=OLD_ENTRY,
+         message="perf-changelog.yaml at revision main: line 4: not readable YAML"),
     Case("git-missing", None, OLD_ENTRY, git="missing",
          message="is git installed and on PATH?"),
     Case("git-hangs", None, OLD_ENTRY, git="hung",
@@ -69,7 +74,8 @@ def _branch(repo: Path, case: Case, monkeypatch: pytest.MonkeyPatch, bin_dir: Pa
     _git(repo, "commit", "-q", "-m", "base")
     # The branch: the mtp config changed, and a changelog entry naming it appended.
     master.write_text(MASTER.replace("conc-end: 1 }", "conc-end: 2 }"))
-    before = (case.base_changelog + "\n") if case.base_changelog else ""
+    kept = case.base_changelog if case.head_changelog is None else case.head_changelog
+    before = (kept + "\n") if kept else ""
     (repo / "perf-changelog.yaml").write_text(before + NEW_ENTRY)
     if case.git == "hung":
         # A shell that waits on a child: a timeout that killed only the shell would still
@@ -98,7 +104,7 @@ def test_changelog_gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
                         tmp_path: Path, case: Case) -> None:
     _branch(pytester.path, case, monkeypatch, tmp_path)
     result, text = _run(pytester, "--inferbench-changelog-base=main")
-    entries = (case.base_changelog or "").count("- config-keys:") + 1
+    entries = (pytester.path / "perf-changelog.yaml").read_text().count("- config-keys:")
     outcomes = result.parseoutcomes()
     if case.message is None:
         assert result.ret == pytest.ExitCode.OK, text
@@ -135,3 +141,17 @@ def test_every_git_failure_names_the_command(tmp_path: Path) -> None:
     with pytest.raises(GitError, match=r"git -C .* cat-file blob HEAD:nope failed \(exit "
                                        r"status 128\): fatal: not a git repository"):
         run_git(tmp_path, "cat-file", "blob", "HEAD:nope")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "inferbench_git_timeout 0: expected a finite number of seconds > 0"),
+    ("nan", "inferbench_git_timeout nan: expected a finite number of seconds > 0"),
+    ("soon", "inferbench_git_timeout = 'soon': not a number of seconds"),
+])
+def test_a_bad_git_timeout_is_a_usage_error(pytester: pytest.Pytester, value: str,
+                                            message: str) -> None:
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark",
+                                           "-o", f"inferbench_git_timeout={value}")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert message in text and "Traceback" not in text, text

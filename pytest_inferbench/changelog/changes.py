@@ -12,6 +12,7 @@ why, so that no caller meets a traceback or waits for ever.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,7 +54,8 @@ def run_git(cwd: Path, *args: str, timeout_s: float = GIT_TIMEOUT_S,
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have ended just now
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise GitError(f"{shown}: no answer within {timeout_s:g} s (git hangs; the "
                        "inferbench_git_timeout ini value sets the limit)") from None
@@ -110,14 +112,16 @@ class Revision:
         names = os.fsdecode(diff.stdout + b"\0" + untracked.stdout).split("\0")
         return {self.top / name for name in names if name}
 
-    def entries(self, path: Path) -> dict[str, object]:
-        """The top-level entries of a YAML file as stored at the revision ({} when it did not
-        exist there); a file that is not UTF-8 YAML is a `BaseFileError` naming it."""
+    def read_yaml(self, path: Path) -> tuple[bytes, object] | None:
+        """The file as stored at the revision and its YAML data; None when it did not exist
+        there; a file that is not UTF-8 YAML is a `BaseFileError` naming it and the revision."""
         raw = self.read(path)
+        if raw is None:
+            return None
         try:
-            return _entries(raw.decode("utf-8") if raw else None)
+            return raw, load_data(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            line = (raw or b"").count(b"\n", 0, exc.start) + 1
+            line = raw.count(b"\n", 0, exc.start) + 1
             problem = f"line {line}: not UTF-8 text"
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
@@ -126,11 +130,14 @@ class Revision:
         raise BaseFileError(f"{self.relative(path)} at revision {self.rev}: {problem}; "
                             "the branch's changes to it cannot be told")
 
+    def entries(self, path: Path) -> dict[str, object]:
+        """The top-level entries of a YAML file as stored at the revision ({} when it did not
+        exist there)."""
+        stored = self.read_yaml(path)
+        return _mapping(stored[1]) if stored is not None else {}
 
-def _entries(text: str | None) -> dict[str, object]:
-    if not text:
-        return {}
-    data = load_data(text)
+
+def _mapping(data: object) -> dict[str, object]:
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
@@ -148,7 +155,7 @@ def touched_configs(revision: Revision, recipe_files: list[Path],
             continue
         before = revision.entries(recipe)
         try:
-            after = _entries(recipe.read_bytes().decode("utf-8"))
+            after = _mapping(load_data(recipe.read_bytes().decode("utf-8")))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             # Its own collection reports the working tree's broken file, naming its line;
             # what it holds now cannot be told, so each entry it had counts as touched.

@@ -54,7 +54,8 @@ def compute_gate(changelog: Path, base_rev: str, recipes: list[Path],
     try:
         revision = Revision.of(changelog, base_rev, "--inferbench-changelog-base",
                                git_timeout_s)
-        base_raw = revision.read(changelog)
+        stored = revision.read_yaml(changelog)  # a base that is not YAML: said, not guessed
+        base_raw = stored[0] if stored is not None else None
         touched = touched_configs(revision, recipes, launch_names(recipes))
     except RevisionError as exc:
         raise ChangelogError(str(exc)) from None

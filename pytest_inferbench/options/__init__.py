@@ -257,8 +257,9 @@ class Settings:
             save_requests=bool(config.getoption("inferbench_save_requests")),
             dataset=_dataset(opt("inferbench_dataset"), opt("inferbench_request_rate")),
             request_rates=parse_rates(opt("inferbench_request_rates")),
-            git_timeout_s=_number_or_nan(str(config.getini("inferbench_git_timeout")),
-                                         GIT_TIMEOUT_S),
+            git_timeout_s=_ini_seconds("inferbench_git_timeout",
+                                       str(config.getini("inferbench_git_timeout")),
+                                       GIT_TIMEOUT_S),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -363,12 +364,12 @@ def _float(value: str | None) -> float | None:
     return float(value) if value is not None else None
 
 
-def _number_or_nan(text: str, default: float) -> float:
-    """An ini number (the default when empty); nan for words, which preflight refuses."""
+def _ini_seconds(name: str, text: str, default: float) -> float:
+    """An ini number of seconds (the default when empty); preflight checks its range."""
     try:
         return float(text) if text.strip() else default
     except ValueError:
-        return math.nan
+        raise pytest.UsageError(f"{name} = {text!r}: not a number of seconds") from None
 
 
 def _int(value: str | None) -> int | None:

@@ -71,5 +71,6 @@ def _added_entries(revision: Revision, path: Path) -> list[ChangelogEntry]:
         entries = load_changelog(path).entries
     except ChangelogError:
         return []
-    indices = check_history(revision.read(path) or b"", path.read_bytes()).added
+    stored = revision.read_yaml(path)
+    indices = check_history(stored[0] if stored else b"", path.read_bytes()).added
     return [entry for entry in entries if entry.index in indices]
