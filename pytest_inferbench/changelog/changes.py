@@ -54,15 +54,22 @@ def run_git(cwd: Path, *args: str, timeout_s: float = GIT_TIMEOUT_S,
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):  # it may have ended just now
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill_group(proc)
         raise GitError(f"{shown}: no answer within {timeout_s:g} s (git hangs; the "
                        "inferbench_git_timeout ini value sets the limit)") from None
+    except BaseException:  # an interrupt: in a session of its own, git would not hear it
+        _kill_group(proc)
+        raise
     if proc.returncode not in ok_codes:
         detail = err.decode(errors="replace").strip() or "no message"
         raise GitError(f"{shown} failed (exit status {proc.returncode}): {detail}")
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it may have ended just now
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
 
 
 @dataclass(frozen=True)
