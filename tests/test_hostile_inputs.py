@@ -25,6 +25,9 @@ OPTION_CASES: list[tuple[tuple[str, ...], str]] = [
                                          "second > 0"),
     (("--inferbench-request-rate", "-5"), "--inferbench-request-rate -5:"),
     (("--inferbench-request-rate", "nan"), "--inferbench-request-rate nan:"),
+    (("--inferbench-request-rate", "1e-300"), "--inferbench-request-rate 1e-300: expected "
+                                              "requests per second > 0 with a mean gap of at "
+                                              "most a day"),
     (("--inferbench-prompts-per-conc", "0"), "--inferbench-prompts-per-conc 0: expected an "
                                              "integer within [1, 100000]"),
     (("--inferbench-prompts-per-conc", "-1"), "--inferbench-prompts-per-conc -1:"),

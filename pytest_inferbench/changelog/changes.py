@@ -3,25 +3,73 @@
 A config is touched when its master-file entry is new or differs (as data) from the revision,
 when its launch spec changed, or when its InferenceX server script
 (`<prefix>_<precision>_<gpu>[_<framework>][_mtp].sh`) changed. The changelog gate and
-`--inferbench-changed-since` both ask this module; git runs as an argv, never through a shell.
+`--inferbench-changed-since` both ask this module.
+
+Git runs only through `run_git`: an argv (never a shell), a deadline, and for every failure
+(git missing, a non-zero exit, a hung git) a `GitError` whose message says which command and
+why, so that no caller meets a traceback or waits for ever.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
+from ..options import GIT_TIMEOUT_S
 from ..util.yamllines import load_data
 
 
-class GitError(Exception):
-    """git cannot answer (not a repository, unknown revision); the message says why."""
+class RevisionError(Exception):
+    """The base revision cannot be compared with the working tree; the message says why."""
 
 
-def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, check=False,
-                          timeout=60)
+class GitError(RevisionError):
+    """git cannot answer (missing, not a repository, unknown revision, failed, hung)."""
+
+
+class BaseFileError(RevisionError):
+    """A file as stored at the base revision cannot be read (not UTF-8, not YAML)."""
+
+
+def run_git(cwd: Path, *args: str, timeout_s: float = GIT_TIMEOUT_S,
+            ok_codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[bytes]:
+    """`git -C cwd ARGS`; an exit status outside `ok_codes` is a `GitError` naming the command
+    and git's stderr."""
+    argv = ["git", "-C", str(cwd), *args]
+    shown = " ".join(argv)
+    try:
+        # Its own session, so that a timeout kills git's children too (a credential helper,
+        # ssh, a pager): a child left holding the pipes would keep us waiting after all.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:  # FileNotFoundError when git is not on PATH
+        raise GitError(f"cannot run {shown}: {exc.strerror or exc} (is git installed and on "
+                       "PATH?)") from None
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise GitError(f"{shown}: no answer within {timeout_s:g} s (git hangs; the "
+                       "inferbench_git_timeout ini value sets the limit)") from None
+    except BaseException:  # an interrupt: in a session of its own, git would not hear it
+        _kill_group(proc)
+        raise
+    if proc.returncode not in ok_codes:
+        detail = err.decode(errors="replace").strip() or "no message"
+        raise GitError(f"{shown} failed (exit status {proc.returncode}): {detail}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it may have ended just now
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
 
 
 @dataclass(frozen=True)
@@ -30,40 +78,73 @@ class Revision:
 
     top: Path
     rev: str
+    timeout_s: float = GIT_TIMEOUT_S
 
     @classmethod
-    def of(cls, anchor: Path, rev: str, option: str) -> Revision:
+    def of(cls, anchor: Path, rev: str, option: str,
+           timeout_s: float = GIT_TIMEOUT_S) -> Revision:
         directory = anchor if anchor.is_dir() else anchor.parent
-        top = git(directory, "rev-parse", "--show-toplevel")
+        top = run_git(directory, "rev-parse", "--show-toplevel", timeout_s=timeout_s,
+                      ok_codes=(0, 128))
         if top.returncode != 0:
             raise GitError(f"{anchor}: not in a git repository "
                            f"({top.stderr.decode(errors='replace').strip()})")
-        found = git(directory, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        found = run_git(directory, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}",
+                        timeout_s=timeout_s, ok_codes=(0, 1))
         if found.returncode != 0:
             raise GitError(f"{option} {rev!r}: no such git revision")
-        return cls(Path(top.stdout.decode().strip()), rev)
+        return cls(Path(os.fsdecode(top.stdout).strip()), rev, timeout_s)
+
+    def git(self, *args: str, ok_codes: tuple[int, ...] = (0,)
+            ) -> subprocess.CompletedProcess[bytes]:
+        return run_git(self.top, *args, timeout_s=self.timeout_s, ok_codes=ok_codes)
 
     def relative(self, path: Path) -> str:
         return path.resolve().relative_to(self.top.resolve()).as_posix()
 
     def read(self, path: Path) -> bytes | None:
         """The file as stored at the revision; None when it did not exist there."""
-        shown = git(self.top, "show", f"{self.rev}:{self.relative(path)}")
-        return shown.stdout if shown.returncode == 0 else None
+        name = self.relative(path)
+        # Asked apart from the read, so that "not there" is never guessed from an error text.
+        listed = self.git("ls-tree", "-z", "--name-only", self.rev, "--", name)
+        if not listed.stdout.strip(b"\0"):
+            return None
+        return self.git("cat-file", "blob", f"{self.rev}:{name}").stdout
 
     def changed_files(self) -> set[Path]:
         """Files that differ between the revision and the working tree (committed or not),
         and untracked files."""
-        diff = git(self.top, "diff", "--name-only", "-z", self.rev, "--")
-        untracked = git(self.top, "ls-files", "--others", "--exclude-standard", "-z")
-        names = (diff.stdout + b"\0" + untracked.stdout).decode().split("\0")
+        diff = self.git("diff", "--name-only", "-z", self.rev, "--")
+        untracked = self.git("ls-files", "--others", "--exclude-standard", "-z")
+        names = os.fsdecode(diff.stdout + b"\0" + untracked.stdout).split("\0")
         return {self.top / name for name in names if name}
 
+    def read_yaml(self, path: Path) -> tuple[bytes, object] | None:
+        """The file as stored at the revision and its YAML data; None when it did not exist
+        there; a file that is not UTF-8 YAML is a `BaseFileError` naming it and the revision."""
+        raw = self.read(path)
+        if raw is None:
+            return None
+        try:
+            return raw, load_data(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            problem = f"line {line}: not UTF-8 text"
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = mark.line + 1 if mark is not None else 1
+            problem = f"line {line}: not readable YAML ({getattr(exc, 'problem', None) or exc})"
+        raise BaseFileError(f"{self.relative(path)} at revision {self.rev}: {problem}; "
+                            "the branch's changes to it cannot be told")
 
-def _entries(text: bytes | str | None) -> dict[str, object]:
-    if not text:
-        return {}
-    data = load_data(text)
+    def entries(self, path: Path) -> dict[str, object]:
+        """The top-level entries of a YAML file as stored at the revision ({} when it did not
+        exist there)."""
+        stored = self.read_yaml(path)
+        return _mapping(stored[1]) if stored is not None else {}
+
+
+def _mapping(data: object) -> dict[str, object]:
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
@@ -72,14 +153,21 @@ def touched_configs(revision: Revision, recipe_files: list[Path],
     """Config keys touched since the revision.
 
     launch_names: config key -> the launch spec / script stems that start its server.
+    Raises `RevisionError` when git fails or a recipe at the revision cannot be read.
     """
     touched: set[str] = set()
     changed = revision.changed_files()
     for recipe in recipe_files:
         if recipe.resolve() not in {p.resolve() for p in changed}:
             continue
-        before = _entries(revision.read(recipe))
-        after = _entries(recipe.read_bytes())
+        before = revision.entries(recipe)
+        try:
+            after = _mapping(load_data(recipe.read_bytes().decode("utf-8")))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            # Its own collection reports the working tree's broken file, naming its line;
+            # what it holds now cannot be told, so each entry it had counts as touched.
+            touched.update(before)
+            continue
         touched.update(key for key, value in after.items() if before.get(key) != value)
     stems = {p.stem for p in changed if p.suffix in (".yaml", ".sh")}
     stems |= {stem.removesuffix("_mtp") for stem in stems}

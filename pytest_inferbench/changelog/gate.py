@@ -12,9 +12,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..options import GIT_TIMEOUT_S
 from ..recipe.schema import RecipeError, load_recipe
 from . import ChangelogEntry, ChangelogError
-from .changes import GitError, Revision, touched_configs
+from .changes import Revision, RevisionError, touched_configs
 from .history import check_history
 
 if TYPE_CHECKING:
@@ -47,16 +48,20 @@ def launch_names(recipes: list[Path]) -> dict[str, set[str]]:
     return names
 
 
-def compute_gate(changelog: Path, base_rev: str, recipes: list[Path]) -> Gate:
+def compute_gate(changelog: Path, base_rev: str, recipes: list[Path],
+                 git_timeout_s: float = GIT_TIMEOUT_S) -> Gate:
+    """Raises `ChangelogError` when git fails or a file at the base cannot be read."""
     try:
-        revision = Revision.of(changelog, base_rev, "--inferbench-changelog-base")
-        base_raw = revision.read(changelog)
-    except GitError as exc:
+        revision = Revision.of(changelog, base_rev, "--inferbench-changelog-base",
+                               git_timeout_s)
+        stored = revision.read_yaml(changelog)  # a base that is not YAML: said, not guessed
+        base_raw = stored[0] if stored is not None else None
+        touched = touched_configs(revision, recipes, launch_names(recipes))
+    except RevisionError as exc:
         raise ChangelogError(str(exc)) from None
     history = check_history(base_raw or b"", changelog.read_bytes())
     if base_raw is None:  # the changelog is new on this branch: every entry is added
         history.failures.clear()
-    touched = touched_configs(revision, recipes, launch_names(recipes))
     return Gate(frozenset(history.added), tuple(history.failures), frozenset(touched))
 
 

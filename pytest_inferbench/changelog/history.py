@@ -28,7 +28,10 @@ class History:
 def _chunks(raw: bytes) -> list[bytes]:
     """The raw bytes of each entry (from its `- config-keys:` to the next one)."""
     starts = [m.start() for m in ENTRY_START.finditer(raw)]
-    return [raw[a:b] for a, b in zip(starts, [*starts[1:], len(raw)], strict=True)]
+    # Each entry ends where the next starts, the last at the end of the file; a file without
+    # entries (empty at the base, or new on the branch) has no chunks.
+    return [raw[a:b] for a, b in zip(starts, [*starts[1:], len(raw)][:len(starts)],
+                                     strict=True)]
 
 
 def _data(raw: bytes) -> list[object]:

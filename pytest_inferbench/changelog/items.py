@@ -59,7 +59,8 @@ class ChangelogFile(pytest.File):
     def gate(self, base_rev: str) -> Gate:
         if self._gate is None:
             try:
-                self._gate = compute_gate(self.path, base_rev, self.recipes())
+                self._gate = compute_gate(self.path, base_rev, self.recipes(),
+                                          self.settings.git_timeout_s)
             except ChangelogError as exc:
                 self._gate = exc
         if isinstance(self._gate, ChangelogError):

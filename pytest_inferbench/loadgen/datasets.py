@@ -97,11 +97,23 @@ def _read(kind: str, path: Path, _mtime: int, _size: int) -> tuple[TextPrompt, .
     return prompts
 
 
+def _json(text: str, where: str, what: str) -> object:
+    """A JSON value; text that is not JSON, or nested past the parser's depth, is a
+    `DatasetError` saying where."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise DatasetError(f"{where}: not {what}: {exc}") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: not {what}: nested too deeply") from None
+
+
 def _sharegpt(path: Path) -> tuple[TextPrompt, ...]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: not a readable ShareGPT JSON file: {exc}") from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"{path}: not readable: {exc}") from None
+    data = _json(_utf8(raw, path, 1), str(path), "a readable ShareGPT JSON file")
     if not isinstance(data, list):
         raise DatasetError(f"{path}: a ShareGPT file is a JSON list of conversations")
     prompts = []
@@ -118,19 +130,28 @@ def _sharegpt(path: Path) -> tuple[TextPrompt, ...]:
     return tuple(prompts)
 
 
+def _utf8(raw: bytes, path: Path, first_line: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = first_line + raw.count(b"\n", 0, exc.start)
+        raise DatasetError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+                           ) from None
+
+
 def _jsonl(path: Path) -> tuple[TextPrompt, ...]:
     prompts = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        raw = path.read_bytes()
     except OSError as exc:
         raise DatasetError(f"{path}: not readable: {exc}") from None
-    for number, line in enumerate(lines, 1):
+    # JSON Lines ends a line at \n only: str.splitlines() would also split at U+2028 and the
+    # other Unicode line breaks, which JSON allows unescaped inside a string.
+    for number, line_bytes in enumerate(raw.split(b"\n"), 1):
+        line = _utf8(line_bytes, path, number)
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise DatasetError(f"{path}:{number}: not JSON: {exc}") from None
+        row = _json(line, f"{path}:{number}", "JSON")
         text = row.get("prompt") if isinstance(row, dict) else None
         out = row.get("output_tokens") if isinstance(row, dict) else None
         if not isinstance(text, str) or not text.strip():

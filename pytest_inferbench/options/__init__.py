@@ -18,12 +18,16 @@ from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WAR
 from ..recipe.layout import BESIDE_RECIPES, Layout, discover
 from ..results import catalog
 from .backend_registry import BACKENDS as REGISTRY
+from .rules import REQUEST_RATE
 from .slurm import IniType, add_slurm_options
 from .slurm import SlurmSettings as SlurmSettings
 
 BACKENDS = tuple(REGISTRY)
 PROGRESS_MODES = ("auto", "lines", "off")  # report/live.py gives each its meaning
 EVAL_RUNNERS = ("builtin", "lm-eval")
+# Seconds one git command (changelog gate, --inferbench-changed-since) may take before it counts
+# as hung; the `inferbench_git_timeout` ini value overrides it.
+GIT_TIMEOUT_S = 60.0
 
 
 # What an option's value is: a string, int or float (with its metavar), one of the choices
@@ -138,6 +142,9 @@ def add_options(parser: pytest.Parser) -> None:
                   "recipes)", default="")
     _addini(parser, "inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
                   "each recipe file); --inferbench-launch-dir overrides it", default="")
+    _addini(parser, "inferbench_git_timeout", "seconds one git command of the changelog gate "
+                  f"or --inferbench-changed-since may take (default {GIT_TIMEOUT_S:g})",
+                  default="")
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,7 @@ class Settings:
     save_requests: bool = False
     dataset: DatasetSpec = RANDOM
     request_rates: tuple[float, ...] = ()  # a sweep: each point once per rate
+    git_timeout_s: float = GIT_TIMEOUT_S
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -199,6 +207,13 @@ class Settings:
         results = opt("inferbench_results") or str(config.getini("inferbench_results"))
         ratio = config.getoption("inferbench_random_range_ratio")
         ratio = DEFAULT_RANGE_RATIO if ratio is None else float(ratio)  # preflight checks it
+        rate = config.getoption("inferbench_request_rate")
+        if rate is not None and opt("inferbench_request_rates"):
+            # A sweep sets every point's rate: the single rate would be silently ignored.
+            raise pytest.UsageError(
+                f"--inferbench-request-rate {rate:g} and "
+                f"--inferbench-request-rates {opt('inferbench_request_rates')}: give one of "
+                "them (the sweep runs every point once per rate)")
         return cls(
             backend=backend,
             results_dir=Path(results),
@@ -242,6 +257,9 @@ class Settings:
             save_requests=bool(config.getoption("inferbench_save_requests")),
             dataset=_dataset(opt("inferbench_dataset"), opt("inferbench_request_rate")),
             request_rates=parse_rates(opt("inferbench_request_rates")),
+            git_timeout_s=_ini_seconds("inferbench_git_timeout",
+                                       str(config.getini("inferbench_git_timeout")),
+                                       GIT_TIMEOUT_S),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -292,10 +310,10 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
             rate = float(word)
         except ValueError:
             rate = math.nan
-        if not rate > 0:
+        if not REQUEST_RATE.accepts(rate):
             raise pytest.UsageError(
-                f"--inferbench-request-rates {text!r}: {word!r} is not a rate > 0 (requests per "
-                "second, or inf for a closed loop), e.g. '1,2,4,inf'")
+                f"--inferbench-request-rates {text!r}: {word!r} is not a rate > 0 (expected "
+                f"{REQUEST_RATE.expected}), e.g. '1,2,4,inf'")
         if rate not in rates:
             rates.append(rate)
     return tuple(rates)
@@ -345,6 +363,14 @@ def _path(value: str | None) -> Path | None:
 
 def _float(value: str | None) -> float | None:
     return float(value) if value is not None else None
+
+
+def _ini_seconds(name: str, text: str, default: float) -> float:
+    """An ini number of seconds (the default when empty); preflight checks its range."""
+    try:
+        return float(text) if text.strip() else default
+    except ValueError:
+        raise pytest.UsageError(f"{name} = {text!r}: not a number of seconds") from None
 
 
 def _int(value: str | None) -> int | None:

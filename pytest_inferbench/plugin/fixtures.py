@@ -18,6 +18,7 @@ does engages the plugin (header, report collector) as a recipe file would.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import re
@@ -27,6 +28,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..options.backend_registry import backend_info
+from ..options.rules import (
+    CONCURRENCY,
+    PROMPTS_PER_CONC,
+    REQUEST_RATE,
+    SEED,
+    TOKENS,
+    Rule,
+)
 from ..state import get_session_state
 from . import activation
 from .collect import CLEAN_ERRORS
@@ -189,6 +198,11 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
         from ..loadgen.tokenizer import count_tokens
         from ..recipe.model import BenchPoint
 
+        problems = _load_problems(isl=isl, osl=osl, conc=conc, prompts=prompts,
+                                  request_rate=request_rate, prompts_per_conc=prompts_per_conc,
+                                  seed=seed, server=server, check=check)
+        if problems:
+            pytest.fail("inferbench_load: " + "; ".join(problems), pytrace=False)
         server = server or marked
         if server is None:
             pytest.fail(f"inferbench_load: mark the test with @pytest.mark.{MARKER}(...) or "
@@ -215,6 +229,39 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
         return result
 
     return run
+
+
+def _load_problems(*, isl: object, osl: object, conc: object, prompts: object,
+                   request_rate: object, prompts_per_conc: object, seed: object,
+                   server: object, check: object) -> list[str]:
+    """What is wrong with `inferbench_load`'s arguments, one entry each, naming the argument;
+    the numbers keep the rules their command-line options and recipe fields keep."""
+    numbers: list[tuple[str, object, Rule]] = [
+        ("isl", isl, TOKENS), ("osl", osl, TOKENS), ("conc", conc, CONCURRENCY),
+        ("request_rate", request_rate, REQUEST_RATE),
+        ("prompts_per_conc", prompts_per_conc, PROMPTS_PER_CONC), ("seed", seed, SEED)]
+    # None leaves isl to the prompts and the rest to the run's settings; osl and conc have
+    # defaults, so None is a value there, and a wrong one.
+    problems = [f"{name}={_shown(value)}: expected {rule.expected}"
+                for name, value, rule in numbers
+                if (value is not None or name in ("osl", "conc")) and not rule.accepts(value)]
+    # A str is a sequence too: "abc" would be three one-letter prompts.
+    if prompts is not None and (isinstance(prompts, str | bytes)
+                                or not isinstance(prompts, collections.abc.Sequence) or not prompts
+                                or not all(isinstance(t, str) and t.strip() for t in prompts)):
+        problems.append(f"prompts={_shown(prompts)}: expected a non-empty list of non-empty "
+                        "prompt texts")
+    if server is not None and not isinstance(server, Server):
+        problems.append(f"server={_shown(server)}: expected a Server (from inferbench_servers "
+                        "or inferbench_server)")
+    if not isinstance(check, bool):
+        problems.append(f"check={_shown(check)}: expected True or False")
+    return problems
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ..loadgen.workload import MAX_SEED
+from ..options.rules import PROMPTS_PER_CONC, REQUEST_RATE, SEED, Rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -91,42 +91,35 @@ def _usage(what: str, problems: list[str]) -> str:
     return f"{len(problems)} {noun} in the {what}, nothing was run:\n  " + "\n  ".join(problems)
 
 
-def _number(problems: list[str], option: str, value: float | None, *, low: float,
-            high: float = math.inf, low_open: bool = False, allow_inf: bool = False,
-            expected: str) -> None:
-    if value is None:
-        return
-    if math.isnan(value) or (math.isinf(value) and not allow_inf):
-        problems.append(f"{option} {value}: expected {expected}")
-        return
-    if value < low or (low_open and value == low) or value > high:
-        problems.append(f"{option} {value:g}: expected {expected}")
+def _number(problems: list[str], option: str, value: float | None, rule: Rule) -> None:
+    if value is not None and not rule.accepts(value):
+        shown = f"{value:g}" if math.isfinite(value) else str(value)
+        problems.append(f"{option} {shown}: expected {rule.expected}")
+
+
+SECONDS = Rule("a finite number of seconds > 0", low=0.0, low_open=True)
 
 
 def check_settings(settings: Settings) -> list[str]:
     """Problems of the options and ini values, one line each, naming the option."""
     p: list[str] = []
-    _number(p, "--inferbench-max-failure-ratio", settings.max_failure_ratio, low=0.0, high=1.0,
-            expected="a fraction within [0, 1] (0 = no failed request allowed)")
-    _number(p, "--inferbench-request-rate", settings.request_rate, low=0.0, low_open=True,
-            allow_inf=True, expected="requests per second > 0, or inf for a closed loop")
-    _number(p, "--inferbench-prompts-per-conc", settings.prompts_per_conc, low=1,
-            high=100_000, expected="an integer within [1, 100000]")
-    _number(p, "--inferbench-time-scale", settings.time_scale, low=0.0, high=1000.0,
-            expected="a finite number >= 0 (1 = real time, 0 = as fast as possible)")
-    _number(p, "--inferbench-startup-timeout", settings.startup_timeout_s, low=0.0,
-            low_open=True, expected="a finite number of seconds > 0")
-    _number(p, "--inferbench-stall-timeout", settings.stall_timeout_s, low=0.0, low_open=True,
-            expected="a finite number of seconds > 0")
-    _number(p, "--inferbench-point-timeout", settings.point_timeout_s, low=0.0, low_open=True,
-            expected="a finite number of seconds > 0")
-    _number(p, "--inferbench-random-range-ratio", settings.range_ratio, low=0.0, high=1.0,
-            expected="a number within [0, 1]")
-    _number(p, "--inferbench-eval-limit", settings.eval_limit, low=1,
-            expected="a number of questions >= 1")
-    _number(p, "--inferbench-pr", settings.pr_number, low=1, expected="a PR number >= 1")
-    _number(p, "--inferbench-seed", settings.seed, low=0, high=MAX_SEED,
-            expected=f"an integer within [0, {MAX_SEED}]")
+    _number(p, "--inferbench-max-failure-ratio", settings.max_failure_ratio,
+            Rule("a fraction within [0, 1] (0 = no failed request allowed)", low=0.0, high=1.0))
+    _number(p, "--inferbench-request-rate", settings.request_rate, REQUEST_RATE)
+    _number(p, "--inferbench-prompts-per-conc", settings.prompts_per_conc, PROMPTS_PER_CONC)
+    _number(p, "--inferbench-time-scale", settings.time_scale,
+            Rule("a finite number >= 0 (1 = real time, 0 = as fast as possible)", low=0.0,
+                 high=1000.0))
+    _number(p, "--inferbench-startup-timeout", settings.startup_timeout_s, SECONDS)
+    _number(p, "--inferbench-stall-timeout", settings.stall_timeout_s, SECONDS)
+    _number(p, "--inferbench-point-timeout", settings.point_timeout_s, SECONDS)
+    _number(p, "--inferbench-random-range-ratio", settings.range_ratio,
+            Rule("a number within [0, 1]", low=0.0, high=1.0))
+    _number(p, "--inferbench-eval-limit", settings.eval_limit,
+            Rule("a number of questions >= 1", low=1))
+    _number(p, "--inferbench-pr", settings.pr_number, Rule("a PR number >= 1", low=1))
+    _number(p, "--inferbench-seed", settings.seed, SEED)
+    _number(p, "inferbench_git_timeout", settings.git_timeout_s, SECONDS)
     p += _url_problems(settings)
     p += _path_problems(settings)
     if settings.backend == "external" and not settings.base_url:

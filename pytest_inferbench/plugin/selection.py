@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from ..changelog import ChangelogError, load_changelog
-from ..changelog.changes import GitError, Revision, touched_configs
+from ..changelog import ChangelogEntry, ChangelogError, load_changelog
+from ..changelog.changes import Revision, RevisionError, touched_configs
 from ..changelog.gate import launch_names
 from ..changelog.history import check_history
 from ..changelog.items import ChangelogFile, ChangelogItem, HistoryItem
 from ..evals.collect import EvalItem
+from ..state import get_session_state
 from .collect import BenchItem, InvalidEntryItem
 
 
@@ -29,25 +30,19 @@ def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> 
     changelogs = sorted({i.parent.path for i in items
                          if isinstance(i, ChangelogItem | HistoryItem)
                          and isinstance(i.parent, ChangelogFile)})
-    try:
-        revision = Revision.of(config.rootpath, rev, "--inferbench-changed-since")
-    except GitError as exc:
-        raise pytest.UsageError(str(exc)) from None
     names = launch_names(recipes)
-    touched = touched_configs(revision, recipes, names)
-    added: dict[Path, set[int]] = {}
+    try:
+        revision = Revision.of(config.rootpath, rev, "--inferbench-changed-since",
+                               get_session_state(config).settings.git_timeout_s)
+        touched = touched_configs(revision, recipes, names)
+        added = {path: _added_entries(revision, path) for path in changelogs}
+    except RevisionError as exc:
+        raise pytest.UsageError(f"--inferbench-changed-since {rev}: {exc}") from None
     named: set[str] = set()
-    for path in changelogs:
-        try:
-            entries = load_changelog(path).entries
-        except ChangelogError:
-            continue
-        indices = check_history(revision.read(path) or b"", path.read_bytes()).added
-        added[path] = indices
-        for entry in entries:
-            if entry.index in indices:
-                named.update(k for pattern in entry.config_keys for k in names
-                             if fnmatch.fnmatchcase(k, pattern))
+    for entries in added.values():
+        named.update(k for entry in entries for pattern in entry.config_keys for k in names
+                     if fnmatch.fnmatchcase(k, pattern))
+    indices = {path: {entry.index for entry in entries} for path, entries in added.items()}
     wanted = touched | named
 
     def keep(item: pytest.Item) -> bool:
@@ -58,8 +53,8 @@ def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> 
         if isinstance(item, HistoryItem):
             return True
         if isinstance(item, ChangelogItem) and isinstance(item.parent, ChangelogFile):
-            return item.entry is not None and item.entry.index in added.get(item.parent.path,
-                                                                            set())
+            return item.entry is not None and item.entry.index in indices.get(
+                item.parent.path, set())
         return True  # not the plugin's item
 
     selected = [i for i in items if keep(i)]
@@ -69,4 +64,13 @@ def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> 
         items[:] = selected
 
 
-
+def _added_entries(revision: Revision, path: Path) -> list[ChangelogEntry]:
+    """The entries of a changelog that the branch appended since the revision (all of them
+    when the file is new); none when the changelog cannot be read (its items say why)."""
+    try:
+        entries = load_changelog(path).entries
+    except ChangelogError:
+        return []
+    stored = revision.read_yaml(path)
+    indices = check_history(stored[0] if stored else b"", path.read_bytes()).added
+    return [entry for entry in entries if entry.index in indices]
