@@ -336,3 +336,27 @@ def test_a_runner_the_simulator_lacks_is_refused_before_any_start(
                 f"{', '.join(catalog.hardware_names())}") in text, text
         assert not (pytester.path / "inferbench-results").exists()  # nothing started
         no_traceback(text)
+
+
+def test_collect_only_lists_every_invalid_entry_and_exits_non_zero(
+        pytester: pytest.Pytester) -> None:
+    valid = master_entry(isl=256, osl=16)
+    invalid = master_entry("bad-fp4-mi355x-atom", isl=256, osl=16).replace("tp: 4", "tp: 0", 1)
+    assert "tp: 0" in invalid
+    _write(pytester.path / "r-master.yaml", valid + invalid)
+    line = (valid + invalid).splitlines().index(
+        next(x for x in invalid.splitlines() if "tp: 0" in x)) + 1
+    listed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q")
+    assert listed.ret not in (pytest.ExitCode.OK, pytest.ExitCode.INTERNAL_ERROR)
+    listed.stdout.fnmatch_lines([f"inferbench: invalid entry bad-fp4-mi355x-atom: "
+                                 f"*r-master.yaml:{line}: *"])
+    assert "r-master.yaml::minimaxm3-fp4-mi355x-atom-tp4::isl256-osl16-conc1" \
+        in listed.stdout.str()
+    no_traceback(listed.stdout.str() + listed.stderr.str())
+    # Deselected, the invalid entry does not fail the listing.
+    chosen = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q",
+                                           "-k", "minimaxm3")
+    assert chosen.ret == pytest.ExitCode.OK
+    # A run still runs the valid entry and fails the invalid one alone.
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not eval").assert_outcomes(
+        passed=1, failed=1)
