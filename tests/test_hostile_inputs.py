@@ -8,12 +8,15 @@ option), and the config-file problems of one run sit in different files.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pytest_inferbench.sim import catalog
 from pytest_inferbench.testing.recipes import master_entry
+from pytest_inferbench.util.yamllines import YamlSyntaxError, compose, load_data
 
 # (option words, a fragment its message must hold)
 OPTION_CASES: list[tuple[tuple[str, ...], str]] = [
@@ -232,7 +235,45 @@ RECIPE_CASES: list[tuple[tuple[str, str] | bytes, str]] = [
      ":8: YAML syntax error: tag 'tag:yaml.org,2002:python/object:os.system' is not supported"),
     (("{ tp: 4,", "{ tp: [4,"), "YAML syntax error"),
     (("image: rocm", "image: *nothing"), ":2: YAML syntax error"),
+    (("precision: fp4", "precision: fp4\n  bomb: " + "[" * 150 + "]" * 150),
+     "YAML syntax error: nested deeper than 100 levels"),
 ]
+
+
+def alias_bomb(size: int) -> str:
+    """Ten levels of eight aliases each (8**10 values expanded), padded to `size` bytes."""
+    lines = ['b0: &b0 ["lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"b{i}: &b{i} [" + ",".join([f"*b{i - 1}"] * 8) + "]" for i in range(1, 10)]
+    text = "\n".join(lines) + "\n"
+    return text + "#" * (size - len(text) - 1) + "\n"
+
+
+def test_an_alias_bomb_is_refused_at_once() -> None:
+    bomb = alias_bomb(665)
+    assert len(bomb.encode()) == 665
+    started = time.perf_counter()
+    with pytest.raises(YamlSyntaxError, match="line 7: aliases expand it past"):
+        compose(bomb)
+    with pytest.raises(yaml.YAMLError, match="aliases expand it past"):
+        load_data(bomb)
+    # Refusing costs what composing 665 bytes does; reading the expansion took minutes.
+    assert time.perf_counter() - started < 1.0
+
+
+def test_an_alias_bomb_in_a_recipe_or_changelog_names_the_file_and_line(
+        pytester: pytest.Pytester) -> None:
+    bomb = alias_bomb(665)
+    _write(pytester.path / "bomb-master.yaml", bomb)
+    configs = pytester.mkdir("configs")
+    _write(configs / "ok-master.yaml", master_entry(isl=256, osl=16))
+    _write(configs / "perf-changelog.yaml", bomb)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only")
+    text = result.stdout.str() + result.stderr.str()
+    for name in ("bomb-master.yaml", "perf-changelog.yaml"):
+        assert any(name in line and ":7" in line and "aliases expand it past" in line
+                   for line in text.splitlines()), f"{name}:\n{text}"
+    assert result.ret != pytest.ExitCode.OK
+    no_traceback(text)
 
 
 def test_hostile_recipe_files_name_file_and_line(pytester: pytest.Pytester) -> None:
@@ -298,3 +339,27 @@ def test_a_runner_the_simulator_lacks_is_refused_before_any_start(
                 f"{', '.join(catalog.hardware_names())}") in text, text
         assert not (pytester.path / "inferbench-results").exists()  # nothing started
         no_traceback(text)
+
+
+def test_collect_only_lists_every_invalid_entry_and_exits_non_zero(
+        pytester: pytest.Pytester) -> None:
+    valid = master_entry(isl=256, osl=16)
+    invalid = master_entry("bad-fp4-mi355x-atom", isl=256, osl=16).replace("tp: 4", "tp: 0", 1)
+    assert "tp: 0" in invalid
+    _write(pytester.path / "r-master.yaml", valid + invalid)
+    line = (valid + invalid).splitlines().index(
+        next(x for x in invalid.splitlines() if "tp: 0" in x)) + 1
+    listed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q")
+    assert listed.ret not in (pytest.ExitCode.OK, pytest.ExitCode.INTERNAL_ERROR)
+    listed.stdout.fnmatch_lines([f"inferbench: invalid entry bad-fp4-mi355x-atom: "
+                                 f"*r-master.yaml:{line}: *"])
+    assert "r-master.yaml::minimaxm3-fp4-mi355x-atom-tp4::isl256-osl16-conc1" \
+        in listed.stdout.str()
+    no_traceback(listed.stdout.str() + listed.stderr.str())
+    # Deselected, the invalid entry does not fail the listing.
+    chosen = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q",
+                                           "-k", "minimaxm3")
+    assert chosen.ret == pytest.ExitCode.OK
+    # A run still runs the valid entry and fails the invalid one alone.
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not eval").assert_outcomes(
+        passed=1, failed=1)

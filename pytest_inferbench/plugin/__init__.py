@@ -51,7 +51,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # After collection, before the first server starts: the files the points will read.
-    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+    if session.config.option.collectonly:
+        collect.fail_collect_only_on_invalid_entries(session)
+        return
+    if hasattr(session.config, "workerinput"):
         return  # an xdist controller checks what its workers collected (xdist_hooks)
     servers = dict.fromkeys(i.point.server for i in session.items
                             if isinstance(i, collect.BenchItem))

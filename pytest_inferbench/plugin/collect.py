@@ -84,6 +84,23 @@ class InvalidEntryItem(pytest.Item):
         return self.path, self.entry.line - 1, f"{self.entry.config_key}: invalid entry"
 
 
+def fail_collect_only_on_invalid_entries(session: pytest.Session) -> None:
+    """`--collect-only`: every selected invalid entry's problems on the terminal, each with its
+    `file:line`, and counted as collection errors, so the run exits non-zero (a CI step that
+    validates configs this way must not pass a broken one). A normal run keeps them as failing
+    items, so the file's valid entries still run."""
+    invalid = [item for item in session.items if isinstance(item, InvalidEntryItem)]
+    if not invalid:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for item in invalid:
+        for problem in item.entry.problems:
+            if reporter is not None:
+                reporter.write_line(f"inferbench: invalid entry {item.entry.config_key}: "
+                                    f"{problem}")
+    session.testsfailed += len(invalid)
+
+
 class ServerNode(pytest.Collector):
     """One server config: one server start shared by all of its points."""
 

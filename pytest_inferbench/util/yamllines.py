@@ -22,6 +22,13 @@ __all__ = ["MappingNode", "Node", "ScalarNode", "SequenceNode", "YamlSyntaxError
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _constructor = yaml.SafeLoader("")
 
+# Bounds on a document as its readers see it, aliases expanded: an alias costs nothing to
+# compose, but every reader that walks or builds the tree pays for each expansion, so a few
+# hundred bytes of nested aliases ("billion laughs") would take minutes to read. InferenceX's
+# largest master file is about 30,000 nodes deep 10; these leave room for far larger ones.
+MAX_EXPANDED_NODES = 2_000_000
+MAX_DEPTH = 100
+
 
 class YamlSyntaxError(ValueError):
     """Text that is not YAML; `line` (1-based) and `problem` say where and what."""
@@ -43,10 +50,16 @@ def read_text(path: Path) -> str:
 
 
 def load_data(text: str | bytes) -> object:
-    """Plain data (no line numbers) through the same safe loader, for files read whole and
-    judged elsewhere (master files' keys, changelog history, catalog data). Raises
+    """Plain data (no line numbers) through the same safe loader and bounds, for files read
+    whole and judged elsewhere (master files' keys, changelog history, catalog data). Raises
     `yaml.YAMLError`."""
-    return yaml.load(text, Loader=_LOADER)
+    root = yaml.compose(text, Loader=_LOADER)
+    if root is None:
+        return None
+    problem = _oversize(root)
+    if problem is not None:
+        raise yaml.YAMLError(f"line {problem[0]}: {problem[1]}")
+    return to_python(root)
 
 
 def compose(text: str) -> Node | None:
@@ -64,8 +77,42 @@ def compose(text: str) -> Node | None:
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(1, str(exc)) from None
     if root is not None:
+        problem = _oversize(root)
+        if problem is not None:
+            raise YamlSyntaxError(*problem)
         _check_values(root)
     return root
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _oversize(root: Node) -> tuple[int, str] | None:
+    """(line, problem) when the document, aliases expanded, passes `MAX_EXPANDED_NODES` or
+    `MAX_DEPTH`; None otherwise. Each distinct node is visited once (sizes of shared nodes are
+    remembered), so the check costs what composing did, however large the expansion."""
+    expanded: dict[int, int] = {}
+    stack: list[tuple[Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, children_done = stack.pop()
+        if depth > MAX_DEPTH:
+            return line_of(node), f"nested deeper than {MAX_DEPTH} levels"
+        if children_done:
+            size = 1 + sum(expanded[id(child)] for child in _children(node))
+            if size > MAX_EXPANDED_NODES:
+                return line_of(node), (f"aliases expand it past {MAX_EXPANDED_NODES:,} values "
+                                       "(nested aliases that multiply, a \"billion laughs\")")
+            expanded[id(node)] = size
+        elif id(node) not in expanded:
+            stack.append((node, depth, True))
+            stack += [(child, depth + 1, False) for child in _children(node)
+                      if id(child) not in expanded]
+    return None
 
 
 _STANDARD_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in (
