@@ -5,6 +5,7 @@ held to the rule of its command-line option (`options/rules.py`), with the same 
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -54,21 +55,34 @@ def _text(result: pytest.RunResult) -> str:
     return text
 
 
-@pytest.mark.parametrize("call, messages", LOAD_CASES, ids=[c for c, _ in LOAD_CASES])
-def test_inferbench_load_names_a_bad_argument(pytester: pytest.Pytester, call: str,
-                                              messages: tuple[str, ...]) -> None:
+def test_inferbench_load_names_every_bad_argument(pytester: pytest.Pytester) -> None:
     (pytester.path / "bench-master.yaml").write_text(master_entry(isl=256, osl=16))
-    # No server: the arguments are judged before any server is looked for or started.
+    # One run, a test per call. No server: the arguments are judged before any server is
+    # looked for or started.
+    calls = "".join(f"    {call!r},\n" for call, _ in LOAD_CASES)
     pytester.makepyfile(test_bench=f"""
-def test_bad_call(inferbench_load):
-    inferbench_load({call})
+import pytest
+
+CALLS = [
+{calls}]
+
+@pytest.mark.parametrize("call", CALLS, ids=[str(i) for i in range(len(CALLS))])
+def test_bad_call(inferbench_load, call):
+    inferbench_load(**eval(f"dict({{call}})"))
 """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark",
                                            "test_bench.py")
     text = _text(result)
-    result.assert_outcomes(failed=1)
-    for message in messages:
-        assert "inferbench_load: " in text and message in text, f"{message!r}:\n{text}"
+    result.assert_outcomes(failed=len(LOAD_CASES))
+    # The failures section: one block per test, headed by its id.
+    blocks = dict(re.findall(r"_+ test_bad_call\[(\d+)\] _+\n(.*?)(?=\n_+ test_bad_call|\n=+)",
+                             text, flags=re.S))
+    assert sorted(blocks, key=int) == [str(i) for i in range(len(LOAD_CASES))], text
+    for i, (call, messages) in enumerate(LOAD_CASES):
+        block = blocks.get(str(i), "")
+        for message in messages:
+            assert "inferbench_load: " in block and message in block, (
+                f"{call}: {message!r}:\n{block or text}")
 
 
 # (file name, its bytes, the usage error's fragment)
