@@ -131,20 +131,18 @@ def prepare(directory: Path, run_id: str, protected: Iterable[Path]) -> tuple[li
     if reason is not None:
         raise ResultsDirError(f"{reason}; pass an empty or new directory to "
                               "--inferbench-results")
-    if (directory / LOCK_FILE).exists():
-        earlier = _try_lock(directory / LOCK_FILE)
-        if earlier is None:
-            raise ResultsDirError(
-                f"{directory} is in use by {_holder(directory)}, which writes its results there; "
-                "wait for it to end or pass another directory to --inferbench-results")
-        try:
-            lines = remove_stale_temp_files(directory)
-            lines += move_earlier_run_aside(directory)
-        finally:
-            os.close(earlier)
-    else:
+    # An earlier run's lock file: free (its run ended) or held (its run is live).
+    earlier = _try_lock(directory / LOCK_FILE) if (directory / LOCK_FILE).exists() else -1
+    if earlier is None:
+        raise ResultsDirError(
+            f"{directory} is in use by {_holder(directory)}, which writes its results there; "
+            "wait for it to end or pass another directory to --inferbench-results")
+    try:
         lines = remove_stale_temp_files(directory)
         lines += move_earlier_run_aside(directory)
+    finally:
+        if earlier >= 0:
+            os.close(earlier)
     directory.mkdir(parents=True, exist_ok=True)
     lock = _try_lock(directory / LOCK_FILE)
     if lock is None:  # another run made the directory anew between our steps
