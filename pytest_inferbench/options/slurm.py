@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+import pytest
+
 if TYPE_CHECKING:
-    import pytest
+    from collections.abc import Sequence
 
 
 IniType = Literal["string", "linelist", "args", "bool"]
@@ -82,6 +84,7 @@ class SlurmSettings:
     exclusive: bool = False
     container: bool = False
     sim: bool = False
+    comment: str = ""  # the user's own --comment, kept after the owner tag (`OwnedOption`)
     squash_dir: Path = DEFAULT_SQUASH_DIR
     container_workdir: str = "/workspace"
     container_mounts: tuple[str, ...] = ()
@@ -96,7 +99,7 @@ class SlurmSettings:
             return bool(config.getoption(f"inferbench_slurm_{name}")
                         or config.getini(f"inferbench_slurm_{name}"))
 
-        cli_args = config.getoption("inferbench_slurm_args")
+        args, comment = salloc_words(config)
         # A simulated server uses no GPU: a cluster without a GPU gres must not need a flag
         # to try it, and one with GPUs keeps them free.
         gres = value("gres") or ("none" if switch("sim") else "gpu")
@@ -106,8 +109,8 @@ class SlurmSettings:
             account=value("account"),
             time=value("time"),
             gres="" if gres.lower() == "none" else gres,
-            args=tuple(shlex.split(cli_args) if cli_args is not None
-                       else config.getini("inferbench_slurm_args")),
+            args=args,
+            comment=comment,
             exclusive=switch("exclusive"),
             container=switch("container"),
             sim=switch("sim"),
@@ -116,3 +119,89 @@ class SlurmSettings:
             container_workdir=value("container_workdir") or defaults.container_workdir,
             container_mounts=tuple(config.getini("inferbench_slurm_container_mounts")),
         )
+
+
+@dataclass(frozen=True)
+class OwnedOption:
+    """A salloc option the backend sets itself, in the spellings salloc accepts: `--long=V`,
+    `--long V`, a long name cut short down to `shortest` letters (getopt takes any
+    unambiguous start), `-X V`, `-XV`. `why` says what a user's value would break; None: the
+    user's value is kept beside the backend's (the comment)."""
+
+    long: str
+    short: str
+    shortest: int
+    takes_value: bool
+    why: str | None
+
+    def match(self, word: str) -> tuple[bool, str | None]:
+        """(is this option, its value when written in the same word)."""
+        if word.startswith("--"):
+            name, eq, value = word[2:].partition("=")
+            hit = len(name) >= self.shortest and self.long.startswith(name)
+            return hit, (value if eq else None)
+        if self.short and word.startswith("-" + self.short):
+            return True, (word[2:] or None) if self.takes_value else None
+        return False, None
+
+
+# The job's name (`inferbench-<run>-<worker>-<node>`) and comment (`inferbench owner=<host>:<pid>
+# ...`) are how the stale sweep of a later run finds the allocations of a run killed outright,
+# and salloc's own messages are how this run learns its job id.
+OWNED_OPTIONS = (
+    OwnedOption("comment", "", 3, True, None),
+    OwnedOption("job-name", "J", 1, True,
+                "the backend names every job inferbench-<run>-<worker>-<node>, by which it "
+                "finds the jobs of its run"),
+    OwnedOption("quiet", "Q", 2, False,
+                "the backend reads each job's id from salloc's messages"),
+    OwnedOption("clusters", "M", 8, True,
+                "the job would run on another cluster, out of sight of this run's srun, "
+                "scancel and of the sweep that cancels the jobs of a killed run"),
+)
+ARGS_OPTION = "--inferbench-slurm-args"
+ARGS_INI = "inferbench_slurm_args"
+
+
+def salloc_words(config: pytest.Config) -> tuple[tuple[str, ...], str]:
+    """The user's salloc words (command line over ini) without their comment, and the comment;
+    a usage error naming the option for words that cannot be split or that would take a job
+    out of this run's hands."""
+    cli = config.getoption("inferbench_slurm_args")
+    source = ARGS_OPTION if cli is not None else f"ini {ARGS_INI}"
+    try:
+        words = shlex.split(cli) if cli is not None else list(config.getini(ARGS_INI))
+    except ValueError as exc:  # an unbalanced quote; pytest's own getini splits the ini value
+        raise pytest.UsageError(f"{source}: cannot split into words ({exc})") from None
+    args, comment, problems = split_salloc_words(words)
+    if problems:
+        raise pytest.UsageError(f"{source}: " + "; ".join(problems))
+    return args, comment
+
+
+def split_salloc_words(words: Sequence[str]) -> tuple[tuple[str, ...], str, list[str]]:
+    """(the words without any --comment, the comments joined by "; ", problems): a comment
+    is kept next to the owner tag, an option the backend owns is refused."""
+    kept: list[str] = []
+    comments: list[str] = []
+    problems: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        owned = next((o for o in OWNED_OPTIONS if o.match(word)[0]), None)
+        if owned is None:
+            kept.append(word)
+            continue
+        shown, value = word, owned.match(word)[1]
+        if owned.takes_value and value is None:
+            if i >= len(words):
+                problems.append(f"{word} needs a value")
+                continue
+            shown, value = f"{word} {words[i]}", words[i]
+            i += 1
+        if owned.why is not None:
+            problems.append(f"{shown}: not allowed, {owned.why}")
+        elif value:
+            comments.append(value)
+    return tuple(kept), "; ".join(comments), problems

@@ -183,6 +183,41 @@ def test_an_allocation_that_can_never_start_fails_with_slurms_reason(
     assert squeue_state(job) == ""
 
 
+@pytest.mark.parametrize(("words", "reason"), [
+    (("--hold",), "JobHeldUser"), (("--begin=now+1hour",), "BeginTime")])
+def test_an_allocation_still_queued_after_the_startup_timeout_is_cancelled(
+        tmp_path: Path, slurm_context: StartContext, words: tuple[str, ...], reason: str
+        ) -> None:
+    server, spec = load_node(write_recipe(tmp_path, timeout=3,
+                                          command=sim_command(sys.executable)))
+    # --immediate: salloc itself gives up (with other words) should the bound not hold.
+    settings = slurm_context.options.slurm
+    settings = dataclasses.replace(settings, args=(*settings.args, *words, "--immediate=60"))
+    with pytest.raises(ServerStartError) as failure:
+        SlurmBackend().start(server, spec, with_settings(slurm_context, slurm=settings))
+    message = str(failure.value)
+    found = re.search(rf"slurm job (\d+) still PENDING \(reason {reason}\) after 3 s startup "
+                      r"timeout; it was cancelled", message)
+    assert found, message
+    assert squeue_state(found.group(1)) == ""
+
+
+def test_a_job_whose_name_a_salloc_word_replaced_is_not_kept(
+        tmp_path: Path, slurm_context: StartContext) -> None:
+    """`-vJ other` is `--verbose --job-name=other` to salloc, a spelling the option check
+    lets through: the job, which no later run's sweep would recognize, is cancelled."""
+    server, spec = load_node(write_recipe(tmp_path, command=sim_command(sys.executable)))
+    settings = slurm_context.options.slurm
+    settings = dataclasses.replace(settings, args=(*settings.args, "-vJother"))
+    with pytest.raises(ServerStartError) as failure:
+        SlurmBackend().start(server, spec, with_settings(slurm_context, slurm=settings))
+    message = str(failure.value)
+    found = re.search(r"slurm job (\d+) is named 'other' with comment 'inferbench owner=.*: a "
+                      r"word of --inferbench-slurm-args replaced them", message)
+    assert found, message
+    assert squeue_state(found.group(1)) == ""
+
+
 ROLES = """\
 command: [{python}, -m, pytest_inferbench.sim, serve, --hardware, MI355X, --time-scale, "0",
           --, python3, -m, atom.entrypoints.openai_server, --model, "{{model}}", -tp, "{{tp}}"]

@@ -174,13 +174,17 @@ def test_an_interrupted_run_leaves_no_job_in_squeue(tmp_path: Path, sig: signal.
 
 
 def test_a_killed_runs_allocation_is_cancelled_by_the_next_run(tmp_path: Path) -> None:
+    """The user's own `--comment` joins the owner tag that the sweep reads (salloc keeps one
+    comment: the last given)."""
     write_recipe(tmp_path, osl=4000, sim_options={"fp4": ("--time-scale", "1")})
-    crashed = start_run(tmp_path)
+    crashed = start_run(tmp_path, "--inferbench-slurm-args",
+                        "--mem=256M --oversubscribe --comment='nightly perf'")
     wait_for_servers(tmp_path, crashed, 1)
     os.killpg(crashed.process.pid, signal.SIGKILL)  # no teardown, no atexit
     crashed.wait(30)
     (job_id,) = crashed.jobs
-    assert job_id in {j for j, *_ in slurm_jobs()}  # left behind, as after a crash
+    comments = {j: comment for j, _, _, comment in slurm_jobs()}
+    assert comments[job_id].endswith("; nightly perf")  # left behind, as after a crash
     write_recipe(tmp_path, osl=4)
     later = start_run(tmp_path)
     assert later.wait() == 0, later.output

@@ -183,3 +183,56 @@ def test_the_simulated_server_asks_for_no_gres_unless_one_is_named(pytester: pyt
     named = Settings.from_config(pytester.parseconfig("--inferbench-slurm-sim",
                                                       "--inferbench-slurm-gres=gpu")).slurm
     assert (plain.gres, simulated.gres, named.gres) == ("gpu", "", "gpu")
+
+
+def test_the_users_comment_is_kept_after_the_owner_tag(pytester: pytest.Pytester) -> None:
+    config = pytester.parseconfig(
+        "--inferbench-slurm-args=--mem=1G --comment 'nightly perf' --exclude n1 --comm=again")
+    settings = Settings.from_config(config).slurm
+    assert settings.args == ("--mem=1G", "--exclude", "n1")
+    assert settings.comment == "nightly perf; again"
+    comment = commands.job_comment("host-a:123", "run1", settings.comment)
+    assert comment == "inferbench owner=host-a:123 run=run1; nightly perf; again"
+    assert commands.comment_owner(comment) == "host-a:123"
+    argv = commands.salloc_argv(settings, name="n", comment=comment, nodes=1, gpus_per_node=0)
+    assert [w for w in argv if w.startswith("--comm")] == [f"--comment={comment}"]
+
+
+# (--inferbench-slurm-args, a fragment of its usage error)
+HOSTILE_SALLOC_WORDS = [
+    ('--comment="nightly', "--inferbench-slurm-args: cannot split into words (No closing "
+                           "quotation)"),
+    ("--mem=1G 'x", "--inferbench-slurm-args: cannot split into words"),
+    ("--job-name=mine", "--job-name=mine: not allowed, the backend names every job"),
+    ("-J mine", "-J mine: not allowed, the backend names every job"),
+    ("-Jmine", "-Jmine: not allowed"),
+    ("--job mine", "--job mine: not allowed"),
+    ("--quiet", "--quiet: not allowed, the backend reads each job's id from salloc's messages"),
+    ("-Q", "-Q: not allowed"),
+    ("-M other", "-M other: not allowed, the job would run on another cluster"),
+    ("--clusters=other", "--clusters=other: not allowed"),
+    ("--mem=1G --comment", "--comment needs a value"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), HOSTILE_SALLOC_WORDS,
+                         ids=[args for args, _ in HOSTILE_SALLOC_WORDS])
+def test_salloc_words_that_cannot_be_used_are_a_usage_error(
+        pytester: pytest.Pytester, args: str, message: str) -> None:
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--inferbench-slurm-args={args}")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert message in text, text
+    assert "Traceback" not in text and "INTERNALERROR" not in text, text
+
+
+def test_an_unbalanced_quote_in_the_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("""
+        [pytest]
+        inferbench_slurm_args = --exclude=n1 --comment="nightly
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert "ini inferbench_slurm_args: cannot split into words (No closing quotation)" in text
+    assert "Traceback" not in text and "INTERNALERROR" not in text, text

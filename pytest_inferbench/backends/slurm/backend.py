@@ -20,7 +20,7 @@ from ...results.redact import Redactor
 from .. import reaper
 from ..base import Backend
 from ..process import process_env
-from ..readiness import log_path_for
+from ..readiness import log_path_for, startup_timeout
 from ..simserver import sim_serve_argv
 from . import commands, layout, pyxis
 from .jobs import Allocation
@@ -53,8 +53,10 @@ class SlurmBackend(Backend):
                                                             os.environ)
         allocation = Allocation(
             settings, name=commands.job_name(ctx.run_id, ctx.worker_id, server.node_name),
-            comment=commands.job_comment(reaper.owner_label(), ctx.run_id),
-            nodes=layout.nodes_needed(spec), gpus_per_node=spec.gpu_count)
+            comment=commands.job_comment(reaper.owner_label(), ctx.run_id, settings.comment),
+            nodes=layout.nodes_needed(spec), gpus_per_node=spec.gpu_count,
+            queue_timeout_s=startup_timeout(spec.startup_timeout_s,
+                                            ctx.options.startup_timeout_s))
         if settings.sim and not spec.roles:
             spec = dataclasses.replace(spec, argv=sim_serve_argv(
                 server.hardware, ctx.options.time_scale, spec.argv))

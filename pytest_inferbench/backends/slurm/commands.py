@@ -31,9 +31,12 @@ def job_name(run_id: str, worker_id: str, node: str) -> str:
     return f"{JOB_NAME_PREFIX}{run_id}-{worker_id}-{slug}"[:120]
 
 
-def job_comment(owner: str, run_id: str) -> str:
-    """`inferbench owner=<host>:<pid> run=<run id>`: who may cancel this job when it is stale."""
-    return f"{COMMENT_PREFIX}{owner} run={run_id}"
+def job_comment(owner: str, run_id: str, user_comment: str = "") -> str:
+    """`inferbench owner=<host>:<pid> run=<run id>`: who may cancel this job when it is stale;
+    the user's own comment (`--comment` in the salloc words) follows after "; ", so that one
+    comment says both."""
+    tag = f"{COMMENT_PREFIX}{owner} run={run_id}"
+    return f"{tag}; {user_comment}" if user_comment else tag
 
 
 def comment_owner(comment: str) -> str | None:
@@ -82,6 +85,11 @@ def job_info_argv(job_id: str) -> tuple[str, ...]:
 
 def own_jobs_argv(user: str) -> tuple[str, ...]:
     return ("squeue", "--noheader", f"--user={user}", "--format=%i|%j|%T|%k")
+
+
+def job_marks_argv(job_id: str) -> tuple[str, ...]:
+    """The name and comment Slurm holds for the job: `<name>|<comment>`."""
+    return ("squeue", "--noheader", f"--jobs={job_id}", "--format=%j|%k")
 
 
 def hostnames_argv(nodelist: str) -> tuple[str, ...]:

@@ -61,8 +61,10 @@ class Allocation:
     """A `salloc --no-shell` job holding the nodes of one server."""
 
     def __init__(self, settings: SlurmSettings, *, name: str, comment: str, nodes: int,
-                 gpus_per_node: int) -> None:
+                 gpus_per_node: int, queue_timeout_s: float) -> None:
         self.name = name
+        self.comment = comment
+        self.queue_timeout_s = queue_timeout_s
         self.job_id = ""
         self.hosts: tuple[str, ...] = ()
         self._argv = commands.salloc_argv(settings, name=name, comment=comment, nodes=nodes,
@@ -70,6 +72,8 @@ class Allocation:
         self._info: JobInfo | None = None
         self._info_at = 0.0
         self._cancelled = False
+        self._marks_checked = False
+        self._unsatisfiable_since: float | None = None
 
     def request(self) -> None:
         """Run salloc until the nodes are granted (it may wait in the queue); raise
@@ -85,34 +89,36 @@ class Allocation:
         reader = threading.Thread(target=_collect, args=(process, lines), daemon=True)
         reader.start()
         try:
-            never = self._wait_granted(process, lines)
+            withdrawn = self._wait_granted(process, lines)
         except BaseException:
             reaper.stop_process_group(process, grace_s=1.0)  # salloc withdraws its request
             raise
         reader.join(timeout=COMMAND_TIMEOUT_S)  # salloc has exited: its output is closed
         output = "".join(lines)
         self.job_id = commands.granted_job_id(output) or commands.announced_job_id(output) or ""
-        if never is not None:
-            raise ServerStartError(f"{never.describe()}: Slurm will not start this allocation "
-                                   f"as asked (the request exceeds what the partition can "
-                                   f"give); it was cancelled\nargv: {self._argv}")
+        if withdrawn is not None:
+            raise ServerStartError(f"{withdrawn}\nargv: {self._argv}")
         if process.returncode != 0 or not commands.granted_job_id(output):
             raise ServerStartError(f"salloc exited with code {process.returncode}: "
                                    f"{output.strip() or '(no output)'}\nargv: {self._argv}")
         try:
+            foreign = self._foreign_marks()
             info = self.info(fresh=True)
-            self.hosts = tuple(run_command(commands.hostnames_argv(info.nodelist)).split())
+            if foreign is None:
+                self.hosts = tuple(run_command(commands.hostnames_argv(info.nodelist)).split())
         except SlurmCommandError as exc:
             raise ServerStartError(f"slurm job {self.job_id}: {exc}") from None
+        if foreign is not None:
+            self.cancel()
+            raise ServerStartError(f"{foreign}\nargv: {self._argv}")
         if not self.hosts:
             raise ServerStartError(f"{info.describe()}: no nodes in the allocation")
 
-    def _wait_granted(self, process: subprocess.Popen[bytes], lines: list[str]
-                      ) -> JobInfo | None:
-        """Wait for salloc to exit; while its job is queued, watch its pending reason. A
-        reason that says it can never start (held UNSATISFIABLE_GRACE_S) cancels the job
-        and is returned; None once salloc has exited on its own."""
-        since: float | None = None
+    def _wait_granted(self, process: subprocess.Popen[bytes], lines: list[str]) -> str | None:
+        """Wait for salloc to exit: None once it has exited on its own. While its job is
+        queued, watch it; a job that cannot be left queued is cancelled, salloc stopped, and
+        the reason returned."""
+        started = time.monotonic()
         while True:
             try:
                 process.wait(timeout=STATE_POLL_S)
@@ -120,20 +126,61 @@ class Allocation:
             except subprocess.TimeoutExpired:
                 pass
             self.job_id = self.job_id or commands.announced_job_id("".join(lines)) or ""
-            if not self.job_id:
-                continue
-            try:
-                info = self.info(fresh=True)
-            except SlurmCommandError:
-                continue  # slurmctld busy: salloc's own wait goes on
-            if info.state != "PENDING" or info.reason not in UNSATISFIABLE_REASONS:
-                since = None
-                continue
-            since = since if since is not None else time.monotonic()
-            if time.monotonic() - since >= UNSATISFIABLE_GRACE_S:
+            withdraw = self._queued_problem(time.monotonic() - started)
+            if withdraw is not None:
                 self.cancel()
                 reaper.stop_process_group(process, grace_s=1.0)
-                return info
+                return withdraw
+
+    def _queued_problem(self, waited_s: float) -> str | None:
+        """Why the queued job must not wait any longer, else None: its name or comment are not
+        this run's; Slurm's reason says it can never start (held UNSATISFIABLE_GRACE_S); or it
+        is still queued after the startup timeout, whatever the reason (`--hold`, `--begin`,
+        a dependency, a busy partition): a run must not wait unseen for ever."""
+        info: JobInfo | None = None
+        if self.job_id:
+            try:
+                foreign = self._foreign_marks()
+                if foreign is not None:
+                    return foreign
+                info = self.info(fresh=True)
+            except SlurmCommandError:
+                pass  # slurmctld busy: salloc's own wait goes on, the timeout still holds
+        if info is not None and info.state == "PENDING" and info.reason in UNSATISFIABLE_REASONS:
+            now = time.monotonic()
+            self._unsatisfiable_since = self._unsatisfiable_since or now
+            if now - self._unsatisfiable_since >= UNSATISFIABLE_GRACE_S:
+                return (f"{info.describe()}: Slurm will not start this allocation as asked "
+                        f"(the request exceeds what the partition can give); it was cancelled")
+        else:
+            self._unsatisfiable_since = None
+        if waited_s < self.queue_timeout_s or (info is not None and info.live):
+            return None  # a job just granted: salloc says so in a moment
+        if info is None or not info.state:
+            what = f"slurm job {self.job_id or '(id not announced)'} still not granted"
+        else:
+            reason = f" (reason {info.reason})" if info.reason and info.reason != "None" else ""
+            what = f"slurm job {self.job_id} still {info.state}{reason}"
+        return (f"{what} after {self.queue_timeout_s:g} s startup timeout; it was cancelled "
+                f"(--inferbench-startup-timeout, else the launch spec's startup-timeout, bounds "
+                f"the wait in the queue)")
+
+    def _foreign_marks(self) -> str | None:
+        """Once per job: a name or comment other than the ones asked for (a salloc word of the
+        user's replaced them; `options.slurm` refuses the spellings it knows) would hide the
+        job from the stale sweep of a later run, so such a job is not kept."""
+        if self._marks_checked or not self.job_id:
+            return None
+        text = run_command(commands.job_marks_argv(self.job_id)).strip()
+        self._marks_checked = True
+        name, _, comment = text.partition("|")
+        if not text or (name == self.name and commands.comment_owner(comment)
+                        == commands.comment_owner(self.comment)):
+            return None
+        return (f"slurm job {self.job_id} is named {name!r} with comment {comment!r}, not "
+                f"{self.name!r} with {self.comment!r}: a word of --inferbench-slurm-args "
+                f"replaced them, and a later run could not cancel this job if this one were "
+                f"killed; it was cancelled")
 
     def info(self, fresh: bool = False) -> JobInfo:
         """The job's state, asked of slurmctld at most once per STATE_POLL_S."""
