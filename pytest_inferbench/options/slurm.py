@@ -32,7 +32,9 @@ SLURM_OPTIONS = (
     ("gres", "NAME", "generic resource requested per GPU of a server, --gres=NAME:<tp> "
                      "(default gpu, none with --inferbench-slurm-sim; none requests no "
                      "gres)"),
-    ("args", "ARGV", "more salloc words for every allocation, e.g. '--exclude=n1 --mem=0'"),
+    ("args", "ARGV", "more salloc words for every allocation, e.g. '--exclude=n1 --mem=0' "
+                     "(a --comment follows the backend's owner tag; --job-name, --quiet and "
+                     "--clusters are refused)"),
     ("squash-dir", "DIR", "container mode: where enroot squashfs images are imported once per "
                           "image; must be visible to the compute nodes "
                           "(default ~/.cache/inferbench/squash)"),
