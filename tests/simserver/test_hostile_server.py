@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from pytest_inferbench.sim.server.launcher import launch
+
 from .conftest import ATOM_ARGV, FAST, MODEL
 from .promtext import scrape, value
 
@@ -33,8 +35,6 @@ LONG = 30_000
 
 @pytest.fixture(scope="module")
 def fast_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
-    from pytest_inferbench.sim.server.launcher import launch
-
     server = launch(ATOM_ARGV, FAST, log_dir=tmp_path_factory.mktemp("hostile"))
     try:
         server.wait_healthy(timeout_s=60)
