@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from pytest_inferbench.loadgen.tokenizer import count_tokens, filler_tokens
-from pytest_inferbench.sim.server.engine_loop import RequestTrace
 from pytest_inferbench.sim.server.openai_api import GenerationRequest
 from pytest_inferbench.sim.server.streaming import Generation, _choice, _sse
+from pytest_inferbench.sim.server.timeline import RequestTrace
 
 from .conftest import MODEL
 

@@ -9,10 +9,12 @@ Streaming and token timing live in `sim/streaming.py`; this module is routing an
 
 `GET /debug/inferbench/timeline[?since=REQUEST_ID]` (`DELETE` clears it) returns
 `{"clock": "time.monotonic", "now", "wall_minus_monotonic", "perf_counter_minus_monotonic",
-"time_scale", "engine_steps", "delivery_lag", "requests": [...]}` (`delivery_lag`: how far
-step deliveries fell behind the model's step ends on this machine: steps, mean_s, max_s,
-steps_over_5ms); each finished (or aborted, truncated,
-stalled) request has `id` (the response id the client saw), `request_id`, `arrival`,
+"time_scale", "engine_steps", "delivery_lag", "retention", "requests": [...]}`
+(`delivery_lag`: how far step deliveries fell behind the model's step ends on this machine:
+steps, mean_s, max_s, steps_over_5ms; `retention`: the records kept, their estimated bytes,
+the byte budget (`--timeline-mib`) and record limit, and how many older records were dropped
+to stay within them, see `timeline.py`); each finished (or aborted, truncated, stalled)
+request has `id` (the response id the client saw), `request_id`, `arrival`,
 `prompt_tokens`, `max_tokens`, `emissions` ([send time, tokens] per chunk), `planned` (the
 engine model's time for each emission), `completion_tokens`, `finish`, `outcome` and
 `submitted` (when the engine got it, its body read and parsed). Times are
@@ -35,21 +37,22 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...frameworks import registry as framework_registry  # apart from self.registry (prometheus)
-from ...util.aio import cancel_and_wait
-from .engine_loop import EngineLoop, RequestTrace
+from .connection import EventStream, read_body, unless_disconnected
+from .engine_loop import EngineLoop
 from .faults import FAULT_EXIT_CODE, FaultConfig, FaultInjector
 from .openai_api import ApiError, Kind, parse_generation, parse_json_object, resolve_max_tokens
 from .output_plan import plan_output
 from .prom import exposition, metrics_registry, mtp_stats
 from .prom_latency import LatencyHistograms
 from .streaming import Generation, collect_response, stream_events
+from .timeline import DEFAULT_BUDGET_MIB, MIB, RequestTrace
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 
     from prometheus_client.registry import Collector
     from starlette.requests import Request
@@ -81,6 +84,8 @@ class ServeConfig:
     info: Mapping[str, object] | None = None  # facts shown on /debug/inferbench/info
     # More /metrics families read from the engine (a deployment's per-role counters).
     extra_metrics: Callable[[EngineLike, str], Collector] | None = None
+    # Memory for /debug/inferbench/timeline's records; the oldest go first beyond it.
+    timeline_bytes: int = int(DEFAULT_BUDGET_MIB * MIB)
 
 
 def error_response(error: ApiError) -> JSONResponse:
@@ -128,7 +133,8 @@ class SimulatorApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.loop = EngineLoop(self.engine, self.config.time_scale, self.clock)
+        self.loop = EngineLoop(self.engine, self.config.time_scale, self.clock,
+                               self.config.timeline_bytes)
         self._event_loop = asyncio.get_running_loop()
         self.loop.start()
         try:
@@ -216,7 +222,7 @@ class SimulatorApp:
         try:
             self._ensure_serving()
             _header_fault(request.headers.get(RETURN_ERROR_HEADER))
-            parsed = parse_generation(kind, parse_json_object(await _read_body(request)))
+            parsed = parse_generation(kind, parse_json_object(await read_body(request)))
             self._check_model(parsed.model)
             max_tokens = resolve_max_tokens(parsed, self.config.max_model_len)
         except ApiError as error:
@@ -239,8 +245,8 @@ class SimulatorApp:
         generation = Generation(parsed, plan, faults, trace, queue, int(time.time()))
         if not parsed.stream:
             try:
-                body = await _unless_disconnected(request, collect_response(generation,
-                                                                            self.loop))
+                body = await unless_disconnected(request, collect_response(generation,
+                                                                           self.loop))
             finally:
                 self._finish(generation)  # a client that left: aborted, its work stops
             if body is None:
@@ -249,11 +255,10 @@ class SimulatorApp:
                 return error_response(ApiError(500, f"simulated engine failed: "
                                                     f"{self.loop.failure!r}"))
             return JSONResponse(body, headers={"x-request-id": trace.response_id})
-        return StreamingResponse(self._stream(generation), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache",
-                                          "x-request-id": trace.response_id})
+        return EventStream(self._stream(generation), headers={
+            "cache-control": "no-cache", "x-request-id": trace.response_id})
 
-    async def _stream(self, generation: Generation) -> AsyncIterator[str]:
+    async def _stream(self, generation: Generation) -> AsyncGenerator[str, None]:
         assert self.loop is not None
         try:
             async for event in stream_events(generation, self.loop):
@@ -295,7 +300,8 @@ class SimulatorApp:
             "wall_minus_monotonic": wall - mono, "perf_counter_minus_monotonic": perf - mono,
             "time_scale": self.config.time_scale, "engine_steps": self.loop.steps,
             "delivery_lag": self.loop.lag.as_json(), "simulated": True,
-            "requests": [t.as_json() for t in self.loop.timeline if t.request_id >= int(since)],
+            "retention": self.loop.timeline.stats(),
+            "requests": [t.as_json() for t in self.loop.timeline.since(int(since))],
         })
 
     async def info(self, request: Request) -> Response:
@@ -320,40 +326,6 @@ class SimulatorApp:
     async def _unexpected(self, request: Request, exc: Exception) -> Response:
         print(f"inferbench-sim: internal error on {request.url.path}: {exc!r}", file=sys.stderr)
         return error_response(ApiError(500, f"internal error in the simulator: {exc!r}"))
-
-
-# A request body that has not fully arrived after this long is refused (a slow or stuck
-# client must not hold a connection and its buffers forever).
-BODY_TIMEOUT_S = 30.0
-
-
-async def _read_body(request: Request) -> bytes:
-    try:
-        return await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise ApiError(408, f"request body not received within {BODY_TIMEOUT_S:g} s") from None
-
-
-async def _unless_disconnected(request: Request,
-                               work: Coroutine[object, object, dict[str, object] | None]
-                               ) -> dict[str, object] | None:
-    """The work's result, or None (work cancelled) when the client disconnects first. With the
-    body read, the next ASGI message is the disconnect."""
-    task = asyncio.ensure_future(work)
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watch = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-    if not task.done():
-        await cancel_and_wait(task)
-        return None
-    return task.result()
 
 
 def _header_fault(value: str | None) -> None:

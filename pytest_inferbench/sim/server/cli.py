@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import math
 import os
 import socket
 import sys
@@ -25,6 +26,7 @@ from ..disagg import ROUTER_POLICIES
 from .faults import FaultConfig
 from .oracle import EvalOracle, OracleError
 from .prom import snapshot_from_engine
+from .timeline import DEFAULT_BUDGET_MIB, MIB
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -42,11 +44,38 @@ _SWITCHES = {"--never-ready"}
 _VALUED = {"--hardware", "--persona", "--time-scale", "--seed", "--eval-oracle",
            "--eval-accuracy", "--fail-after-requests", "--error-rate", "--truncate-rate",
            "--startup-delay", "--stall-after-tokens", "--host", "--port", "--port-file",
-           "--log-level", "--prefill-workers", "--decode-workers", "--router"}
+           "--log-level", "--prefill-workers", "--decode-workers", "--router",
+           "--timeline-mib"}
+MAX_PORT = 65535
+USAGE_EXIT = 2  # bad options or argv (argparse's status)
+START_FAILED_EXIT = 1  # valid options, but the server could not start (port taken, ...)
 
 
 class UsageError(Exception):
     """Bad simulator options or server argv; the message is printed, exit status 2."""
+
+
+class StartError(Exception):
+    """Valid options, but the server cannot start (its port cannot be bound); exit status 1."""
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0 (argparse type): `inf` would never end a step and `nan` compares
+    with nothing, so both are refused with the usage, not served."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """A TCP port 0-65535 (argparse type; 0 = any free port)."""
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_PORT:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-{MAX_PORT}, got {text!r}")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"accelerator from the catalog (default ${DEFAULT_HARDWARE_ENV} or MI355X)")
     p.add_argument("--persona", choices=registry.personas(), default=None,
                    help="metric names and debug endpoints to mimic (default: the argv's program)")
-    p.add_argument("--time-scale", type=float, default=1.0,
+    p.add_argument("--time-scale", type=_non_negative, default=1.0,
                    help="1.0 = real time, 0.5 = twice as fast, 0 = as fast as possible")
     p.add_argument("--seed", type=int, default=None, help="engine and fault seed (default 0)")
     p.add_argument("--eval-oracle", type=Path, default=None, metavar="FILE",
@@ -72,16 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--truncate-rate", type=float, default=0.0, metavar="R",
                    help="cut this share of streams after half their tokens, without [DONE]")
     p.add_argument("--never-ready", action="store_true", help="/health answers 503 forever")
-    p.add_argument("--startup-delay", type=float, default=0.0, metavar="S",
+    p.add_argument("--startup-delay", type=_non_negative, default=0.0, metavar="S",
                    help="/health answers 503 for S seconds after start")
     p.add_argument("--stall-after-tokens", type=int, default=None, metavar="N",
                    help="streams stop sending after N tokens and stay open")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None,
+    p.add_argument("--port", type=port_number, default=None,
                    help="port to bind, overriding the argv's (0 = any free port)")
     p.add_argument("--port-file", type=Path, default=None, metavar="FILE",
                    help="write the bound port to FILE once listening")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument("--timeline-mib", type=_non_negative, default=DEFAULT_BUDGET_MIB,
+                   metavar="MIB", help="memory for /debug/inferbench/timeline's records of "
+                   f"finished requests; the oldest are dropped beyond it (default "
+                   f"{DEFAULT_BUDGET_MIB:g})")
     p.add_argument("--prefill-workers", type=int, default=0, metavar="N",
                    help="serve a multinode deployment: N prefill workers, each running the "
                         "server argv (with --decode-workers 0: N aggregated workers)")
@@ -133,8 +166,9 @@ def argv_port(server_argv: Sequence[str]) -> int:
     ports = flag_values(server_argv, "--server-port", "--port")
     if not ports:
         return DEFAULT_PORT
-    if not ports[-1].isdigit():
-        raise UsageError(f"server argv: port {ports[-1]!r} is not a number")
+    if not (ports[-1].isascii() and ports[-1].isdigit()) or int(ports[-1]) > MAX_PORT:
+        raise UsageError(f"server argv: port {ports[-1]!r} is not a port number "
+                         f"(0-{MAX_PORT})")
     return int(ports[-1])
 
 
@@ -155,8 +189,6 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
     if not 0.0 <= options.eval_accuracy <= 1.0:
         problems.append(f"--eval-accuracy {options.eval_accuracy}: expected a probability "
                         "within [0, 1]")
-    if options.time_scale < 0:
-        problems.append(f"--time-scale {options.time_scale}: expected >= 0")
     if problems:
         raise UsageError("; ".join(problems))
     decode_argv: list[str] = []
@@ -201,7 +233,7 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
         max_model_len=engine_config.max_model_len,
         make_engine=lambda: engine, snapshot=snapshot_from_engine,
         extra_metrics=_role_collector if options.prefill_workers else None,
-        faults=faults, oracle=oracle,
+        faults=faults, oracle=oracle, timeline_bytes=int(options.timeline_mib * MIB),
         info={**info, "ignored_flags": list(ignored)})
 
 
@@ -228,7 +260,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        raise StartError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     sock.listen(2048)
     return sock
 
@@ -282,6 +314,12 @@ def banner(config: ServeConfig, host: str, port: int, stack: EventStack) -> str:
     return "\n".join(lines)
 
 
+def _write_port_file(path: Path, port: int) -> None:
+    tmp = path.with_name(path.name + ".tmp")  # readers never see a half-written port
+    tmp.write_text(str(port))
+    tmp.replace(path)
+
+
 def serve(argv: Sequence[str]) -> int:
     import uvicorn
 
@@ -295,14 +333,21 @@ def serve(argv: Sequence[str]) -> int:
         sock = bind(options.host, port)
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_EXIT
+    except StartError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return START_FAILED_EXIT
     port = int(sock.getsockname()[1])
     stack = EventStack.best_available()
     print(banner(config, options.host, port, stack), flush=True)
     if options.port_file is not None:
-        tmp = options.port_file.with_name(options.port_file.name + ".tmp")
-        tmp.write_text(str(port))
-        tmp.replace(options.port_file)
+        try:
+            _write_port_file(options.port_file, port)
+        except OSError as exc:
+            sock.close()
+            print(f"{PROG}: error: cannot write --port-file {options.port_file}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return START_FAILED_EXIT
     sim = SimulatorApp(config)
 
     class Server(uvicorn.Server):

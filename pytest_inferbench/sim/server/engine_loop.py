@@ -14,18 +14,18 @@ import asyncio
 import math
 import time
 import traceback
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ...util.aio import cancel_and_wait
+from .timeline import DEFAULT_BUDGET_MIB, MIB, Timeline
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..state import EngineCounters, StepResult
+    from .timeline import RequestTrace
 
-TIMELINE_KEEP = 100_000  # finished requests kept for /debug/inferbench/timeline
 # Before arming a step's timer the loop yields until a round of the event loop runs (almost)
 # nothing but itself: see `_settle`.
 SETTLED_ROUND_S = 0.0002
@@ -56,34 +56,6 @@ class Delivery:
 
 
 @dataclass
-class RequestTrace:
-    """Server-side truth about one request, on the server's monotonic clock."""
-
-    request_id: int
-    response_id: str
-    arrival: float
-    prompt_tokens: int
-    max_tokens: int
-    emissions: list[tuple[float, int]] = field(default_factory=list)  # (sent at, tokens)
-    planned: list[float] = field(default_factory=list)  # the model's time of each emission
-    finish: float | None = None
-    outcome: str = "running"  # finished | aborted | truncated | stalled | error
-    # When the engine got it: after the body was read and parsed (a client that sends its body
-    # late is late here, not at `arrival`, the handler's start).
-    submitted: float | None = None
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "id": self.response_id, "request_id": self.request_id, "arrival": self.arrival,
-            "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,
-            "emissions": [[t, n] for t, n in self.emissions],
-            "planned": self.planned,
-            "completion_tokens": sum(n for _, n in self.emissions),
-            "finish": self.finish, "outcome": self.outcome, "submitted": self.submitted,
-        }
-
-
-@dataclass
 class LoopLag:
     """How far step deliveries fell behind the model's timeline (a self-check of the server:
     a busy machine makes the served timing slower than the model predicts)."""
@@ -109,9 +81,11 @@ class EngineLoop:
     """Owns the engine, the step task, and each request's delivery queue."""
 
     def __init__(self, engine: EngineLike, time_scale: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if time_scale < 0:
-            raise ValueError(f"time scale must be >= 0, got {time_scale}")
+                 clock: Callable[[], float] = time.monotonic,
+                 timeline_bytes: int = int(DEFAULT_BUDGET_MIB * MIB)) -> None:
+        # inf would never end a step and nan never compares: neither is a time scale.
+        if not (math.isfinite(time_scale) and time_scale >= 0):
+            raise ValueError(f"time scale must be a finite number >= 0, got {time_scale}")
         self.engine = engine
         self.time_scale = time_scale
         self.clock = clock
@@ -122,7 +96,7 @@ class EngineLoop:
         self._next_id = 0
         self._task: asyncio.Task[None] | None = None
         self.steps = 0
-        self.timeline: deque[RequestTrace] = deque(maxlen=TIMELINE_KEEP)
+        self.timeline = Timeline(timeline_bytes)
         self.failure: BaseException | None = None
         self.closing = asyncio.Event()  # set at shutdown: open streams end, stalls let go
         self.lag = LoopLag()

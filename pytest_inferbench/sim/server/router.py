@@ -108,21 +108,21 @@ class Router:
 def route(argv: Sequence[str]) -> int:
     import uvicorn
 
-    from .cli import EventStack, UsageError, bind
+    from .cli import START_FAILED_EXIT, EventStack, StartError, bind, port_number
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
     parser.add_argument("--workers", required=True, help="comma-separated HOST:PORT list")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
-    parser.add_argument("--port", type=int, required=True, help="port to bind")
+    parser.add_argument("--port", type=port_number, required=True, help="port to bind")
     options = parser.parse_args(list(argv))
     workers = [w.strip() for w in options.workers.split(",") if w.strip()]
     if not workers:
         parser.error("--workers: no worker given")
     try:
         sock = bind(options.host, options.port)
-    except UsageError as exc:
+    except StartError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return START_FAILED_EXIT
     print(f"inferbench-router: round robin over {', '.join(workers)}, listening on "
           f"http://{options.host}:{sock.getsockname()[1]}", flush=True)
     stack = EventStack.best_available()

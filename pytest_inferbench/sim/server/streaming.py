@@ -18,10 +18,11 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import AsyncIterator
 
-    from .engine_loop import Delivery, EngineLoop, RequestTrace
+    from .engine_loop import Delivery, EngineLoop
     from .faults import RequestFaults
     from .openai_api import GenerationRequest
     from .output_plan import OutputPlan
+    from .timeline import RequestTrace
 
 
 @dataclass
