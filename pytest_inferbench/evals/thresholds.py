@@ -3,14 +3,15 @@
 InferenceX keeps them in `utils/evals/thresholds.yaml` (older checkouts: `thresholds.json`),
 other projects in `evals/thresholds.yaml` or `.json` next to the recipes. Both are one mapping
 `{"default": {task: score}, "models": {prefix: {task: score}}}`; a mapping with neither key is
-the legacy flat form and is read as the default. JSON is read by the same YAML reader (JSON is
-YAML), as validate_scores.py reads either file. Lookup, for the task name the results carry
+the legacy flat form and is read as the default; `.json` is read as JSON, anything else as
+YAML (validate_scores.py reads either). Lookup, for the task name the results carry
 (`gsm8k`, `gpqa_diamond_cot_n_shot`, ...): `models[prefix][task]`, then `default[task]`, then
 validate_scores.py's `--min-score` default 0.85. Every `exact_match,<filter>` must pass.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +73,18 @@ def read_thresholds(path: Path) -> Thresholds:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ThresholdsError(f"{path}: cannot read eval thresholds: {exc}") from None
-    try:
-        data = to_python(compose(text))
-    except YamlSyntaxError as exc:
-        raise ThresholdsError(f"{path}:{exc.line}: {exc.problem}") from None
+    data: object
+    if path.suffix.lower() == ".json":
+        # Python's JSON reader: a deeply nested file is an error here, where libyaml crashes.
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ThresholdsError(f"{path}: not readable JSON: {exc}") from None
+    else:
+        try:
+            data = to_python(compose(text))
+        except YamlSyntaxError as exc:
+            raise ThresholdsError(f"{path}:{exc.line}: {exc.problem}") from None
     if not isinstance(data, dict):
         raise ThresholdsError(f"{path}: expected a mapping with 'default' and/or 'models'")
     if "default" not in data and "models" not in data:
