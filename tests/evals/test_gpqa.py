@@ -118,3 +118,16 @@ def test_gpqa_data_alone_asks_for_evals(pytester: pytest.Pytester) -> None:
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*swebench_lite=...: not supported: SWE-bench Lite*"])
     assert "Traceback" not in bad.stdout.str() + bad.stderr.str()
+
+
+def test_unusable_gpqa_data_is_a_usage_error_before_any_server(pytester: pytest.Pytester) -> None:
+    (pytester.path / "bench-master.yaml").write_text(master_entry())
+    (pytester.path / "bad.jsonl").write_text('{"Question": "Q?", "Correct Answer": "a"}\n')
+    result = pytester.runpytest("--inferbench-eval-data=gpqa=bad.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--inferbench-eval-data gpqa: bad.jsonl:1: missing or empty "
+                                 "GPQA column(s) Incorrect Answer 1*"])
+    missing = pytester.runpytest("--inferbench-eval-data=gsm8k=none.jsonl,gpqa=bad.jsonl")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--inferbench-eval-data none.jsonl: does not exist*"])
+    assert not (pytester.path / "inferbench-results").exists()
