@@ -9,7 +9,10 @@ configured, `inferbench_eval_required` is set, or eval thresholds are found
 (`utils/evals/thresholds.yaml` in InferenceX, `evals/thresholds.yaml` or `.json` beside the
 recipes); without its data it skips with that reason, or fails when evals are required. InferenceX
 evaluates 8k1k rows at concurrency >= 16 only, the highest and the median in separate jobs; here
-every node is evaluated once, on the server it was benchmarked on (`runner.eval_point`).
+every node is evaluated once, on the server it was benchmarked on (`runner.eval_point`). The
+generator's `--evals-only` is `-m eval` here and `--no-evals` is `-m "not eval"`; its
+`agentic_evals` bucket is the skipped `eval-swebench_lite`, its `multinode_evals` (one job per
+topology at its highest concurrency >= 16) are skipped multinode eval items (not supported yet).
 Eval items are the node's last, so they run against the same server after the points (and on
 the same xdist worker under `--dist loadscope`).
 """

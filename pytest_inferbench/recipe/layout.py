@@ -1,11 +1,11 @@
 """Where a checkout keeps its recipes, changelog, eval thresholds and launch specs.
 
 InferenceX keeps its master configs in `.github/configs/` (newer checkouts: `configs/`), the
-changelog at the repository root and the eval thresholds in `utils/evals/thresholds.yaml` (older
-checkouts: `.json`). A checkout that looks like that (a root `perf-changelog.yaml` and master
-configs in one of those directories) gets those places by default; ini options name them
-anywhere else. Without either, the plugin looks beside each recipe file (`perf-changelog.yaml`,
-`evals/thresholds.yaml` or `.json`, `launch/`), as in this project's `benchmarks/`.
+changelog at the repository root and the eval thresholds in `utils/evals/thresholds.yaml`. A
+checkout that looks like that (a root `perf-changelog.yaml` and master configs in one of those
+directories) gets those places by default; ini options name them anywhere else. Without either,
+the plugin looks beside each recipe file (`perf-changelog.yaml`, `evals/thresholds.yaml`,
+`launch/`), as in this project's `benchmarks/`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ INFERENCEX_CHANGELOG = "perf-changelog.yaml"
 # Newer checkouts keep YAML, older ones JSON; the first that exists is read.
 INFERENCEX_THRESHOLDS = ("utils/evals/thresholds.yaml", "utils/evals/thresholds.json")
 BESIDE_THRESHOLDS = ("evals/thresholds.yaml", "evals/thresholds.json")
+
+
+def first_existing(directory: Path, names: tuple[str, ...]) -> Path:
+    """The first of `names` under `directory` that is a file, else the first name."""
+    return next((directory / n for n in names if (directory / n).is_file()), directory / names[0])
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,6 @@ class Layout:
 # No InferenceX checkout and no ini options: everything beside the recipe files.
 BESIDE_RECIPES = Layout(root=Path("/"), recipe_dirs=(), changelog=None, thresholds=None,
                         launch_dir=None, inferencex=False)
-
-
-def first_existing(directory: Path, names: tuple[str, ...]) -> Path:
-    """The first of `names` under `directory` that is a file, else the first name."""
-    return next((directory / n for n in names if (directory / n).is_file()), directory / names[0])
 
 
 def _recipes_in(directory: Path, globs: tuple[str, ...]) -> list[Path]:

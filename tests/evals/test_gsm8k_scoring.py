@@ -29,6 +29,7 @@ from pytest_inferbench.evals.thresholds import (
     check_eval,
     lookup_threshold,
 )
+from pytest_inferbench.testing.recipes import master_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -191,3 +192,30 @@ def test_gate_needs_every_filter_to_pass() -> None:
         "gsm8k exact_match,flexible-extract = 0.8800 ± 0.0300 (n=100) < 0.9 (default in t.json)"
     ]
     assert check_eval(result, Threshold(0.85, "x")) == []
+
+
+def test_thresholds_file_yaml_first_then_json(tmp_path: Path) -> None:
+    from pytest_inferbench.recipe.layout import BESIDE_RECIPES, discover
+
+    recipe = tmp_path / "bench-master.yaml"
+    recipe.write_text(master_entry())
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "thresholds.json").write_text("{}")
+    assert BESIDE_RECIPES.thresholds_for(recipe) == tmp_path / "evals" / "thresholds.json"
+    (tmp_path / "evals" / "thresholds.yaml").write_text("{}")
+    assert BESIDE_RECIPES.thresholds_for(recipe) == tmp_path / "evals" / "thresholds.yaml"
+    # An InferenceX checkout: utils/evals/thresholds.yaml in the current layout, .json before.
+    root = tmp_path / "InferenceX"
+    (root / "configs").mkdir(parents=True)
+    (root / "configs" / "amd-master.yaml").write_text(master_entry())
+    (root / "perf-changelog.yaml").write_text("[]\n")
+    (root / "utils" / "evals").mkdir(parents=True)
+    (root / "utils" / "evals" / "thresholds.json").write_text("{}")
+
+    def found() -> Path | None:
+        return discover(root, ("*-master.yaml",), recipe_dirs=[], changelog="", thresholds="",
+                        launch_dir="").thresholds
+
+    assert found() == root / "utils" / "evals" / "thresholds.json"
+    (root / "utils" / "evals" / "thresholds.yaml").write_text("{}")
+    assert found() == root / "utils" / "evals" / "thresholds.yaml"
