@@ -3,16 +3,21 @@
 Which node gets which, following InferenceX's matrix logic (`mark_eval_entries`) and
 `run_eval`: a fixed-seq-len node runs lm-eval's default task, GSM8K, and GPQA diamond where
 the user asks for it (InferenceX runs it when `EVAL_TASKS_DIR` names its task file; here when
-`--inferbench-eval-data` names GPQA data); an agentic-coding node runs SWE-bench Lite, which the
-plugin does not (its item skips with the reason). GSM8K is asked for when eval data is
-configured, `inferbench_eval_required` is set, or eval thresholds are found
-(`utils/evals/thresholds.yaml` in InferenceX, `evals/thresholds.yaml` or `.json` beside the
-recipes); without its data it skips with that reason, or fails when evals are required. InferenceX
-evaluates 8k1k rows at concurrency >= 16 only, the highest and the median in separate jobs; here
-every node is evaluated once, on the server it was benchmarked on (`runner.eval_point`). The
-generator's `--evals-only` is `-m eval` here and `--no-evals` is `-m "not eval"`; its
-`agentic_evals` bucket is the skipped `eval-swebench_lite`, its `multinode_evals` (one job per
-topology at its highest concurrency >= 16) are skipped multinode eval items (not supported yet).
+`--inferbench-eval-data` names GPQA data); a single-node agentic-coding node runs SWE-bench
+Lite, which the plugin does not (its item skips with the reason), a multinode one none.
+
+GSM8K is asked for when eval data is configured, `inferbench_eval_required` is set, or eval
+thresholds are found (`utils/evals/thresholds.yaml` in InferenceX, `evals/thresholds.yaml` or
+`.json` beside the recipes); without its data it skips with that reason, or fails when evals
+are required.
+
+InferenceX evaluates 8k1k rows at concurrency >= 16 only, the highest and the median in
+separate jobs; here every node is evaluated once, on the server it was benchmarked on
+(`runner.eval_point`). The generator's `--evals-only` is `-m eval` here, `--no-evals` is
+`-m "not eval"`; its `agentic_evals` bucket is the skipped `eval-swebench_lite`, its
+`multinode_evals` (one job per topology, at its highest concurrency >= 16) are multinode eval
+items, skipped (not supported yet).
+
 Eval items are the node's last, so they run against the same server after the points (and on
 the same xdist worker under `--dist loadscope`).
 """
@@ -96,7 +101,8 @@ def eval_tasks(config: pytest.Config, server: ServerConfig) -> list[str]:
     if not wants_eval_item(config, server):
         return []
     if server.scenario == "agentic-coding":
-        return [AGENTIC_TASK]
+        # InferenceX runs no eval on a multinode agentic row.
+        return [] if server.multinode else [AGENTIC_TASK]
     settings = get_session_state(config).settings
     return ["gsm8k", *(["gpqa"] if settings.eval_data_gpqa is not None else [])]
 
