@@ -1,8 +1,9 @@
-"""The body of a server node's `eval-gsm8k` item: data check, server, eval, threshold gate.
+"""The body of a server node's eval item (`eval-gsm8k`, `eval-gpqa`): data check, server,
+eval, threshold gate.
 
 Simulated backends: the in-process `sim` backend has no HTTP server, and a `sim-server` node
 was started without an answer oracle. So for both, the eval starts its own simulated HTTP
-server for the node (same launch-spec argv, time scale 0, `--eval-oracle <eval data>`) and
+server for the node (same launch-spec argv, time scale 0, `--eval-oracle <the task's data>`) and
 stops it afterwards. Its accuracy is `INFERBENCH_SIM_EVAL_ACCURACY` (default 0.937, the ATOM
 MiniMax-M3 MXFP4 recipe's measured gsm8k score): the score is then a property of the
 simulator's oracle, never of a model, and the item says so.
@@ -19,13 +20,22 @@ import pytest
 from ..frameworks.specdecode import read_speculative_decoding
 from ..options.backend_registry import backend_info
 from .files import finish_eval_dir
-from .gsm8k import TASK, EvalDataError
+from .gsm8k import EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
-from .runner import EvalResult, eval_job, run_gsm8k_eval, served_model
+from .runner import (
+    EvalResult,
+    eval_job,
+    gpqa_job,
+    run_gpqa_eval,
+    run_gsm8k_eval,
+    served_model,
+)
+from .tasks import TASK_NAMES
 from .thresholds import ThresholdsError, check_eval, lookup_threshold, thresholds_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from ..backends.base import StartContext
     from ..backends.supervised import SupervisedHandle
@@ -57,11 +67,16 @@ def run_eval_item(
     base_url: str | None,
     settings: Settings,
     ctx: StartContext,
+    *,
+    task: str = "gsm8k",
 ) -> EvalResult:
-    """Skip (no data), or run GSM8K and fail with one line per filter below its threshold."""
+    """Skip (no data), or run the task (`gsm8k`, `gpqa`) and fail with one line per filter
+    below its threshold."""
+    name = TASK_NAMES[task]
     # Identify the row first, so the summary lists the eval even when it skips or fails early.
-    item.user_properties += [("eval_node", server.node_name), ("eval_task", TASK)]
-    if settings.eval_data is None:
+    item.user_properties += [("eval_node", server.node_name), ("eval_task", name)]
+    data = task_data(settings, task)
+    if data is None:
         reason = (
             "no GSM8K data: pass --inferbench-eval-data=PATH or set inferbench_eval_data "
             "(a jsonl with 'question' and 'answer')"
@@ -82,15 +97,19 @@ def run_eval_item(
         pytest.skip(reason)
     try:
         threshold = lookup_threshold(thresholds_path(server, settings.layout), server.model_prefix,
-                                     TASK)
-        with _eval_server(server, spec, base_url, settings, ctx) as url:
-            runner = run_lm_eval if settings.eval_runner == "lm-eval" else run_gsm8k_eval
-            result = runner(url, eval_job(server, spec, settings), settings.results_dir)
+                                     name)
+        with _eval_server(server, spec, base_url, settings, ctx, data) as url:
+            if task == "gpqa":  # the lm-eval runner writes a GSM8K task only
+                result = run_gpqa_eval(url, gpqa_job(server, spec, settings),
+                                       settings.results_dir)
+            else:
+                runner = run_lm_eval if settings.eval_runner == "lm-eval" else run_gsm8k_eval
+                result = runner(url, eval_job(server, spec, settings), settings.results_dir)
     except (EvalDataError, ThresholdsError, LmEvalError) as exc:
         pytest.fail(str(exc), pytrace=False)
     finish_eval_dir(server, result, served_model(spec, server),
                     simulated=backend_info(settings.backend).simulated,
-                    runner=settings.eval_runner)
+                    runner="builtin" if task == "gpqa" else settings.eval_runner)
     item.user_properties.extend(p for p in result.properties() if p[0] != "eval_task")
     item.user_properties.append(("eval_threshold", threshold.value))
     if backend_info(settings.backend).simulated:
@@ -101,6 +120,11 @@ def run_eval_item(
     return result
 
 
+def task_data(settings: Settings, task: str) -> Path | None:
+    """The data file the user gave for `task`."""
+    return settings.eval_data_gpqa if task == "gpqa" else settings.eval_data
+
+
 @contextlib.contextmanager
 def _eval_server(
     server: ServerConfig,
@@ -108,6 +132,7 @@ def _eval_server(
     base_url: str | None,
     settings: Settings,
     ctx: StartContext,
+    data: Path,
 ) -> Iterator[str]:
     if not backend_info(settings.backend).simulated:
         if base_url is None:
@@ -116,7 +141,7 @@ def _eval_server(
             )
         yield base_url
         return
-    handle = start_oracle_server(server, spec, settings, ctx)
+    handle = start_oracle_server(server, spec, settings, ctx, data)
     try:
         yield handle.base_url or ""
     finally:
@@ -124,9 +149,11 @@ def _eval_server(
 
 
 def start_oracle_server(
-    server: ServerConfig, spec: ServerSpec | None, settings: Settings, ctx: StartContext
+    server: ServerConfig, spec: ServerSpec | None, settings: Settings, ctx: StartContext,
+    data: Path | None = None,
 ) -> SupervisedHandle:
-    """The simulated HTTP server for `server`, answering GSM8K from the eval data."""
+    """The simulated HTTP server for `server`, answering the questions of `data` (GSM8K or
+    GPQA; default: the GSM8K data)."""
     from ..backends.base import ServerStartError
     from ..backends.simserver import start_sim_server
 
@@ -135,8 +162,9 @@ def start_oracle_server(
             f"{server.node_name}: the simulated eval server needs the node's launch spec",
             pytrace=False,
         )
-    assert settings.eval_data is not None
-    oracle = ("--eval-oracle", str(settings.eval_data), "--eval-accuracy",
+    data = data or settings.eval_data
+    assert data is not None
+    oracle = ("--eval-oracle", str(data), "--eval-accuracy",
               str(sim_eval_accuracy()), "--seed", str(settings.seed))
     try:
         return start_sim_server(f"{server.node_name}-eval", server.hardware, spec, ctx,

@@ -33,6 +33,7 @@ from ..recipe.model import BenchPoint as BenchPointType
 from ..recipe.model import max_model_len
 from ..results.build import write_json_atomic
 from ..sim.args import ArgvError, argv_value
+from . import gpqa
 from .gsm8k import (
     METRIC,
     NUM_FEWSHOT,
@@ -47,12 +48,14 @@ from .gsm8k import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from ..options import Settings
     from ..recipe.launch import ServerSpec
     from ..recipe.model import BenchPoint, ServerConfig
     from ..results.record import JSONValue
+    from .gpqa import GpqaDoc
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 RETRIES = 5  # InferenceX passes max_retries=5 to lm-eval
@@ -165,10 +168,14 @@ def served_model(spec: ServerSpec | None, server: ServerConfig) -> str:
     return spec.served_model if spec else server.model
 
 
-def eval_dir(results_dir: Path, server: ServerConfig) -> Path:
-    """A node's eval workspace; an earlier run's files there are removed first, as InferenceX
-    removes `results*.json` and `sample*.jsonl` before a job (validate_scores globs them)."""
-    out_dir = results_dir / "evals" / server.node_name
+def eval_dir(results_dir: Path, server: ServerConfig, data_key: str = "gsm8k") -> Path:
+    """A node's eval workspace for one task (GSM8K: `evals/<node>/`, others
+    `evals/<node>-<task>/`: one task's results per directory, as one InferenceX eval job's
+    workspace, so validate_scores.py judges a directory as the item judges its task); an
+    earlier run's files there are removed first, as InferenceX removes `results*.json` and
+    `sample*.jsonl` before a job (validate_scores globs them)."""
+    name = server.node_name if data_key == "gsm8k" else f"{server.node_name}-{data_key}"
+    out_dir = results_dir / "evals" / name
     for pattern in (RESULTS_GLOB, "samples_*.jsonl", "meta_env.json"):
         for stale in out_dir.glob(pattern):
             stale.unlink()
@@ -198,60 +205,117 @@ def eval_job(target: ServerConfig | BenchPoint, spec: ServerSpec | None,
 
 def run_gsm8k_eval(base_url: str, job: EvalJob, results_dir: Path) -> EvalResult:
     """Evaluate the server at `base_url` with the builtin client and scorer."""
-    server, items, model, plan = job.server, job.items, job.model, job.plan
+    items = job.items
     shots = sample_shots(job.shot_pool, len(items))
+    chat = ChatEval(
+        TASK, NUM_FEWSHOT,
+        [build_messages(s, i.question) for s, i in zip(shots, items, strict=True)],
+        STOP_CHAT, lambda responses: score_responses(items, responses),
+        [{"question": i.question, "target": i.answer, "shots": [s.question for s in doc_shots]}
+         for i, doc_shots in zip(items, shots, strict=True)],
+        {"fewshot_split": "train"})
+    return run_chat_eval(base_url, job.server, job.model, job.plan, chat,
+                         eval_dir(results_dir, job.server))
+
+
+@dataclass(frozen=True)
+class GpqaJob:
+    """A GPQA eval: the node, its documents (each question twice, answers shuffled), the plan."""
+
+    server: ServerConfig
+    docs: list[GpqaDoc]
+    model: str
+    plan: EvalPlan
+
+
+def gpqa_job(target: ServerConfig | BenchPoint, spec: ServerSpec | None,
+             settings: Settings) -> GpqaJob:
+    """Read the GPQA data and plan the eval; raises EvalDataError when the data is unusable."""
+    if settings.eval_data_gpqa is None:
+        raise ValueError("a GPQA eval needs settings.eval_data_gpqa")
+    server = target.server if isinstance(target, BenchPointType) else target
+    docs = gpqa.expand_docs(gpqa.load_rows(settings.eval_data_gpqa), settings.eval_limit)
+    return GpqaJob(server, docs, served_model(spec, server), plan_eval(target, spec))
+
+
+def run_gpqa_eval(base_url: str, job: GpqaJob, results_dir: Path) -> EvalResult:
+    """GPQA diamond against the server at `base_url` with the builtin client and scorer."""
+    docs = job.docs
+    chat = ChatEval(
+        gpqa.TASK, 0, [gpqa.build_messages(d) for d in docs], gpqa.STOP,
+        lambda responses: gpqa.score_responses(docs, responses),
+        [{"question": d.question, "choices": list(d.choices), "target": d.answer,
+          "repeat_id": d.repeat} for d in docs],
+        {"repeats": gpqa.REPEATS})
+    return run_chat_eval(base_url, job.server, job.model, job.plan, chat,
+                         eval_dir(results_dir, job.server, gpqa.DATA_KEY))
+
+
+@dataclass(frozen=True)
+class ChatEval:
+    """One task's requests and scorer, as the builtin runner sends and scores them."""
+
+    task: str
+    num_fewshot: int
+    conversations: list[list[dict[str, str]]]
+    stop: tuple[str, ...]
+    score: Callable[[list[str]], tuple[FilterScore, ...]]
+    samples: list[dict[str, JSONValue]]  # each document's sample line, without the response
+    config: dict[str, JSONValue]  # the task's own keys in the results file's `configs`
+
+
+def run_chat_eval(base_url: str, server: ServerConfig, model: str, plan: EvalPlan,
+                  chat: ChatEval, out_dir: Path) -> EvalResult:
+    """Send every conversation, score the answers and write lm-eval's files to `out_dir`."""
     started = time.perf_counter()
     outcomes = asyncio.run(
-        _ask_all(base_url.rstrip("/") + CHAT_ENDPOINT, model, shots, items, plan)
+        _ask_all(base_url.rstrip("/") + CHAT_ENDPOINT, model, chat, plan)
     )
     duration = time.perf_counter() - started
     responses = [text for text, _ in outcomes]
     errors = [err for _, err in outcomes if err]
-    scores = score_responses(items, responses)
     result = EvalResult(
-        TASK,
+        chat.task,
         server.model_prefix,
         CHAT_ENDPOINT,
-        len(items),
-        scores,
+        len(chat.conversations),
+        chat.score(responses),
         len(errors),
         errors[0] if errors else "",
         duration,
         plan.concurrency,
         plan=plan,
     )
-    out_dir = eval_dir(results_dir, server)
-    results_file = _write_artifacts(out_dir, result, model, base_url, items, shots, responses)
+    results_file = _write_artifacts(out_dir, result, model, base_url, chat, responses)
     return replace(result, results_file=results_file)
 
 
-async def _ask_all(
-    url: str, model: str, shots: list[list[GsmItem]], items: list[GsmItem], plan: EvalPlan
-) -> list[tuple[str, str]]:
+async def _ask_all(url: str, model: str, chat: ChatEval, plan: EvalPlan
+                   ) -> list[tuple[str, str]]:
     concurrency = plan.concurrency
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=30.0)
     gate = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
 
-        async def ask(index: int, item: GsmItem) -> tuple[str, str]:
+        async def ask(messages: list[dict[str, str]]) -> tuple[str, str]:
             async with gate:
-                payload = _payload(model, shots[index], item.question, plan.max_tokens)
-                return await _ask(client, url, payload)
+                return await _ask(client, url, _payload(model, messages, plan.max_tokens,
+                                                        chat.stop))
 
-        return list(await asyncio.gather(*(ask(i, item) for i, item in enumerate(items))))
+        return list(await asyncio.gather(*(ask(m) for m in chat.conversations)))
 
 
-def _payload(model: str, shots: list[GsmItem], question: str, max_tokens: int
-             ) -> dict[str, JSONValue]:
+def _payload(model: str, messages: list[dict[str, str]], max_tokens: int,
+             stop: tuple[str, ...]) -> dict[str, JSONValue]:
     """lm-eval's local-chat-completions request with InferenceX's --gen_kwargs."""
     return {
         "model": model,
-        "messages": build_messages(shots, question),
+        "messages": list(messages),
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "top_p": 1.0,
-        "stop": list(STOP_CHAT),
+        "stop": list(stop),
         "stream": False,
     }
 
@@ -286,28 +350,21 @@ def _text(body: object) -> str:
     return str(message.get("content") or message.get("reasoning_content") or "")
 
 
-def _write_artifacts(
-    out_dir: Path,
-    result: EvalResult,
-    model: str,
-    base_url: str,
-    items: list[GsmItem],
-    shots: list[list[GsmItem]],
-    responses: list[str],
-) -> Path:
+def _write_artifacts(out_dir: Path, result: EvalResult, model: str, base_url: str,
+                     chat: ChatEval, responses: list[str]) -> Path:
     stamp = time.strftime("%Y-%m-%dT%H-%M-%S")
-    plan = result.plan
-    task_results: dict[str, JSONValue] = {"alias": TASK}
+    plan, task = result.plan, result.task
+    task_results: dict[str, JSONValue] = {"alias": task}
     for s in result.scores:
         task_results[f"{METRIC},{s.name}"] = s.score
         task_results[f"{METRIC}_stderr,{s.name}"] = s.stderr
     data = {
-        "results": {TASK: task_results},
-        "n-shot": {TASK: NUM_FEWSHOT},
-        "n-samples": {TASK: {"original": result.n, "effective": result.n}},
-        "higher_is_better": {TASK: {METRIC: True}},
-        "configs": {TASK: {"task": TASK, "num_fewshot": NUM_FEWSHOT, "fewshot_split": "train",
-                           "metric_list": [{"metric": METRIC}]}},
+        "results": {task: task_results},
+        "n-shot": {task: chat.num_fewshot},
+        "n-samples": {task: {"original": result.n, "effective": result.n}},
+        "higher_is_better": {task: {METRIC: True}},
+        "configs": {task: {"task": task, "num_fewshot": chat.num_fewshot,
+                           "metric_list": [{"metric": METRIC}], **chat.config}},
         "config": {
             "model": "local-chat-completions",
             "model_args": {"model": model, "base_url": base_url + result.endpoint,
@@ -323,10 +380,7 @@ def _write_artifacts(
     }
     path = out_dir / f"results_{stamp}.json"
     write_json_atomic(path, data)
-    samples = "".join(
-        json.dumps({"doc_id": n, "question": i.question, "target": i.answer,
-                    "shots": [s.question for s in doc_shots], "response": r}) + "\n"
-        for n, (i, doc_shots, r) in enumerate(zip(items, shots, responses, strict=True))
-    )
-    (out_dir / f"samples_{TASK}_{stamp}.jsonl").write_text(samples, encoding="utf-8")
+    samples = "".join(json.dumps({"doc_id": n, **sample, "response": r}) + "\n"
+                      for n, (sample, r) in enumerate(zip(chat.samples, responses, strict=True)))
+    (out_dir / f"samples_{task}_{stamp}.jsonl").write_text(samples, encoding="utf-8")
     return path

@@ -1,8 +1,12 @@
-"""Eval thresholds in InferenceX format and the pass/fail gate (validate_scores.py semantics).
+"""Eval thresholds in InferenceX's format and the pass/fail gate (validate_scores.py semantics).
 
-`evals/thresholds.json` next to the recipes: `{"default": {task: score}, "models": {prefix:
-{task: score}}}` (a flat `{task: score}` file is read as the default). Lookup:
-`models[prefix][task]`, then `default[task]`, then 0.85. Every filter must pass.
+InferenceX keeps them in `utils/evals/thresholds.yaml` (older checkouts: `thresholds.json`),
+other projects in `evals/thresholds.yaml` or `.json` next to the recipes. Both are one mapping
+`{"default": {task: score}, "models": {prefix: {task: score}}}`; a mapping with neither key is
+the legacy flat form and is read as the default; `.json` is read as JSON, anything else as
+YAML (validate_scores.py reads either). Lookup, for the task name the results carry
+(`gsm8k`, `gpqa_diamond_cot_n_shot`, ...): `models[prefix][task]`, then `default[task]`, then
+validate_scores.py's `--min-score` default 0.85. Every `exact_match,<filter>` must pass.
 """
 
 from __future__ import annotations
@@ -13,28 +17,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..util.yamllines import YamlSyntaxError, compose, to_python
+
 if TYPE_CHECKING:
     from ..recipe.layout import Layout
     from ..recipe.model import ServerConfig
     from .runner import EvalResult
 
-MIN_SCORE = 0.85
+MIN_SCORE = 0.85  # validate_scores.py --min-score default: no file, or no entry for the task
 
 
 class ThresholdsError(Exception):
-    """The thresholds file is malformed; the message names the file."""
+    """The thresholds file is malformed; the message names the file and the key."""
 
 
 def thresholds_path(server: ServerConfig, layout: Layout) -> Path:
-    """InferenceX's `utils/evals/thresholds.json` in its checkout, else
-    `<recipe dir>/evals/thresholds.json` (or where `inferbench_eval_thresholds` says)."""
+    """The thresholds file the server's results are judged against (it may not exist)."""
     return layout.thresholds_for(Path(server.source))
 
 
 @dataclass(frozen=True)
 class Threshold:
     value: float
-    source: str  # e.g. "models.dsr1 in benchmarks/evals/thresholds.json", "default 0.85"
+    source: str  # e.g. "models.dsr1 in utils/evals/thresholds.yaml", "built-in minimum 0.85"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A thresholds file, read and checked."""
+
+    default: dict[str, float]
+    models: dict[str, dict[str, float]]
+
+    def tasks(self) -> set[str]:
+        """Every task name the file gives a score for."""
+        return set(self.default).union(*self.models.values())
 
 
 def _scores(table: object, where: str) -> dict[str, float]:
@@ -50,34 +67,54 @@ def _scores(table: object, where: str) -> dict[str, float]:
     return out
 
 
-def validate_thresholds(path: Path) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """The whole file read and checked: (default {task: score}, {prefix: {task: score}});
-    `ThresholdsError` names the file and the key otherwise."""
+def read_thresholds(path: Path) -> Thresholds:
+    """The whole file read and checked; `ThresholdsError` names the file (and line or key)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ThresholdsError(f"{path}: not readable JSON: {exc}") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ThresholdsError(f"{path}: cannot read eval thresholds: {exc}") from None
+    data: object
+    if path.suffix.lower() == ".json":
+        # Python's JSON reader: a deeply nested file is an error here, where libyaml crashes.
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ThresholdsError(f"{path}: not readable JSON: {exc}") from None
+    else:
+        try:
+            data = to_python(compose(text))
+        except YamlSyntaxError as exc:
+            raise ThresholdsError(f"{path}:{exc.line}: {exc.problem}") from None
     if not isinstance(data, dict):
-        raise ThresholdsError(f"{path}: expected a JSON object")
+        raise ThresholdsError(f"{path}: expected a mapping with 'default' and/or 'models'")
     if "default" not in data and "models" not in data:
         data = {"default": data}  # legacy flat {task: score}
-    models = data.get("models", {})
+    models = data.get("models") or {}
     if not isinstance(models, dict):
         raise ThresholdsError(f"{path}: 'models' must map model prefixes to task scores")
-    default = _scores(data.get("default", {}), f"{path}: default")
-    return default, {str(prefix): _scores(table, f"{path}: models.{prefix}")
-                     for prefix, table in models.items()}
+    return Thresholds(
+        _scores(data.get("default") or {}, f"{path}: default"),
+        {str(prefix): _scores(table, f"{path}: models.{prefix}")
+         for prefix, table in models.items()},
+    )
+
+
+def validate_thresholds(path: Path) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(default {task: score}, {prefix: {task: score}}) of the file (`read_thresholds`)."""
+    read = read_thresholds(path)
+    return read.default, read.models
 
 
 def lookup_threshold(path: Path | None, model_prefix: str, task: str) -> Threshold:
+    """The minimum score of `task` for `model_prefix`, as validate_scores.py resolves it."""
     if path is None or not path.is_file():
         return Threshold(MIN_SCORE, f"built-in minimum {MIN_SCORE}")
-    default, models = validate_thresholds(path)
-    per_model = models.get(model_prefix, {})
+    read = read_thresholds(path)
+    per_model = read.models.get(model_prefix, {}) if model_prefix else {}
     if task in per_model:
         return Threshold(per_model[task], f"models.{model_prefix} in {path}")
-    if task in default:
-        return Threshold(default[task], f"default in {path}")
+    if task in read.default:
+        return Threshold(read.default[task], f"default in {path}")
     return Threshold(MIN_SCORE, f"built-in minimum {MIN_SCORE}")
 
 

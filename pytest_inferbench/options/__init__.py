@@ -18,6 +18,7 @@ from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WAR
 from ..recipe.layout import BESIDE_RECIPES, Layout, discover
 from ..results import catalog
 from .backend_registry import BACKENDS as REGISTRY
+from .eval_data import parse_eval_data
 from .rules import REQUEST_RATE
 from .slurm import IniType, add_slurm_options
 from .slurm import SlurmSettings as SlurmSettings
@@ -85,7 +86,7 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
     ("save-baseline", str, "PATH", "write this run's results as a baseline file"),
     ("max-failure-ratio", float, "R", "allowed ratio of failed requests per point (default 0)"),
     ("eval-data", str, "PATH", """GSM8K jsonl (test split) for the eval items; train.jsonl beside
-        it gives the shots"""),
+        it gives the shots; per task: gsm8k=PATH,gpqa=PATH (GPQA diamond csv or jsonl)"""),
     ("eval-runner", EVAL_RUNNERS, None, "builtin (default) or lm-eval"),
     ("eval-limit", int, "N", "evaluate only the first N questions"),
     ("pr", int, "N", """changelog items: entries added since --inferbench-changelog-base must link
@@ -128,7 +129,8 @@ def add_options(parser: pytest.Parser) -> None:
                   default=["*-master.yaml"])
     _addini(parser, "inferbench_backend", "default backend", default="sim")
     _addini(parser, "inferbench_results", "results directory", default="inferbench-results")
-    _addini(parser, "inferbench_eval_data", "GSM8K jsonl for eval items", default="")
+    _addini(parser, "inferbench_eval_data", "GSM8K jsonl for eval items (per task: "
+                  "gsm8k=PATH,gpqa=PATH)", default="")
     _addini(parser, "inferbench_eval_required", "fail eval items that have no data", type="bool",
                   default=False)
     # Where things are (relative to the rootdir); an InferenceX checkout needs none of these.
@@ -137,9 +139,9 @@ def add_options(parser: pytest.Parser) -> None:
                   default=[])
     _addini(parser, "inferbench_changelog", "the perf-changelog.yaml to check (InferenceX: the "
                   "repository root's; default: one beside the recipes)", default="")
-    _addini(parser, "inferbench_eval_thresholds", "eval thresholds JSON (InferenceX: "
-                  "utils/evals/thresholds.json; default: evals/thresholds.json beside the "
-                  "recipes)", default="")
+    _addini(parser, "inferbench_eval_thresholds", "eval thresholds YAML or JSON (InferenceX: "
+                  "utils/evals/thresholds.yaml; default: evals/thresholds.yaml or .json beside "
+                  "the recipes)", default="")
     _addini(parser, "inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
                   "each recipe file); --inferbench-launch-dir overrides it", default="")
     _addini(parser, "inferbench_git_timeout", "seconds one git command of the changelog gate "
@@ -169,13 +171,14 @@ class Settings:
     baseline: Path | None
     save_baseline: Path | None
     max_failure_ratio: float
-    eval_data: Path | None
+    eval_data: Path | None  # GSM8K
     eval_required: bool
     eval_runner: str
     eval_limit: int | None
     pr_number: int | None
     changelog_base: str | None  # None: no changelog gate unless --inferbench-pr is given
     plots: bool
+    eval_data_gpqa: Path | None = None
     range_ratio: float = DEFAULT_RANGE_RATIO
     warmup: str = "same"
     slurm: SlurmSettings = field(default_factory=lambda: SlurmSettings())
@@ -202,7 +205,8 @@ class Settings:
         if backend not in BACKENDS:
             raise pytest.UsageError(
                 f"inferbench_backend = {backend!r}: expected one of {', '.join(BACKENDS)}")
-        eval_data = opt("inferbench_eval_data") or str(config.getini("inferbench_eval_data"))
+        eval_data = parse_eval_data(
+            opt("inferbench_eval_data") or str(config.getini("inferbench_eval_data")))
         pass_env = opt("inferbench_pass_env") or "HF_TOKEN,HUGGING_FACE_HUB_TOKEN"
         results = opt("inferbench_results") or str(config.getini("inferbench_results"))
         ratio = config.getoption("inferbench_random_range_ratio")
@@ -236,7 +240,8 @@ class Settings:
             baseline=_path(opt("inferbench_baseline")),
             save_baseline=_path(opt("inferbench_save_baseline")),
             max_failure_ratio=float(opt("inferbench_max_failure_ratio") or 0.0),
-            eval_data=_path(eval_data),
+            eval_data=eval_data.get("gsm8k"),
+            eval_data_gpqa=eval_data.get("gpqa"),
             eval_required=bool(config.getini("inferbench_eval_required")),
             eval_runner=opt("inferbench_eval_runner") or "builtin",
             eval_limit=_int(opt("inferbench_eval_limit")),

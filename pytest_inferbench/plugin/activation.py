@@ -143,4 +143,6 @@ def header_lines(config: pytest.Config, settings: Settings) -> list[str]:
     if backend_info(settings.backend).simulated:
         lines.append("inferbench: SIMULATED results -- predictions of a performance model, "
                      "not measurements of real hardware")
-    return lines
+    from ..evals.collect import threshold_tasks_not_run
+
+    return lines + threshold_tasks_not_run(settings)

@@ -120,11 +120,10 @@ class ServerNode(pytest.Collector):
                                          callobj=_bench_callobj())
             group_with_server(item, self.wants)
             yield item
-        from ..evals.collect import make_eval_item
+        from ..evals.collect import make_eval_items
 
-        # Last, so it runs after the points on the same server.
-        eval_item = make_eval_item(self, self.server)
-        if eval_item is not None:
+        # Last, so they run after the points on the same server.
+        for eval_item in make_eval_items(self, self.server):
             group_with_server(eval_item, self.wants)
             yield eval_item
 

@@ -172,6 +172,7 @@ def _path_problems(settings: Settings) -> list[str]:
             p.append(f"--inferbench-save-baseline {save}: its directory cannot be written")
     for option, path, kind in (("--inferbench-gates", settings.gates_file, "file"),
                                ("--inferbench-eval-data", settings.eval_data, "file"),
+                               ("--inferbench-eval-data gpqa", settings.eval_data_gpqa, "file"),
                                ("--inferbench-launch-dir", settings.launch_dir, "dir"),
                                ("--inferbench-baseline", settings.baseline, "any")):
         if path is None:
@@ -254,6 +255,14 @@ def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str
             load_items(settings.eval_data)
         except EvalDataError as exc:
             problems.append(f"--inferbench-eval-data: {exc}")
+    if servers and settings.eval_data_gpqa is not None and settings.eval_data_gpqa.is_file():
+        from ..evals.gpqa import load_rows
+        from ..evals.gsm8k import EvalDataError
+
+        try:
+            load_rows(settings.eval_data_gpqa)
+        except EvalDataError as exc:
+            problems.append(f"--inferbench-eval-data gpqa: {exc}")
     if servers and settings.baseline is not None and settings.baseline.exists():
         try:
             load_baseline_for(settings)

@@ -1,10 +1,10 @@
 """Where a checkout keeps its recipes, changelog, eval thresholds and launch specs.
 
 InferenceX keeps its master configs in `.github/configs/` (newer checkouts: `configs/`), the
-changelog at the repository root and the eval thresholds in `utils/evals/thresholds.json`. A
+changelog at the repository root and the eval thresholds in `utils/evals/thresholds.yaml`. A
 checkout that looks like that (a root `perf-changelog.yaml` and master configs in one of those
 directories) gets those places by default; ini options name them anywhere else. Without either,
-the plugin looks beside each recipe file (`perf-changelog.yaml`, `evals/thresholds.json`,
+the plugin looks beside each recipe file (`perf-changelog.yaml`, `evals/thresholds.yaml`,
 `launch/`), as in this project's `benchmarks/`.
 """
 
@@ -16,7 +16,14 @@ from pathlib import Path
 
 INFERENCEX_RECIPE_DIRS = (".github/configs", "configs")
 INFERENCEX_CHANGELOG = "perf-changelog.yaml"
-INFERENCEX_THRESHOLDS = "utils/evals/thresholds.json"
+# Newer checkouts keep YAML, older ones JSON; the first that exists is read.
+INFERENCEX_THRESHOLDS = ("utils/evals/thresholds.yaml", "utils/evals/thresholds.json")
+BESIDE_THRESHOLDS = ("evals/thresholds.yaml", "evals/thresholds.json")
+
+
+def first_existing(directory: Path, names: tuple[str, ...]) -> Path:
+    """The first of `names` under `directory` that is a file, else the first name."""
+    return next((directory / n for n in names if (directory / n).is_file()), directory / names[0])
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,7 @@ class Layout:
     root: Path
     recipe_dirs: tuple[Path, ...]  # collected even where pytest skips dot-directories
     changelog: Path | None  # None: a perf-changelog.yaml beside master configs
-    thresholds: Path | None  # None: evals/thresholds.json beside each recipe file
+    thresholds: Path | None  # None: evals/thresholds.yaml (or .json) beside each recipe file
     launch_dir: Path | None  # None: launch/ beside each recipe file
     inferencex: bool  # the checkout looks like InferenceX's repository
 
@@ -40,7 +47,7 @@ class Layout:
     def thresholds_for(self, recipe_file: Path) -> Path:
         if self.thresholds is not None:
             return self.thresholds
-        return recipe_file.resolve().parent / "evals" / "thresholds.json"
+        return first_existing(recipe_file.resolve().parent, BESIDE_THRESHOLDS)
 
     def launch_dir_for(self, recipe_file: Path) -> Path:
         return self.launch_dir or Path(recipe_file).parent / "launch"
@@ -79,7 +86,7 @@ def discover(root: Path, recipe_globs: tuple[str, ...], *, recipe_dirs: list[str
     dirs = tuple(root / d for d in recipe_dirs) or (tuple(found) if inferencex
                                                                  else ())
     default_changelog = root / INFERENCEX_CHANGELOG if inferencex else None
-    default_thresholds = root / INFERENCEX_THRESHOLDS if inferencex else None
+    default_thresholds = first_existing(root, INFERENCEX_THRESHOLDS) if inferencex else None
     return Layout(
         root=root,
         recipe_dirs=dirs,

@@ -91,9 +91,10 @@ def _estimated(entry: Mapping[str, list[Row]]) -> bool:
 
 def _eval_line(row: Row) -> str:
     scores = []
-    for name in ("strict-match", "flexible-extract"):
-        score = row.get(f"exact_match,{name}")
-        if isinstance(score, (int, float)):
+    # Every filter of the task (GSM8K: strict-match, flexible-extract; GPQA: extract_abcd).
+    for key, score in row.items():
+        name = key.partition(",")[2]
+        if key.startswith("exact_match,") and isinstance(score, (int, float)):
             stderr = row.get(f"exact_match_stderr,{name}", 0.0)
             scores.append(f"{name} {score:.4f} ± {stderr:.4f}")
     detail = ", ".join(scores) if scores else (row.get("reason") or "no scores")

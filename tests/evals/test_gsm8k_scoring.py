@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,7 +23,13 @@ from pytest_inferbench.evals.gsm8k import (
     score_responses,
     split_shots,
 )
-from pytest_inferbench.evals.thresholds import Threshold, check_eval, lookup_threshold
+from pytest_inferbench.evals.thresholds import (
+    Threshold,
+    ThresholdsError,
+    check_eval,
+    lookup_threshold,
+)
+from pytest_inferbench.testing.recipes import master_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -149,6 +156,29 @@ def test_threshold_lookup_order(tmp_path: Path) -> None:
     assert lookup_threshold(path, "dsr1", "gsm8k").value == 0.8
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("default:\n  gsm8k: [", r"thresholds\.yaml:\d+: "),  # a syntax error names its line
+    ("default: {gsm8k: .nan}\n",
+     re.escape("default.gsm8k: expected a score within [0, 1], got nan")),
+    ("models:\n  dsr1:\n", "models.dsr1: expected a mapping of task -> minimum score"),
+    ("- 0.9\n", "expected a mapping with 'default' and/or 'models'"),
+])
+def test_threshold_yaml_errors_name_the_file(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(text)
+    with pytest.raises(ThresholdsError, match=message):
+        lookup_threshold(path, "dsr1", "gsm8k")
+
+
+def test_threshold_yaml_lookup(tmp_path: Path) -> None:
+    path = tmp_path / "thresholds.yaml"
+    path.write_text("# comment\ndefault:\n  gsm8k: 0.90\n  gpqa_diamond_cot_n_shot: 0.30\n"
+                    "models:\n  dsr1:\n    gsm8k: 0.91\n")
+    assert lookup_threshold(path, "dsr1", "gsm8k") == Threshold(0.91, f"models.dsr1 in {path}")
+    assert lookup_threshold(path, "dsr1", "gpqa_diamond_cot_n_shot").value == 0.30
+    assert lookup_threshold(path, "glm5", "gsm8k").value == 0.90
+
+
 def test_gate_needs_every_filter_to_pass() -> None:
     from pytest_inferbench.evals.gsm8k import FilterScore
     from pytest_inferbench.evals.runner import EvalResult
@@ -162,3 +192,30 @@ def test_gate_needs_every_filter_to_pass() -> None:
         "gsm8k exact_match,flexible-extract = 0.8800 ± 0.0300 (n=100) < 0.9 (default in t.json)"
     ]
     assert check_eval(result, Threshold(0.85, "x")) == []
+
+
+def test_thresholds_file_yaml_first_then_json(tmp_path: Path) -> None:
+    from pytest_inferbench.recipe.layout import BESIDE_RECIPES, discover
+
+    recipe = tmp_path / "bench-master.yaml"
+    recipe.write_text(master_entry())
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "thresholds.json").write_text("{}")
+    assert BESIDE_RECIPES.thresholds_for(recipe) == tmp_path / "evals" / "thresholds.json"
+    (tmp_path / "evals" / "thresholds.yaml").write_text("{}")
+    assert BESIDE_RECIPES.thresholds_for(recipe) == tmp_path / "evals" / "thresholds.yaml"
+    # An InferenceX checkout: utils/evals/thresholds.yaml in the current layout, .json before.
+    root = tmp_path / "InferenceX"
+    (root / "configs").mkdir(parents=True)
+    (root / "configs" / "amd-master.yaml").write_text(master_entry())
+    (root / "perf-changelog.yaml").write_text("[]\n")
+    (root / "utils" / "evals").mkdir(parents=True)
+    (root / "utils" / "evals" / "thresholds.json").write_text("{}")
+
+    def found() -> Path | None:
+        return discover(root, ("*-master.yaml",), recipe_dirs=[], changelog="", thresholds="",
+                        launch_dir="").thresholds
+
+    assert found() == root / "utils" / "evals" / "thresholds.json"
+    (root / "utils" / "evals" / "thresholds.yaml").write_text("{}")
+    assert found() == root / "utils" / "evals" / "thresholds.yaml"

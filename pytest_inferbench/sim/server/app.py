@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from .engine_loop import EngineLike
-    from .oracle import EvalOracle
+    from .oracle import Oracle
     from .prom import MetricsSnapshot
 
 SIMULATED_HEADER = (b"x-inferbench-simulated", b"true")
@@ -80,7 +80,7 @@ class ServeConfig:
     make_engine: Callable[[], EngineLike]
     snapshot: Callable[[EngineLike], MetricsSnapshot]  # engine counters -> metrics
     faults: FaultConfig = field(default_factory=FaultConfig)
-    oracle: EvalOracle | None = None
+    oracle: Oracle | None = None
     info: Mapping[str, object] | None = None  # facts shown on /debug/inferbench/info
     # More /metrics families read from the engine (a deployment's per-role counters).
     extra_metrics: Callable[[EngineLike, str], Collector] | None = None

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from ...frameworks import registry
 from ..disagg import ROUTER_POLICIES
 from .faults import FaultConfig
-from .oracle import EvalOracle, OracleError
+from .oracle import OracleError
+from .oracle_choice import load_oracle
 from .prom import snapshot_from_engine
 from .timeline import DEFAULT_BUDGET_MIB, MIB
 
@@ -91,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="1.0 = real time, 0.5 = twice as fast, 0 = as fast as possible")
     p.add_argument("--seed", type=int, default=None, help="engine and fault seed (default 0)")
     p.add_argument("--eval-oracle", type=Path, default=None, metavar="FILE",
-                   help="GSM8K jsonl: answer its questions with --eval-accuracy")
+                   help="GSM8K jsonl or GPQA rows (.csv or jsonl): answer their questions "
+                        "with --eval-accuracy")
     p.add_argument("--eval-accuracy", type=float, default=0.937, metavar="P",
                    help="probability an oracle answer is right, per question (default 0.937)")
     p.add_argument("--fail-after-requests", type=int, default=None, metavar="N",
@@ -216,8 +218,8 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
             engine = Engine(engine_config)  # fails now, with the reason, not at the first request
         oracle = None
         if options.eval_oracle is not None:
-            oracle = EvalOracle.from_jsonl(options.eval_oracle, options.eval_accuracy,
-                                           engine_config.seed)
+            oracle = load_oracle(options.eval_oracle, options.eval_accuracy,
+                                 engine_config.seed)
     except (ValueError, OracleError) as exc:
         raise UsageError(str(exc)) from exc
     # Real servers answer to the model name as the argv spells it (the catalog folds case).

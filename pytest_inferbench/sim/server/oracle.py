@@ -7,7 +7,8 @@ questions; the one to answer comes last) is answered with the entry's worked sol
 `accuracy`, otherwise the same text ending in a wrong number. The verdict is drawn once per
 question from (seed, question), so the same question always gets the same verdict and a run
 over N questions scores ``accuracy`` within its binomial error. Prompts that match nothing get
-filler text. Accuracy is independent of every speed setting.
+filler text. Accuracy is independent of every speed setting. A file of GPQA rows loads the
+multiple-choice oracle instead (`oracle_choice.py`, whose `load_oracle` picks by the file).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,6 +31,17 @@ _ANSWER_MARK = "Answer:"
 
 class OracleError(ValueError):
     """The oracle file cannot be used; the message names the file and line."""
+
+
+class Oracle(Protocol):
+    """What the server asks an oracle: the answer to a prompt it knows (None otherwise)."""
+
+    accuracy: float
+
+    def __len__(self) -> int: ...
+
+    def reply(self, prompt: str) -> str | None: ...
+
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,10 @@ class EvalOracle:
         digest = hashlib.sha256(f"{self.seed}\x00{entry.question}".encode()).digest()
         draw = int.from_bytes(digest[:8], "big") / 2.0**64
         return draw < self.accuracy
+
+    def reply(self, prompt: str) -> str | None:
+        entry = self.match(prompt)
+        return self.answer(entry) if entry is not None else None
 
     def answer(self, entry: OracleEntry) -> str:
         """The worked solution ending in the gold number, or in a wrong one."""

@@ -13,7 +13,7 @@ from ...loadgen.tokenizer import filler_tokens, text_to_tokens
 
 if TYPE_CHECKING:
     from .openai_api import GenerationRequest
-    from .oracle import EvalOracle
+    from .oracle import Oracle
 
 
 @dataclass(frozen=True)
@@ -46,20 +46,20 @@ def _cut_at_stop(texts: list[str], stops: tuple[str, ...]) -> int | None:
     return None
 
 
-def plan_output(request: GenerationRequest, max_tokens: int, oracle: EvalOracle | None,
+def plan_output(request: GenerationRequest, max_tokens: int, oracle: Oracle | None,
                 key: str) -> OutputPlan:
     """Oracle answer (stops at its end unless ignore_eos) or filler up to max_tokens."""
-    entry = oracle.match(request.prompt_text) if oracle and request.prompt_text else None
-    texts: list[str] = text_to_tokens(oracle.answer(entry)) if oracle and entry else []
-    natural_end = entry is not None and len(texts) < max_tokens
-    if entry is None or request.ignore_eos:
+    reply = oracle.reply(request.prompt_text) if oracle and request.prompt_text else None
+    texts: list[str] = text_to_tokens(reply) if reply is not None else []
+    natural_end = reply is not None and len(texts) < max_tokens
+    if reply is None or request.ignore_eos:
         texts += filler_tokens(max_tokens - len(texts), key)
         natural_end = False
     texts = texts[:max_tokens]
     stop_at = _cut_at_stop(texts, request.stop)
     if stop_at is not None:
         # The token that completes a stop string is generated (and counted) but not shown.
-        return OutputPlan((*texts[:stop_at], ""), "stop", entry is not None)
+        return OutputPlan((*texts[:stop_at], ""), "stop", reply is not None)
     if not texts:
         texts = [""]
-    return OutputPlan(tuple(texts), "stop" if natural_end else "length", entry is not None)
+    return OutputPlan(tuple(texts), "stop" if natural_end else "length", reply is not None)
