@@ -11,6 +11,7 @@ system takes, and a write that fails fails cleanly.
   ENOSPC on a full disk). A point whose files cannot be written fails naming the file; the run
   still prints its tables and summary line, leaves no temporary file, and a run-level file
   (summary.json, the saved baseline) that cannot be written is one error line naming it.
+- Server logs: each xdist worker's start of a server writes a log of its own.
 """
 
 from __future__ import annotations
@@ -294,3 +295,19 @@ def test_a_results_directory_on_a_full_disk_is_a_usage_error(
     assert f"inferbench: cannot write {results / 'run.json'}: " in text, text
     assert "passed" not in text and "failed" not in text, text
 
+
+# ---------------------------------------------------------------------------- server logs
+
+
+@pytest.mark.parametrize("node", ["minimaxm3-fp4-mi355x-atom-tp4", "dsr1.v3-tp8", "n" * 300],
+                         ids=["plain", "a dot in the name", "longer than a file name"])
+def test_each_xdist_worker_writes_its_own_server_log(tmp_path: Path, node: str) -> None:
+    from pytest_inferbench.backends.readiness import log_path_for
+
+    paths = [log_path_for(tmp_path, node, worker, set()) for worker in ("gw0", "gw1", "master")]
+    assert len(set(paths)) == len(paths), paths
+    assert all(len(p.name.encode()) <= NAME_MAX and p.suffix == ".log" for p in paths), paths
+    # The slurm backend names its image import's log beside the server's.
+    assert len({p.with_suffix(".enroot.log") for p in paths}) == len(paths)
+    if len(node) < 100:
+        assert paths[0].name == f"{node}.gw0.log" and paths[2].name == f"{node}.log"

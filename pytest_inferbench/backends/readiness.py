@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from .base import ServerStartError
+from ..results.file_names import bounded
+from .base import MAIN_WORKER, ServerStartError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -178,14 +179,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def log_path_for(results_dir: Path, node: str, worker_id: str, taken: set[Path]) -> Path:
-    """`<results>/server-logs/<node>.<worker>.log`, not one of `taken` (the session's
-    `StartContext.log_paths`), which it joins."""
+    """`<results>/server-logs/<node>.<worker>.log` under xdist (`<node>.log` without), not
+    one of `taken` (the session's `StartContext.log_paths`), which it joins."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", node).strip("_") or "server"
-    base = results_dir / "server-logs" / f"{slug}.{worker_id}"
-    path = base.with_suffix(".log")
+    # The worker id is a part of the name, not a suffix to replace: an xdist run's workers
+    # write into one folder, each its own server's log.
+    base = bounded(slug if worker_id == MAIN_WORKER else f"{slug}.{worker_id}")
+    path = results_dir / "server-logs" / f"{base}.log"
     counter = 2
     while path in taken:
-        path = Path(f"{base}-{counter}.log")
+        path = results_dir / "server-logs" / f"{base}-{counter}.log"
         counter += 1
     taken.add(path)
     return path
