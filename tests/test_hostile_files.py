@@ -109,6 +109,7 @@ def _project(root: Path) -> None:
 
 def _clean(text: str) -> str:
     assert "Traceback" not in text and "INTERNALERROR" not in text, text
+    assert "Exception in thread" not in text and "Unhandled" not in text, text
     return text
 
 
@@ -257,8 +258,10 @@ def test_points_on_a_full_disk_fail_naming_their_file(
         tmp_path: Path, full_disk: tuple[str, Path]) -> None:
     fill, disk = full_disk
     results = disk / "results"
+    # Over HTTP: the server's log file is on the full disk too.
     status, text = _full_run(tmp_path, fill, "tests", f"--inferbench-results={results}",
-                             "--inferbench-save-requests")
+                             "--inferbench-save-requests", "--inferbench-backend", "sim-server",
+                             "--inferbench-time-scale", "0")
     assert status == pytest.ExitCode.TESTS_FAILED, text
     raw_dir = results / "points"
     for conc in (1, 2):
@@ -311,3 +314,26 @@ def test_each_xdist_worker_writes_its_own_server_log(tmp_path: Path, node: str) 
     assert len({p.with_suffix(".enroot.log") for p in paths}) == len(paths)
     if len(node) < 100:
         assert paths[0].name == f"{node}.gw0.log" and paths[2].name == f"{node}.log"
+
+
+def test_a_server_log_that_cannot_be_written_still_drains_the_server_s_output(
+        tmp_path: Path) -> None:
+    from pytest_inferbench.backends.readiness import LogPump
+    from pytest_inferbench.results.redact import Redactor
+
+    (tmp_path / "a-file").write_text("not a directory\n")
+    path = tmp_path / "a-file" / "server.log"  # its folder cannot be made
+    read: list[int] = []
+
+    def output() -> Iterator[bytes]:
+        for index in range(1000):  # more than a pipe holds: a pump that stopped would stall it
+            read.append(index)
+            yield f"line {index} of the server's output\n".encode()
+
+    pump = LogPump(output(), path, Redactor.from_env(()))
+    pump.join(timeout_s=60)
+    assert len(read) == 1000
+    # What a failed start or a dead server shows: why the file is missing, then the last lines.
+    note, *lines = pump.tail(2).splitlines()
+    assert note.startswith(f"[inferbench] cannot write the server log {path}: "), note
+    assert lines == ["line 998 of the server's output", "line 999 of the server's output"]
