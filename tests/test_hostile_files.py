@@ -16,6 +16,7 @@ system takes, and a write that fails fails cleanly.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -243,11 +244,15 @@ def _full_run(root: Path, fill: str, at: str, *args: str) -> tuple[int, str]:
         master_entry(KEY, rows=["{ tp: 4, conc-list: [1, 2] }"], isl=64, osl=8))
     (root / "conftest.py").write_text(FILL_CONFTEST)
     done = subprocess.run(
-        [*PYTEST, "--inferbench-no-plots",
-         "--inferbench-prompts-per-conc", "1", *args],
+        [*PYTEST, "--inferbench-prompts-per-conc", "1", *args],
         cwd=root, capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "FILL_DISK": fill, "FILL_AT": at})
     return done.returncode, _clean(done.stdout + done.stderr)
+
+
+# The figures of a run are drawn where matplotlib (the `plot` extra) is installed.
+PLOTS: tuple[str, ...] = (() if importlib.util.find_spec("matplotlib") is not None
+                          else ("--inferbench-no-plots",))
 
 
 def _temp_files(*dirs: Path) -> list[Path]:
@@ -261,7 +266,7 @@ def test_points_on_a_full_disk_fail_naming_their_file(
     # Over HTTP: the server's log file is on the full disk too.
     status, text = _full_run(tmp_path, fill, "tests", f"--inferbench-results={results}",
                              "--inferbench-save-requests", "--inferbench-backend", "sim-server",
-                             "--inferbench-time-scale", "0")
+                             "--inferbench-time-scale", "0", *PLOTS)
     assert status == pytest.ExitCode.TESTS_FAILED, text
     raw_dir = results / "points"
     for conc in (1, 2):
@@ -273,13 +278,17 @@ def test_points_on_a_full_disk_fail_naming_their_file(
     assert "inferbench results" in text and "2 failed" in text.splitlines()[-1], text
     assert f"inferbench: error: cannot write {results / 'summary.json'}:" in text, text
     assert _temp_files(results) == []
+    if PLOTS == ():  # drawn: none written, and no half-written figure left
+        assert f"inferbench: error: cannot write {results / 'plots'}" in text, text
+        assert list((results / "plots").iterdir()) == []
 
 
 def test_a_baseline_that_cannot_be_saved_is_one_error_line(
         tmp_path: Path, full_disk: tuple[str, Path]) -> None:
     fill, disk = full_disk
     baseline = disk / "baseline.json"
-    status, text = _full_run(tmp_path, fill, "end", f"--inferbench-save-baseline={baseline}")
+    status, text = _full_run(tmp_path, fill, "end", f"--inferbench-save-baseline={baseline}",
+                             "--inferbench-no-plots")
     # Every test passed, but the run did not leave what it was asked for.
     assert status == pytest.ExitCode.USAGE_ERROR, text
     lines = [line for line in text.splitlines() if str(baseline) in line]
@@ -293,7 +302,8 @@ def test_a_results_directory_on_a_full_disk_is_a_usage_error(
         tmp_path: Path, full_disk: tuple[str, Path]) -> None:
     fill, disk = full_disk
     results = disk / "results"
-    status, text = _full_run(tmp_path, fill, "start", f"--inferbench-results={results}")
+    status, text = _full_run(tmp_path, fill, "start", f"--inferbench-results={results}",
+                             "--inferbench-no-plots")
     assert status == pytest.ExitCode.USAGE_ERROR, text
     assert f"inferbench: cannot write {results / 'run.json'}: " in text, text
     assert "passed" not in text and "failed" not in text, text

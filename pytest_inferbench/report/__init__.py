@@ -115,6 +115,7 @@ class ReportCollector:
         self.errors: list[str] = []  # run-level files that could not be written, one line each
         self.finished = False
         self._plots: PendingPlots | None = None  # started by finish()
+        self.plots_dir = Path("plots")  # under the results directory, once finish() knows it
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -172,10 +173,15 @@ class ReportCollector:
         if settings.plots and points:  # first: they draw while the rest is written
             from .plots import start_plots
 
-            self._plots = start_plots(points, settings.results_dir / "plots")
-            if self._plots is None:
-                self.notes.append("no plots: matplotlib is not installed "
-                                  "(pip install 'pytest-inferbench[plot]')")
+            self.plots_dir = settings.results_dir / "plots"
+            try:
+                self._plots = start_plots(points, self.plots_dir)
+            except OSError as exc:
+                self.errors.append(_cannot_write(self.plots_dir, exc))
+            else:
+                if self._plots is None:
+                    self.notes.append("no plots: matplotlib is not installed "
+                                      "(pip install 'pytest-inferbench[plot]')")
         meta = run_metadata(self.config, settings, points, self.started)
         summary_path = settings.results_dir / "summary.json"
         evals = [row for row in self.points.values() if "server_node" not in row]
@@ -197,8 +203,7 @@ class ReportCollector:
         try:
             write()
         except OSError as exc:
-            why = exc.strerror or str(exc)
-            self.errors.append(f"cannot write {path}: {why}")
+            self.errors.append(_cannot_write(path, exc))
         else:
             self.written.append(path)
 
@@ -206,7 +211,10 @@ class ReportCollector:
         """Wait for the plots `finish` started (once)."""
         pending, self._plots = self._plots, None
         if pending is not None:
-            self.written.extend(pending.finish())
+            try:
+                self.written.extend(pending.finish())
+            except OSError as exc:  # a full disk: the figures drawn so far stay
+                self.errors.append(_cannot_write(self.plots_dir, exc))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         write_summary(terminalreporter, self)
@@ -236,6 +244,11 @@ def write_summary(
         terminalreporter.write_line(f"inferbench: {note}")
     for error in collector.errors:
         terminalreporter.write_line(f"inferbench: error: {error}", red=True, bold=True)
+
+
+def _cannot_write(path: Path, exc: OSError) -> str:
+    """One line: the file (the one the error names, else `path`) and why."""
+    return f"cannot write {exc.filename or path}: {exc.strerror or exc}"
 
 
 def _append(path: Path, text: str) -> None:
