@@ -307,6 +307,8 @@ def test_a_results_directory_on_a_full_disk_is_a_usage_error(
     assert status == pytest.ExitCode.USAGE_ERROR, text
     assert f"inferbench: cannot write {results / 'run.json'}: " in text, text
     assert "passed" not in text and "failed" not in text, text
+    # Nothing half-written that would make the next run refuse the directory as no run's.
+    assert not (results / "run.json").exists()
 
 
 # ---------------------------------------------------------------------------- server logs

@@ -156,6 +156,8 @@ def prepare(directory: Path, run_id: str, protected: Iterable[Path]) -> tuple[li
     try:
         (directory / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:  # a full disk: nothing of this run could be kept
+        # Half a run.json would mark the directory as no run's: the next run would refuse it.
+        (directory / RUN_FILE).unlink(missing_ok=True)
         os.close(lock)
         raise ResultsDirError(f"cannot write {directory / RUN_FILE}: {exc.strerror or exc}; "
                               "free some space or pass another directory to "
