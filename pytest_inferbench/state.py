@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .backends.base import LoadSettings, StartContext
+from .backends.base import MAIN_WORKER, LoadSettings, StartContext
 from .options import Settings
 from .results.record import PointRecord
 from .results.redact import Redactor
@@ -48,7 +48,7 @@ def create_session_state(config: pytest.Config,
     settings = worker_settings(settings or Settings.from_config(config), workerinput)
     # Workers share the controller's run id so container labels identify the whole run.
     run_id = str(workerinput.get(RUN_ID_KEY) or uuid.uuid4().hex[:12])
-    worker = str(workerinput.get("workerid", "master"))
+    worker = str(workerinput.get("workerid", MAIN_WORKER))
     state = SessionState(
         settings=settings,
         run_id=run_id,

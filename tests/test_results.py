@@ -211,7 +211,7 @@ def test_one_writer_puts_every_file_of_a_point_in_place(tmp_path: Path) -> None:
     result = build_result(point, dataclasses.replace(m, records=records), spec=None,
                           backend="sim")
     notes = write_point_files(tmp_path, result, requests=records,
-                              mask=lambda text: text.replace("s3cr3t", "***"))
+                              mask=lambda text: text.replace("s3cr3t", "***")).notes
     assert notes == []
     raw_path, agg_path = point_paths(tmp_path / POINTS_DIR, result.result_filename)
     raw = json.loads(raw_path.read_text())
@@ -224,7 +224,7 @@ def test_one_writer_puts_every_file_of_a_point_in_place(tmp_path: Path) -> None:
     saved = requests_path.read_bytes()
 
     judged = result.with_values(gate_failures=["p99_ttft 9.0 > 2.0"])
-    assert write_point_files(tmp_path, judged) == []
+    assert write_point_files(tmp_path, judged).notes == []
     assert point_record(json.loads(raw_path.read_text()))["gate_failures"] == [
         "p99_ttft 9.0 > 2.0"]
     assert requests_path.read_bytes() == saved
@@ -240,7 +240,7 @@ def test_a_point_without_an_agg_file_still_gets_its_raw_file_and_requests(
     result = build_result(server().points()[0],
                           dataclasses.replace(measurement(), records=records), spec=None,
                           backend="sim")
-    notes = write_point_files(tmp_path, result, requests=records)
+    notes = write_point_files(tmp_path, result, requests=records).notes
     raw_path, agg_path = point_paths(tmp_path / POINTS_DIR, result.result_filename)
     assert notes == [f"no {agg_path.name}: a TPOT of 0 ms has no interactivity (InferenceX's "
                      "process_result.py fails on it too)"]

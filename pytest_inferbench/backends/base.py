@@ -33,13 +33,16 @@ class ServerDiedError(RuntimeError):
     """The server stopped serving during a sweep; the message carries the log tail."""
 
 
+MAIN_WORKER = "master"  # the worker id of a run without xdist workers (xdist's own word)
+
+
 @dataclass(frozen=True)
 class StartContext:
     """What a backend needs besides the node itself."""
 
     results_dir: Path
     run_id: str  # one per pytest session; container labels and log names carry it
-    worker_id: str  # "master" or the xdist worker id
+    worker_id: str  # MAIN_WORKER or the xdist worker id
     options: Settings
     # Server log files this session has named, so a node started twice gets a second file.
     log_paths: set[Path] = field(default_factory=set, compare=False)

@@ -8,6 +8,7 @@ don't notice that.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -15,11 +16,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
-from .base import ServerStartError
+from ..results.file_names import bounded
+from .base import MAIN_WORKER, ServerStartError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -38,7 +40,10 @@ class LogPump:
     """Copies a byte stream (container logs, process stdout) line by line to a file.
 
     Secret values are redacted before a line reaches the disk; the last lines stay in memory
-    for error messages, so a failure never re-reads a long log.
+    for error messages, so a failure never re-reads a long log. A log file that cannot be
+    written (a full disk) costs the file, never the server: the stream is still read to its
+    end (a server whose output pipe fills up stalls), and the lines kept in memory say why the
+    file stops.
     """
 
     def __init__(self, chunks: Iterable[bytes], path: Path, redactor: Redactor,
@@ -48,8 +53,13 @@ class LogPump:
         self._redactor = redactor
         self._tail: deque[str] = deque(maxlen=keep_lines)
         self._lock = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("w", encoding="utf-8")
+        self._file: TextIO | None = None
+        self._lost_note: str | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("w", encoding="utf-8")
+        except OSError as exc:
+            self._lost(exc)
         self._thread = threading.Thread(target=self._run, name=f"log-{path.name}", daemon=True)
         self._thread.start()
 
@@ -67,19 +77,36 @@ class LogPump:
             if pending:
                 self._write(pending)
             with self._lock:
-                self._file.close()
+                self._close()
 
     def _write(self, raw: bytes) -> None:
         line = self._redactor.text(raw.decode("utf-8", "replace").rstrip("\r"))
         with self._lock:
             self._tail.append(line)
-            if not self._file.closed:
-                self._file.write(line + "\n")
-                self._file.flush()
+            if self._file is not None:
+                try:
+                    self._file.write(line + "\n")
+                    self._file.flush()
+                except OSError as exc:
+                    self._lost(exc)
+
+    def _lost(self, exc: OSError) -> None:
+        """The file cannot be written: closed, and a line that says so heads every tail."""
+        self._close()
+        self._lost_note = (f"[inferbench] cannot write the server log {self.path}: "
+                           f"{exc.strerror or exc}; its last lines are kept in memory only")
+
+    def _close(self) -> None:
+        handle, self._file = self._file, None
+        # What it still held could not be written either.
+        with contextlib.suppress(OSError):
+            if handle is not None:
+                handle.close()
 
     def tail(self, lines: int = TAIL_LINES) -> str:
         with self._lock:
-            return "\n".join(list(self._tail)[-lines:])
+            kept = list(self._tail)[-lines:]
+            return "\n".join([self._lost_note, *kept] if self._lost_note else kept)
 
     def join(self, timeout_s: float = 5.0) -> None:
         """Wait for the stream to end (after the server stopped) so the file is complete."""
@@ -178,14 +205,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def log_path_for(results_dir: Path, node: str, worker_id: str, taken: set[Path]) -> Path:
-    """`<results>/server-logs/<node>.<worker>.log`, not one of `taken` (the session's
-    `StartContext.log_paths`), which it joins."""
+    """`<results>/server-logs/<node>.<worker>.log` under xdist (`<node>.log` without), not
+    one of `taken` (the session's `StartContext.log_paths`), which it joins."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", node).strip("_") or "server"
-    base = results_dir / "server-logs" / f"{slug}.{worker_id}"
-    path = base.with_suffix(".log")
+    # The worker id is a part of the name, not a suffix to replace: an xdist run's workers
+    # write into one folder, each its own server's log.
+    base = bounded(slug if worker_id == MAIN_WORKER else f"{slug}.{worker_id}")
+    path = results_dir / "server-logs" / f"{base}.log"
     counter = 2
     while path in taken:
-        path = Path(f"{base}-{counter}.log")
+        path = results_dir / "server-logs" / f"{base}-{counter}.log"
         counter += 1
     taken.add(path)
     return path

@@ -160,4 +160,6 @@ def _metric_problems(file: Path, result: Record) -> list[str]:
 def save_baseline(
     path: Path, results: Iterable[Mapping[str, object]], metadata: Mapping[str, object]
 ) -> None:
+    """The run's results as a baseline at `path`; `build.WriteError` names it when it cannot
+    be written."""
     write_json_atomic(path, {"metadata": dict(metadata), "points": [dict(r) for r in results]})

@@ -36,6 +36,7 @@ from ..options.rules import (
     TOKENS,
     Rule,
 )
+from ..results.file_names import digest
 from ..state import get_session_state
 from . import activation
 from .collect import CLEAN_ERRORS
@@ -168,10 +169,16 @@ def inferbench_servers(request: pytest.FixtureRequest) -> Callable[..., Server]:
     return start
 
 
-def _tag(request: pytest.FixtureRequest, count: int) -> str:
-    """A file-name-safe tag for a test's point: the test name, and a number after the first."""
+def _tag(request: pytest.FixtureRequest, call: int) -> str:
+    """A file-name-safe tag for a test's point: the test name, a digest of its nodeid (tests
+    of one name in other classes or modules, and ids that read alike once made file-safe,
+    get tags of their own), and the call's number after the first."""
     name = re.sub(r"[^A-Za-z0-9.-]+", "-", request.node.name).strip("-")
-    return name if count == 0 else f"{name}-{count + 1}"
+    tag = f"{name}-{digest(request.node.nodeid, TAG_DIGEST_CHARS)}"
+    return tag if call == 0 else f"{tag}-{call + 1}"
+
+
+TAG_DIGEST_CHARS = 8  # with the test name beside it; the writer's claim settles the rest
 
 
 @pytest.fixture
@@ -185,7 +192,7 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
     is recorded; `check=False` returns it for the test to judge.
     """
     _use(request.config)
-    ran: list[PointResult] = []
+    calls = 0  # every call's point gets a name of its own, one that failed included
     # A marked test's server starts at setup, as a recipe node's does: a failed start is an
     # error of the test's setup, before any of its code ran.
     marked: Server | None = (request.getfixturevalue("inferbench_server")
@@ -195,6 +202,7 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
             prompts: Sequence[str] | None = None, request_rate: float | None = None,
             prompts_per_conc: int | None = None, seed: int | None = None,
             server: Server | None = None, check: bool = True) -> PointResult:
+        nonlocal calls
         from ..loadgen.tokenizer import count_tokens
         from ..recipe.model import BenchPoint
 
@@ -222,11 +230,10 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
         line = request.node.reportinfo()[1]
         point = BenchPoint(server=server.config, isl=nominal, osl=osl, conc=conc,
                            line=(line + 1) if isinstance(line, int) else 0, prompts=texts,
-                           tag=_tag(request, len(ran)))
+                           tag=_tag(request, calls))
+        calls += 1
         record = run_bench_item(request.node, point, server.lease, load, fail=check)
-        result = PointResult(record=record, failures=record.gate_failures)
-        ran.append(result)
-        return result
+        return PointResult(record=record, failures=record.gate_failures)
 
     return run
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..backends.base import LoadSettings, ServerHandle
     from ..recipe.launch import ServerSpec
     from ..recipe.model import BenchPoint
+    from ..results.point_files import PointNames
 
 
 class RunningNode(Protocol):
@@ -25,6 +26,19 @@ class RunningNode(Protocol):
     spec: ServerSpec | None
     handle: ServerHandle | None
     dead_reason: str | None
+
+
+NAMES_KEY = pytest.StashKey["PointNames"]()
+
+
+def point_names(config: pytest.Config) -> PointNames:
+    """The point names this process's points hold in the run's results directory."""
+    from ..results.point_files import PointNames
+
+    names = config.stash.get(NAMES_KEY, None)
+    if names is None:
+        names = config.stash[NAMES_KEY] = PointNames()
+    return names
 
 
 def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
@@ -70,23 +84,34 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     # What was measured is on disk before any gate reads it: a gate that fails to evaluate
     # (or an interrupt during the gates) never loses the point.
     notes = measured.notes
-    written = write_point_files(
-        settings.results_dir, measured,
-        requests=measurement.records if settings.save_requests else None,
-        mask=state.redactor.text)
-    result = measured.with_values(notes=[*notes, *written])
+    names = point_names(item.config)
+    try:
+        written = write_point_files(
+            settings.results_dir, measured,
+            requests=measurement.records if settings.save_requests else None,
+            mask=state.redactor.text, names=names)
+    except build.WriteError as exc:  # a full disk fails this point, not the run
+        not_written, result = [str(exc)], measured
+    else:
+        not_written, result = [], written.record.with_values(notes=[*notes, *written.notes])
     try:
         findings = gates.check_point(result, point, node.spec, settings)
         gate_failures, fields = list(findings.failures), findings.fields
     except Exception as exc:  # any gate error fails this point, never the run
         gate_failures, fields = [f"gates could not be evaluated: {type(exc).__name__}: {exc}"], {}
-    failures = [state.redactor.text(failure)
-                for failure in [*build.measurement_failures(result), *gate_failures]]
+    failures = [state.redactor.text(failure) for failure in
+                [*not_written, *build.measurement_failures(result), *gate_failures]]
     added = {k: v for k, v in fields.items() if k not in result}
-    if failures or added or written:  # the files on disk do not say all of it yet
-        judged = result.with_values(**added, gate_failures=failures)
-        result = judged.with_values(
-            notes=[*notes, *write_point_files(settings.results_dir, judged)])
+    if failures or added or result.notes != notes:  # the files on disk do not say all of it yet
+        result = result.with_values(**added, gate_failures=failures)
+        if not not_written:
+            try:
+                rewritten = write_point_files(settings.results_dir, result, names=names)
+            except build.WriteError as exc:
+                failures = [*failures, state.redactor.text(str(exc))]
+                result = result.with_values(gate_failures=failures)
+            else:
+                result = rewritten.record.with_values(notes=[*notes, *rewritten.notes])
     item.stash.setdefault(RESULTS_KEY, []).append(result)
     item.user_properties.extend(report.result_properties(result))
     if progress.emit is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,7 +28,7 @@ from .meta import run_metadata
 from .tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
 
     from ..options import Settings
     from ..results.record import JSONValue, Record
@@ -111,8 +112,10 @@ class ReportCollector:
         self.started = time.time()
         self.written: list[Path] = []
         self.notes: list[str] = []
+        self.errors: list[str] = []  # run-level files that could not be written, one line each
         self.finished = False
         self._plots: PendingPlots | None = None  # started by finish()
+        self.plots_dir = Path("plots")  # under the results directory, once finish() knows it
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -152,6 +155,9 @@ class ReportCollector:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.finish()
+        if self.errors and session.exitstatus == pytest.ExitCode.OK:
+            # Every test passed, but the run did not leave the files it was asked for.
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def finish(self) -> None:
         """Write summary.json, the baseline, the step summary, and start the plots (once;
@@ -167,31 +173,48 @@ class ReportCollector:
         if settings.plots and points:  # first: they draw while the rest is written
             from .plots import start_plots
 
-            self._plots = start_plots(points, settings.results_dir / "plots")
-            if self._plots is None:
-                self.notes.append("no plots: matplotlib is not installed "
-                                  "(pip install 'pytest-inferbench[plot]')")
+            self.plots_dir = settings.results_dir / "plots"
+            try:
+                self._plots = start_plots(points, self.plots_dir)
+            except OSError as exc:
+                self.errors.append(_cannot_write(self.plots_dir, exc))
+            else:
+                if self._plots is None:
+                    self.notes.append("no plots: matplotlib is not installed "
+                                      "(pip install 'pytest-inferbench[plot]')")
         meta = run_metadata(self.config, settings, points, self.started)
         summary_path = settings.results_dir / "summary.json"
         evals = [row for row in self.points.values() if "server_node" not in row]
         # One line (the C encoder): a matrix run's summary is tens of megabytes, which the
         # indenting encoder takes seconds over at the end of the run.
-        write_json_atomic(summary_path, {"metadata": meta, "points": points, "evals": evals},
-                          indent=None)
-        self.written.append(summary_path)
-        if settings.save_baseline is not None:
-            save_baseline(settings.save_baseline, points, meta)
-            self.written.append(settings.save_baseline)
+        self._write(summary_path, lambda: write_json_atomic(
+            summary_path, {"metadata": meta, "points": points, "evals": evals}, indent=None))
+        baseline = settings.save_baseline
+        if baseline is not None:
+            self._write(baseline, lambda: save_baseline(baseline, points, meta))
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if step_summary:
-            with open(step_summary, "a", encoding="utf-8") as out:
-                out.write(markdown_tables(node_rows(self.points.values()), meta))
+            self._write(Path(step_summary), lambda: _append(
+                Path(step_summary), markdown_tables(node_rows(self.points.values()), meta)))
+
+    def _write(self, path: Path, write: Callable[[], object]) -> None:
+        """Write one run-level file; one error line naming it when it cannot be written (a
+        full disk), and the other files and the tables still come."""
+        try:
+            write()
+        except OSError as exc:
+            self.errors.append(_cannot_write(path, exc))
+        else:
+            self.written.append(path)
 
     def finish_plots(self) -> None:
         """Wait for the plots `finish` started (once)."""
         pending, self._plots = self._plots, None
         if pending is not None:
-            self.written.extend(pending.finish())
+            try:
+                self.written.extend(pending.finish())
+            except OSError as exc:  # a full disk: the figures drawn so far stay
+                self.errors.append(_cannot_write(self.plots_dir, exc))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         write_summary(terminalreporter, self)
@@ -219,6 +242,18 @@ def write_summary(
         terminalreporter.write_line(f"inferbench: wrote {path}")
     for note in collector.notes:
         terminalreporter.write_line(f"inferbench: {note}")
+    for error in collector.errors:
+        terminalreporter.write_line(f"inferbench: error: {error}", red=True, bold=True)
+
+
+def _cannot_write(path: Path, exc: OSError) -> str:
+    """One line: the file (the one the error names, else `path`) and why."""
+    return f"cannot write {exc.filename or path}: {exc.strerror or exc}"
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as out:
+        out.write(text)
 
 
 def _settings(config: pytest.Config) -> Settings | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ..results import catalog
+from ..results.file_names import bounded
 from .tables import Row, load_label
 
 if TYPE_CHECKING:
@@ -108,8 +109,9 @@ def start_plots(points: Sequence[Row], out_dir: Path) -> PendingPlots | None:
                    int(_value(p, "osl") or 0))
             groups.setdefault(key, []).append({k: p[k] for k in plotted if k in p})
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(key, rows, out_dir / f"{_slug(key[0])}_isl{key[1]}_osl{key[2]}.png")
-            for key, rows in sorted(groups.items())]
+    names = [bounded(f"{_slug(key[0])}_isl{key[1]}_osl{key[2]}") for key in sorted(groups)]
+    jobs = [(key, rows, out_dir / f"{name}.png")
+            for (key, rows), name in zip(sorted(groups.items()), names, strict=True)]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if len(jobs) < PARALLEL_FIGURES or (cpus or 1) < 2:
         return PendingPlots(jobs, list(range(len(jobs))), [])
@@ -213,8 +215,13 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
         + ("  -  SIMULATED (performance model, not hardware)" if simulated else "")
         + ("  -  TIMINGS NOT MEANINGFUL (time scale 0)" if not_timed else "")
     )
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError:  # a full disk: no half-written figure stays
+        path.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     return path
 
 

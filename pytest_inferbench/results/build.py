@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import metrics
+from .file_names import bounded
 from .record import PointRecord, mapping, number, strings
 
 if TYPE_CHECKING:
@@ -205,32 +206,67 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def write_json_atomic(path: Path, data: object, *, indent: int | None = 2) -> None:
+def write_json_atomic(path: Path, data: object, *, indent: int | None = 2,
+                      exclusive: bool = False) -> bool:
     """Write JSON to a temp file beside `path`, then rename: readers never see half a file.
 
     Every JSON artifact of the plugin (point results, summary.json, baselines, eval results)
     goes through here: builtin types only, non-finite floats as null. `indent=None` writes one
     line, as vLLM's `benchmark_serving.py` writes its raw result, with the C encoder (about
     five times faster on a point's per-request arrays than the indenting Python one).
+    `exclusive` and what it returns: `write_text_atomic`.
     """
-    write_text_atomic(path, [json.dumps(_jsonable(data), indent=indent, allow_nan=False), "\n"])
+    return write_text_atomic(
+        path, [json.dumps(_jsonable(data), indent=indent, allow_nan=False), "\n"],
+        exclusive=exclusive)
 
 
-def write_text_atomic(path: Path, parts: Iterable[str]) -> None:
+class WriteError(OSError):
+    """A results file that could not be written (a full disk, a directory that cannot be
+    written): the message names the file and says why, in one line."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
+def write_text_atomic(path: Path, parts: Iterable[str], *, exclusive: bool = False) -> bool:
     """Write `parts` to a temp file beside `path`, then rename; the temp file goes on any error.
 
     The one way the plugin writes a results file (JSON through `write_json_atomic`, request
-    lines as JSONL)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The writer's pid in the name: the next run removes what a killed writer left
-    # (`run_dir.remove_stale_temp_files`).
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
-                               dir=path.parent)
+    lines as JSONL). With `exclusive`, a file already named `path` is left as it is and
+    nothing is written (False): the file is linked into place, so two writers never take one
+    name. A failure to write raises `WriteError` naming `path`.
+    """
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The writer's pid in the name: the next run removes what a killed writer left
+        # (`run_dir.remove_stale_temp_files`). Bounded: `path`'s own name may use the most a
+        # file system takes.
+        fd, tmp = tempfile.mkstemp(prefix=f".{bounded(path.name)}.{os.getpid()}.",
+                                   suffix=".tmp", dir=path.parent)
         os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide results from the rest of the team
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.writelines(parts)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        if not exclusive:
+            os.replace(tmp, path)
+            return True
+        try:
+            os.link(tmp, path)  # a rename would replace a file of that name
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: take the name, then fill it
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                return False
+            os.replace(tmp, path)
+        return True
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+    finally:
+        if tmp is not None:  # gone after a rename; the link's second name after a link
+            Path(tmp).unlink(missing_ok=True)

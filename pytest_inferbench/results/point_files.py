@@ -16,7 +16,10 @@
 
 `write_point_files` writes all of them. RESULT_FILENAME is
 `recipe.BenchPoint.result_filename(runner_name)`: the workflow's template,
-with the runner name last (`RUNNER_NAME` on a GitHub runner, else the runner type).
+with the runner name last (`RUNNER_NAME` on a GitHub runner, else the runner type). It is the
+files' name as it is wherever it fits and no other point of the run has it: a longer one keeps
+its start and ends with a digest (`file_names.bounded`), one another point holds gets `_2`,
+`_3`, ... (`PointNames`).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import itertools
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import catalog
 from .build import write_json_atomic, write_text_atomic
+from .file_names import bounded
 from .metrics import first_send
 from .record import to_float, to_int
 
@@ -135,21 +140,83 @@ POINTS_DIR = "points"  # only the points' raw and agg files live here; run-level
 REQUESTS_DIR = "requests"  # beside points/: `--inferbench-save-requests` writes one JSONL a point
 
 
+@dataclass(frozen=True)
+class WrittenPoint:
+    """What `write_point_files` wrote: the record as its files hold it (`result_filename` the
+    name they have), and notes for what could not be written."""
+
+    record: PointRecord
+    notes: list[str]
+
+
+class PointNames:
+    """The names the points of this process hold in a results directory.
+
+    A point is its nodeid and the name it asked for (a Python test's calls ask for names of
+    their own); it keeps the name it was first given, so that its files are written again
+    under it. No point takes another's name: a point's raw file goes into place only under a
+    name no file has yet, whichever process of the run wrote that file, else under the first
+    free one of `<name>_2`, `<name>_3`, ..., so the run has as many files as points."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], str] = {}
+
+    @staticmethod
+    def _key(record: PointRecord, name: str) -> tuple[str, str]:
+        return (str(record.get("nodeid", "")), name)
+
+    def held(self, record: PointRecord) -> str | None:
+        """The name this point holds already (asked for, or given), or None."""
+        return self._held.get(self._key(record, record.result_filename))
+
+    def hold(self, record: PointRecord, name: str) -> None:
+        """`record`'s point holds `name`: asked under the name it asked for or the one it got."""
+        self._held[self._key(record, record.result_filename)] = name
+        self._held[self._key(record, name)] = name
+
+
+def _named(record: PointRecord, name: str) -> PointRecord:
+    return record if record.result_filename == name else record.with_values(result_filename=name)
+
+
+def _write_raw(points_dir: Path, record: PointRecord, names: PointNames | None) -> PointRecord:
+    """The raw file, under the name the point holds or a free one (`PointNames`); the record
+    as written."""
+    asked = record.result_filename
+    held = names.held(record) if names is not None else None
+    if names is None or held is not None:
+        record = _named(record, held or bounded(asked))
+        # One line, as benchmark_serving.py writes it.
+        write_json_atomic(point_paths(points_dir, record.result_filename)[0],
+                          raw_result(record), indent=None)
+        return record
+    for count in itertools.count(1):
+        named = _named(record, bounded(asked if count == 1 else f"{asked}_{count}"))
+        raw_path = point_paths(points_dir, named.result_filename)[0]
+        if write_json_atomic(raw_path, raw_result(named), indent=None, exclusive=True):
+            names.hold(record, named.result_filename)
+            return named
+    raise AssertionError("unreachable: itertools.count never ends")
+
+
 def write_point_files(results_dir: Path, record: PointRecord,
                       requests: Sequence[RequestRecord] | None = None,
-                      mask: Callable[[str], str] = str) -> list[str]:
+                      mask: Callable[[str], str] = str,
+                      names: PointNames | None = None) -> WrittenPoint:
     """Every file of a point under `results_dir`, each written beside and renamed into place
     (readers never see half a file): the raw and agg files in `points/`, and given the point's
     `requests` (`--inferbench-save-requests`), their lines in `requests/`, each error masked
     by `mask`. Without `requests` that file is left as it is: a point's files are written
-    again once its gates have run, its requests have not changed. Returns notes for what
-    could not be written."""
-    raw_path, agg_path = point_paths(results_dir / POINTS_DIR, record.result_filename)
-    raw = raw_result(record)
-    write_json_atomic(raw_path, raw, indent=None)  # one line, as benchmark_serving.py writes it
+    again once its gates have run, its requests have not changed. Names are held to a length
+    a file system takes (`file_names.bounded`); with `names`, a name another point of the run
+    holds is never taken (`PointNames`). A file that cannot be written raises
+    `build.WriteError` naming it."""
+    points_dir = results_dir / POINTS_DIR
+    record = _write_raw(points_dir, record, names)
+    agg_path = point_paths(points_dir, record.result_filename)[1]
     notes: list[str] = []
     try:
-        agg = agg_result(raw)
+        agg = agg_result(raw_result(record))
     except ZeroDivisionError:
         notes.append(f"no {agg_path.name}: a TPOT of 0 ms has no interactivity (InferenceX's "
                      "process_result.py fails on it too)")
@@ -158,7 +225,7 @@ def write_point_files(results_dir: Path, record: PointRecord,
     if requests is not None:
         _write_request_lines(results_dir / REQUESTS_DIR / f"{record.result_filename}.jsonl",
                              requests, mask)
-    return notes
+    return WrittenPoint(record, notes)
 
 
 def request_lines(records: Sequence[RequestRecord],

@@ -143,14 +143,25 @@ def prepare(directory: Path, run_id: str, protected: Iterable[Path]) -> tuple[li
     finally:
         if earlier >= 0:
             os.close(earlier)
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = _try_lock(directory / LOCK_FILE)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = _try_lock(directory / LOCK_FILE)
+    except OSError as exc:
+        raise ResultsDirError(f"cannot write {directory}: {exc.strerror or exc}") from None
     if lock is None:  # another run made the directory anew between our steps
         raise ResultsDirError(f"{directory} was taken by {_holder(directory)} as this run "
                               "started; pass another directory to --inferbench-results")
     record = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (directory / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    try:
+        (directory / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:  # a full disk: nothing of this run could be kept
+        # Half a run.json would mark the directory as no run's: the next run would refuse it.
+        (directory / RUN_FILE).unlink(missing_ok=True)
+        os.close(lock)
+        raise ResultsDirError(f"cannot write {directory / RUN_FILE}: {exc.strerror or exc}; "
+                              "free some space or pass another directory to "
+                              "--inferbench-results") from None
     return lines, lock
 
 
