@@ -168,8 +168,8 @@ def test_a_recipe_point_no_other_point_shares_a_name_with_keeps_inferencex_s(
         named_run: dict[str, Any]) -> None:
     [alone] = [p for p in named_run["summary"]["points"]
                if p["nodeid"].startswith("bench-master.yaml::") and p["conc"] == 2]
-    assert alone["result_filename"] == (f"{alone['exp_name']}_fp4_atom_tp4-ep1-dpafalse_"
-                                        "disagg-false_spec-none_conc2_mi355x")
+    assert alone["result_filename"] == (f"{alone['exp_name']}_fp4_atom_tp4-pp1-dcp1-pcp1-ep1-"
+                                        "dpafalse_disagg-false_spec-none_conc2_mi355x")
 
 
 # ---------------------------------------------------------------------------- full disks

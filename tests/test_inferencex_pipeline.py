@@ -8,6 +8,11 @@ the plugin -- the real script runs in the points directory with the environment
 `__main__` each time, to save 75 interpreter starts), and its `agg_*.json` must equal the
 plugin's field for field (a simulated agg file has exactly one more key, its `inferbench`
 stamp). Any schema drift between the two fails here.
+
+The file names are the current workflow's (`tp<N>-pp<N>-dcp<N>-pcp<N>-ep<N>`; the script takes
+whatever name it is given), and the agg file is the current script's: three keys the older
+script does not write (`pp`, `dcp_size`, `pcp_size`, all 1 here), every one of its keys in its
+order with its values. `test_inferencex_current_pipeline.py` checks against the current script.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ for env in json.load(sys.stdin):
         error = traceback.format_exc()
     print(json.dumps({"name": env["RESULT_FILENAME"], "error": error}))
 """
+# What the current process_result.py writes and this older one does not (single-node).
+CURRENT_ONLY = ("pp", "dcp_size", "pcp_size")
 SAMPLE = master_entry(
     "minimaxm3-fp4-mi355x-atom-sample",
     ["{ tp: 8, conc-list: [4] }",
@@ -96,7 +103,8 @@ def matrix_rows(recipe: Path, selected: str) -> list[dict[str, str]]:
                     }
                     env["RESULT_FILENAME"] = (
                         f"{entry['model-prefix']}_{seq}_{env['PRECISION']}_{env['FRAMEWORK']}"
-                        f"_tp{env['TP']}-ep{env['EP_SIZE']}-dpa{env['DP_ATTENTION']}"
+                        f"_tp{env['TP']}-pp1-dcp1-pcp1-ep{env['EP_SIZE']}"
+                        f"-dpa{env['DP_ATTENTION']}"
                         f"_disagg-{env['DISAGG']}_spec-{env['SPEC_DECODING']}_conc{conc}"
                         f"_{RUNNER_NAME}")
                     rows.append(env)
@@ -145,6 +153,7 @@ def test_process_result_reproduces_every_agg_file(pytester: pytest.Pytester) -> 
         ours = ours_by_name[name]
         theirs = json.loads((points / f"agg_{name}.json").read_text())
         assert ours.pop("inferbench") == {"simulated": True}
+        assert {key: ours.pop(key) for key in CURRENT_ONLY} == dict.fromkeys(CURRENT_ONLY, 1)
         assert list(ours) == list(theirs), name
         for key, value in theirs.items():
             assert type(ours[key]) is type(value), (name, key)

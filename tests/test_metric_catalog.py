@@ -122,10 +122,11 @@ def test_the_agg_file_derives_its_keys_as_the_summary_does() -> None:
     the summary's. A TPOT statistic of 0 (one request: no spread) is null interactivity in the
     summary and no agg file, as InferenceX's process_result.py divides by zero there."""
     tp = 2
-    identity: dict[str, JSONValue] = {
-        "tp": tp, "ep": 1, "runner": "mi355x", "image": "image", "model_prefix": "m",
-        "framework": "atom", "precision": "fp4", "spec_decoding": "none", "disagg": False,
-        "isl": 8, "osl": 5, "dp_attention": False}
+    env = {"RUNNER_TYPE": "mi355x", "IMAGE": "image", "MODEL_PREFIX": "m",
+           "FRAMEWORK": "atom", "PRECISION": "fp4", "SPEC_DECODING": "none", "DISAGG": "false",
+           "ISL": "8", "OSL": "5", "TP": str(tp), "PP_SIZE": "1", "DCP_SIZE": "1",
+           "PCP_SIZE": "1", "EP_SIZE": "1", "DP_ATTENTION": "false"}
+    identity: dict[str, JSONValue] = {"inferencex_env": env}
 
     def summary_and_raw(records: list[RequestRecord]) -> tuple[Mapping[str, JSONValue],
                                                                 dict[str, JSONValue]]:

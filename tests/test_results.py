@@ -69,7 +69,7 @@ def test_identity_and_metrics() -> None:
     assert result["acceptance_length"] == 2.5
     assert result["client_tokens_per_chunk"] == pytest.approx(4 / 3)
     assert result["request_rate"] == "inf"
-    assert result["result_filename"].startswith("minimaxm3_1024_256_fp4_atom_tp4-ep1")
+    assert result["result_filename"].startswith("minimaxm3_1024_256_fp4_atom_tp4-pp1-dcp1-pcp1-ep1")
     assert measurement_failures(result) == []
 
 

@@ -12,6 +12,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import workflow
+
 SPEC_DECODING_VALUES = ("mtp", "draft_model", "none")
 
 # Runner-name prefixes (as in InferenceX runners.yaml) mapped to the accelerator they carry.
@@ -100,6 +102,11 @@ class Parallelism:
         attention's TP (vLLM's `tp 1, ep 4` with DP attention is four data-parallel ranks)."""
         return max(self.tp, self.ep) * self.pp
 
+    def workflow_env(self, prefix: str = "") -> dict[str, str]:
+        """TP, PP, DCP and PCP as InferenceX's workflow passes them (`PREFILL_TP`, ...)."""
+        return {f"{prefix}TP": str(self.tp), f"{prefix}PP_SIZE": str(self.pp),
+                f"{prefix}DCP_SIZE": str(self.dcp), f"{prefix}PCP_SIZE": str(self.pcp)}
+
     def suffix(self, sep: str) -> str:
         """Every parallelism but TP that is not the default, each after `sep`: `-ep8-dpa`."""
         parts = [f"pp{self.pp}" if self.pp > 1 else "", f"dcp{self.dcp}" if self.dcp > 1 else "",
@@ -116,6 +123,17 @@ class Worker:
     parallel: Parallelism
     hardware: str | None = None
     additional_settings: tuple[str, ...] = ()
+
+    @property
+    def total_gpus(self) -> int:
+        return self.num_worker * self.parallel.gpus
+
+    def workflow_env(self, prefix: str) -> dict[str, str]:
+        """The pool as the multinode workflow passes it (`PREFILL_NUM_WORKERS`, ...)."""
+        p = self.parallel
+        return {f"{prefix}NUM_WORKERS": str(self.num_worker), **p.workflow_env(prefix),
+                f"{prefix}EP": str(p.ep), f"{prefix}DP_ATTN": workflow.flag(p.dp_attn),
+                f"{prefix}HARDWARE": self.hardware or ""}
 
     @property
     def shape(self) -> str:
@@ -189,12 +207,11 @@ class ServerConfig:
 
     @property
     def gpus(self) -> int:
-        """GPUs the server runs on: TP of a single-node server, every worker of both pools of
-        a multinode one."""
+        """GPUs the server runs on, as InferenceX counts them for its per-GPU numbers: TP x PP x
+        PCP of a single-node server, every worker of both pools of a multinode one."""
         if self.prefill is not None and self.decode is not None:
-            return (self.prefill.num_worker * self.prefill.parallel.gpus
-                    + self.decode.num_worker * self.decode.parallel.gpus)
-        return self.parallel.tp
+            return self.prefill.total_gpus + self.decode.total_gpus
+        return self.parallel.tp * self.parallel.pp * self.parallel.pcp
 
     @property
     def speculative(self) -> bool:
@@ -258,15 +275,48 @@ class BenchPoint:
         return f"{self.server.model_prefix}_{seq_len_name(self.isl, self.osl)}"
 
     def result_filename(self, runner_name: str | None = None) -> str:
-        """InferenceX RESULT_FILENAME for this point (runner name defaults to the runner type)."""
-        s, p = self.server, self.server.parallel
-        dpa = "true" if p.dp_attn else "false"
-        disagg = "true" if s.disagg else "false"
-        return (
-            f"{self.exp_name}_{s.precision}_{s.framework}_tp{p.tp}-ep{p.ep}-dpa{dpa}"
-            f"_disagg-{disagg}_spec-{s.spec_decoding}_conc{self.conc}_{runner_name or s.runner}"
-            + (f"_{self.tag}" if self.tag else "") + self.rate_suffix("_")
-        )
+        """InferenceX RESULT_FILENAME for this point (runner name defaults to the runner type),
+        as its current workflows form it (`workflow.result_filename`)."""
+        return self.workflow_env(runner_name)["RESULT_FILENAME"]
+
+    def workflow_env(self, runner_name: str | None = None,
+                     image: str | None = None) -> dict[str, str]:
+        """The environment InferenceX's workflow runs `process_result.py` with for this point,
+        RESULT_FILENAME included (runner name: the runner type when not given; image: the
+        recipe's when not given). Values are the strings GitHub Actions passes."""
+        s = self.server
+        env = {
+            "RUNNER_TYPE": s.runner, "FRAMEWORK": s.framework, "PRECISION": s.precision,
+            "SPEC_DECODING": s.spec_decoding, "ISL": str(self.isl), "OSL": str(self.osl),
+            "DISAGG": workflow.flag(s.disagg), "MODEL_PREFIX": s.model_prefix,
+            "IMAGE": s.image if image is None else image, "EXP_NAME": self.exp_name,
+            "ROUTER_METADATA": workflow.router_metadata(s.router),
+            "KV_P2P_TRANSFER": s.kv_p2p_transfer or "",
+        }
+        if s.prefill is not None and s.decode is not None:
+            prefill_gpus, decode_gpus = s.prefill.total_gpus, s.decode.total_gpus
+            if not s.disagg:  # one worker pool: the launcher's name has no _ctx_/_gen_ counts
+                prefill_gpus, decode_gpus = prefill_gpus + decode_gpus, 0
+            env |= {"IS_MULTINODE": "true", "PREFILL_GPUS": str(prefill_gpus),
+                    "DECODE_GPUS": str(decode_gpus), **s.prefill.workflow_env("PREFILL_"),
+                    **s.decode.workflow_env("DECODE_")}
+        else:
+            env |= {**s.parallel.workflow_env(), "EP_SIZE": str(s.parallel.ep),
+                    "DP_ATTENTION": workflow.flag(s.parallel.dp_attn)}
+        env["RESULT_FILENAME"] = workflow.result_filename(
+            env, conc=self.conc, row_concurrencies=self.row_concurrencies,
+            runner_name=runner_name or s.runner, node_name=s.node_name,
+            extra=(f"_{self.tag}" if self.tag else "") + self.rate_suffix("_"))
+        return env
+
+    @property
+    def row_concurrencies(self) -> tuple[int, ...]:
+        """The concurrencies of the search-space row the point comes from (one multinode job
+        runs them all); a point made outside the recipe (a Python test's) has its own alone."""
+        for sweep in self.server.sweeps:
+            if (sweep.line, sweep.isl, sweep.osl) == (self.line, self.isl, self.osl):
+                return sweep.concurrencies
+        return (self.conc,)
 
     def marker_kwargs(self) -> dict[str, object]:
         s = self.server

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import metrics
+from .agg_file import ENV_KEY
 from .file_names import bounded
 from .record import PointRecord, mapping, number, strings
 
@@ -40,6 +41,9 @@ def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
              image: str | None, simulated: bool, runner_name: str | None = None
              ) -> dict[str, JSONValue]:
     s = point.server
+    image = image if image is not None else (spec.image if spec else s.image)
+    # InferenceX's workflow environment for the point: its file name and agg file come from it.
+    env = point.workflow_env(runner_name, image)
     return {
         "schema_version": SCHEMA_VERSION,
         "config_key": s.config_key,
@@ -64,9 +68,10 @@ def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
         "osl": point.osl,
         "conc": point.conc,
         "backend": backend,
-        "image": image if image is not None else (spec.image if spec else s.image),
+        "image": image,
         "simulated": simulated,
-        "result_filename": point.result_filename(runner_name),
+        "result_filename": env["RESULT_FILENAME"],
+        ENV_KEY: dict(env),
         "recipe": f"{s.source}:{point.line}",
     }
 

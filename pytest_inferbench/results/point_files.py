@@ -7,15 +7,11 @@
   self-check, workload, `simulated`, gate failures). `{**raw, **raw["inferbench"]}` without
   the namespace key gives back the point's full record (`point_record`).
 - `points/agg_<RESULT_FILENAME>.json`: what InferenceX's `utils/process_result.py` writes from
-  the raw file with the workflow's environment (`benchmark-tmpl.yml`): identity from the matrix row
-  (`dp_attention` as the string the workflow passes), per-GPU throughputs over TP, every `*_ms`
-  key in seconds without the suffix, every TPOT key also as interactivity `1000 / tpot_ms`. A
-  simulated point's agg file carries one more key, `inferbench: {"simulated": true}`, so a
-  prediction can never pass for a measurement; a measured point's agg file has nothing else.
+  the raw file with the workflow's environment (`agg_file`).
 - `requests/<RESULT_FILENAME>.jsonl` (`--inferbench-save-requests`): one line per request.
 
 `write_point_files` writes all of them. RESULT_FILENAME is
-`recipe.BenchPoint.result_filename(runner_name)`: the workflow's template,
+`recipe.BenchPoint.result_filename(runner_name)`: the workflow's template (`recipe.workflow`),
 with the runner name last (`RUNNER_NAME` on a GitHub runner, else the runner type). It is the
 files' name as it is wherever it fits and no other point of the run has it: a longer one keeps
 its start and ends with a digest (`file_names.bounded`), one another point holds gets `_2`,
@@ -31,11 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import catalog
+from . import agg_file, catalog
 from .build import write_json_atomic, write_text_atomic
 from .file_names import bounded
 from .metrics import first_send
-from .record import to_float, to_int
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -88,46 +83,9 @@ def point_record(raw: Record) -> dict[str, JSONValue]:
     return {**top, **extra} if isinstance(extra, Mapping) else top
 
 
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
 def agg_result(raw: Record) -> dict[str, JSONValue]:
-    """`process_result.py`'s output for a single-node raw point file."""
-    record = point_record(raw)
-    tp = to_int(record["tp"])
-    agg: dict[str, JSONValue] = {
-        "hw": record["runner"],
-        "conc": to_int(raw["max_concurrency"]),
-        "image": record["image"],
-        "model": raw["model_id"],
-        "infmax_model_prefix": record["model_prefix"],
-        "framework": record["framework"],
-        "precision": record["precision"],
-        "spec_decoding": record["spec_decoding"],
-        "disagg": bool(record["disagg"]),
-        "isl": to_int(record["isl"]),
-        "osl": to_int(record["osl"]),
-        "is_multinode": False,
-        "tp": tp,
-        "ep": to_int(record["ep"]),
-        "dp_attention": _flag(bool(record["dp_attention"])),  # an env string in InferenceX
-        **catalog.per_gpu(to_float(raw["total_token_throughput"]),
-                          to_float(raw["output_throughput"]), tp),
-        **_derived_as_inferencex(raw),
-    }
-    if record.get("simulated"):
-        agg[NAMESPACE] = {"simulated": True}
-    return agg
-
-
-def _derived_as_inferencex(raw: Mapping[str, JSONValue]) -> dict[str, float | None]:
-    """Derived as the summary derives them. At a TPOT statistic of 0 (one request has no
-    spread) process_result.py divides by zero and makes no agg file: neither do we."""
-    derived = catalog.derived_values(raw)
-    if any(value is None for value in derived.values()):
-        raise ZeroDivisionError("a TPOT statistic of 0 ms has no interactivity")
-    return derived
+    """`process_result.py`'s output for a raw point file (`agg_file.agg_result`)."""
+    return agg_file.agg_result(raw, point_record(raw))
 
 
 def point_paths(points_dir: Path, result_filename: str) -> tuple[Path, Path]:

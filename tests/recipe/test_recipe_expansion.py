@@ -59,7 +59,8 @@ def test_conc_list_kept_as_is_and_defaults(tmp_path: Path, master_entry) -> None
     assert point.max_model_len == 1024 + 1024 + 256
     assert point.exp_name == "minimaxm3_1k1k"
     assert point.result_filename("mi355x-amds_03") == (
-        "minimaxm3_1k1k_fp4_atom_tp2-ep1-dpafalse_disagg-false_spec-none_conc64_mi355x-amds_03"
+        "minimaxm3_1k1k_fp4_atom_tp2-pp1-dcp1-pcp1-ep1-dpafalse_disagg-false_spec-none_conc64"
+        "_mi355x-amds_03"
     )
 
 
