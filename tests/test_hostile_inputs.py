@@ -237,6 +237,9 @@ RECIPE_CASES: list[tuple[tuple[str, str] | bytes, str]] = [
     (("image: rocm", "image: *nothing"), ":2: YAML syntax error"),
     (("precision: fp4", "precision: fp4\n  bomb: " + "[" * 150 + "]" * 150),
      "YAML syntax error: nested deeper than 100 levels"),
+    # Deep enough that composing it would recurse past the C stack (a crash, not an error).
+    (("precision: fp4", "precision: fp4\n  bomb: " + "[" * 200_000 + "]" * 200_000),
+     "YAML syntax error: nested deeper than 100 levels"),
 ]
 
 

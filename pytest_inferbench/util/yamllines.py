@@ -53,6 +53,10 @@ def load_data(text: str | bytes) -> object:
     """Plain data (no line numbers) through the same safe loader and bounds, for files read
     whole and judged elsewhere (master files' keys, changelog history, catalog data). Raises
     `yaml.YAMLError`."""
+    try:
+        _check_nesting(text)
+    except YamlSyntaxError as exc:
+        raise yaml.YAMLError(str(exc)) from None
     root = yaml.compose(text, Loader=_LOADER)
     if root is None:
         return None
@@ -70,6 +74,7 @@ def compose(text: str) -> Node | None:
     them later as an exception without one.
     """
     try:
+        _check_nesting(text)
         root = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -82,6 +87,27 @@ def compose(text: str) -> Node | None:
             raise YamlSyntaxError(*problem)
         _check_values(root)
     return root
+
+
+_OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def _check_nesting(text: str | bytes) -> None:
+    """`MAX_DEPTH` held before anything is composed: libyaml's composer recurses once per
+    level in C, so a document nested some 100,000 levels deep (a few hundred kilobytes of
+    brackets) would crash the interpreter, not raise. Its parser keeps its own stack, so
+    the events are read flat, at about a third of what composing costs."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, _OPENS):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise YamlSyntaxError(mark.line + 1 if mark else 1,
+                                      f"nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, _CLOSES):
+            depth -= 1
 
 
 def _children(node: Node) -> list[Node]:
