@@ -184,6 +184,11 @@ def _search_row(w: Walker, where: str, scenario: str, node: Node, entry: EntryCo
             return None
         prefill = _worker(w, f.get("prefill"), node, f"{where}.prefill")
         decode = _worker(w, f.get("decode"), node, f"{where}.decode")
+        if (prefill is not None and decode is not None
+                and bool(prefill.hardware) != bool(decode.hardware)):
+            w.errors.add(node, where, "hardware given on one worker pool only (expected "
+                         "hardware on both prefill and decode, or on neither)")
+            return None
         if agentic and "offloading" not in f:
             for name in PARALLEL_KEYS:
                 if name in f:

@@ -29,7 +29,7 @@ from .model import (
     ServerConfig,
     hardware_for_runner,
 )
-from .rows import EntryContext, group_into_servers, scenarios
+from .rows import EntryContext, Row, group_into_servers, scenarios
 from .yaml_walk import Errors, RecipeError, Walker, describe, scalar
 
 if TYPE_CHECKING:
@@ -118,11 +118,9 @@ def _entry(w: Walker, key: str, key_node: Node, node: Node,
     context = EntryContext(key=key, multinode=bool(multinode), router=router,
                            kv_p2p_transfer=transfer)
     rows = scenarios(w, fields["scenarios"], context) if "scenarios" in fields else []
-    if runner and any(r.current_offloading for r in rows):
-        problem = agentic.cluster_runner_problem(runner, CLUSTER_LABEL_PREFIX)
-        if problem:
-            w.errors.add(fields["runner"], f"{key}.runner", problem)
-            return []
+    if any(r.current_offloading for r in rows) and not _agentic_entry_rules(
+            w, key, fields, runner, disagg, rows):
+        return []
     given = {name: value for name, value in text.items() if value is not None}
     if (len(given) < len(names) or multinode is None or disagg is None or hardware is None
             or not rows):
@@ -134,6 +132,22 @@ def _entry(w: Walker, key: str, key_node: Node, node: Node,
         disagg=disagg, source=w.errors.path, line=key_node.start_mark.line + 1)
     return [_with_dram_budget(w, key, key_node, server, runners)
             for server in group_into_servers(entry, rows)]
+
+
+def _agentic_entry_rules(w: Walker, key: str, fields: dict[str, Node], runner: str | None,
+                         disagg: bool | None, rows: list[Row]) -> bool:
+    """The entry-wide rules of the current agentic schema: a cluster runner, and a disaggregated
+    entry's kv-p2p-transfer on the entry or on every row. False when one is broken."""
+    ok = True
+    problem = agentic.cluster_runner_problem(runner, CLUSTER_LABEL_PREFIX) if runner else None
+    if problem:
+        w.errors.add(fields["runner"], f"{key}.runner", problem)
+        ok = False
+    if disagg and any(r.shape.kv_p2p_transfer is None for r in rows):
+        w.errors.add(fields["disagg"], f"{key}.disagg", "disaggregated without kv-p2p-transfer "
+                     "(expected kv-p2p-transfer on the entry or on every search-space row)")
+        ok = False
+    return ok
 
 
 def _with_dram_budget(w: Walker, key: str, key_node: Node, server: ServerConfig,

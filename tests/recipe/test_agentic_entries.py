@@ -108,6 +108,11 @@ def test_without_runners_yaml_the_dram_budget_is_unknown(tmp_path: Path) -> None
         ("prefill: { num-worker: 1, tp: 4,", "prefill: { num-worker: 1, tp: 3,",
          "L16: dsv4-fp4-gb300-dynamo-trt-agentx: prefill worker tp*pp*pcp-size=3 does not "
          "divide gpus-per-node=4 evenly"),
+        ("  kv-p2p-transfer: nixl\n", "",
+         "L24: dsv4-fp4-gb300-dynamo-trt-agentx.disagg: disaggregated without kv-p2p-transfer"),
+        ("prefill: { num-worker: 1,", "prefill: { hardware: gb300, num-worker: 1,",
+         "L30: dsv4-fp4-gb300-dynamo-trt-agentx.scenarios.agentic-coding[0].search-space[0]: "
+         "hardware given on one worker pool only"),
         ("  cluster:gb300-nv: { available-cpu-dram-mib: 860_160, gpus-per-node: 4 }\n", "",
          "L16: dsv4-fp4-gb300-dynamo-trt-agentx.runner: no hardware row for 'cluster:gb300-nv'"),
     ],
@@ -141,6 +146,12 @@ def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
         "nvidia-master.yaml::qwen3.5-fp8-b200-sglang-agentic-mtp-tp4-offload-dram-hicache"
         "::agentic-conc16",
     ]
+    # The sim backend runs multinode servers, but not agentic ones: both kinds skip, saying so.
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider",
+                                "-m", "inferbench(kv_offloading='dram')")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]2[]] *agentic trace replay is not implemented on the sim backend yet*"])
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "-k", "agentic",
                                 "-m", "inferbench(exp_name='qwen3.5_tp8_conc8_kvnone_spec-mtp')")
     result.assert_outcomes(skipped=1)
