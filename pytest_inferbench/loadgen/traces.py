@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -254,8 +254,12 @@ class _Reader:
         }
         if len(self.problems) > before or requests is None:
             return None
-        return Subagent(requests=tuple(r for r in requests if isinstance(r, TraceRequest)),
-                        position=position, **values)
+        # Nested times are absolute in the published corpora; one before its subagent's own `t`
+        # is the older relative convention and is read as an offset from it.
+        start = values["t"]
+        inner = tuple(r if r.t >= start else replace(r, t=start + r.t)
+                      for r in requests if isinstance(r, TraceRequest))
+        return Subagent(requests=inner, position=position, **values)
 
     def requests(self, obj: object, path: str, *, nested: bool
                  ) -> list[TraceRequest | Subagent] | None:

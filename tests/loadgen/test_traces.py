@@ -166,3 +166,15 @@ def test_a_directory_without_traces_and_an_empty_file_say_so(tmp_path: Path) -> 
     (tmp_path / "traces.jsonl").write_text("\n", encoding="utf-8")
     with pytest.raises(TraceError, match="no traces"):
         load_traces(tmp_path)
+
+
+def test_a_nested_time_before_its_subagent_is_relative_to_it(tmp_path: Path) -> None:
+    trace = json.loads(json.dumps(GOOD))
+    inner = {"t": 0.5, "type": "n", "model": "m", "in": 64, "out": 1, "api_time": 1.0}
+    trace["requests"].append({"t": 2.0, "type": "subagent", "agent_id": "x",
+                              "subagent_type": "S", "status": "completed", "models": ["m"],
+                              "requests": [inner, {**inner, "t": 4.0}]})
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+    (sub,) = load_traces(path)[0].subagents
+    assert [r.t for r in sub.requests] == [2.0 + 0.5, 4.0]
