@@ -115,6 +115,9 @@ def test_without_runners_yaml_the_dram_budget_is_unknown(tmp_path: Path) -> None
          "hardware given on one worker pool only"),
         ("  cluster:gb300-nv: { available-cpu-dram-mib: 860_160, gpus-per-node: 4 }\n", "",
          "L16: dsv4-fp4-gb300-dynamo-trt-agentx.runner: no hardware row for 'cluster:gb300-nv'"),
+        (RUNNERS, "hardware: [1, 2]\n",
+         "L16: dsv4-fp4-gb300-dynamo-trt-agentx.runner: no 'hardware:' mapping of runner labels "
+         "in "),
     ],
 )
 def test_invalid_agentic_entries_say_file_and_line(tmp_path: Path, old: str, new: str,
@@ -130,8 +133,13 @@ def test_invalid_agentic_entries_say_file_and_line(tmp_path: Path, old: str, new
         load_recipe(path)
     messages = [m.replace(f"{path}:", "L") for m in info.value.messages]
     assert any(expected in m for m in messages), messages
-    # The other entry of the file still collects.
-    assert len(load_recipe(path, strict=False).servers) >= 1
+    # Problems stay with their entry: an entry the change leaves valid still collects.
+    recipe = load_recipe(path, strict=False)
+    invalid = {e.config_key for e in recipe.invalid_entries}
+    assert any(m.split(": ")[1].startswith(tuple(invalid)) for m in messages)
+    assert invalid.isdisjoint(s.config_key for s in recipe.servers)
+    assert invalid | {s.config_key for s in recipe.servers} == {
+        "qwen3.5-fp8-b200-sglang-agentic-mtp", "dsv4-fp4-gb300-dynamo-trt-agentx"}
 
 
 def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
