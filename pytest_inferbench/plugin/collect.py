@@ -17,6 +17,8 @@ import pytest
 
 from ..backends.base import ServerDiedError, ServerStartError
 from ..options.backend_registry import unsupported_reason
+from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
+from ..recipe.agentic import replay_skip_reason
 from ..recipe.launch import LaunchSpecError
 from ..recipe.schema import RecipeError, load_recipe
 from ..state import get_session_state
@@ -164,8 +166,10 @@ class BenchItem(pytest.Function):
             # The recipe gives this point more than once; it runs once. -k duplicate finds it.
             self.keywords["duplicate"] = "also at line " + ", ".join(map(str, point.repeated_at))
             self.extra_keyword_matches.add("duplicate")
-        reason = point.server.skip_reason or unsupported_reason(
-            get_session_state(self.config).settings.backend, multinode=point.server.multinode)
+        backend = get_session_state(self.config).settings.backend
+        reason = (replay_skip_reason(backend) if point.server.scenario == AGENTIC_SCENARIO
+                  else point.server.skip_reason) or unsupported_reason(
+            backend, multinode=point.server.multinode)
         if reason:
             self.add_marker(pytest.mark.skip(reason=reason))
 

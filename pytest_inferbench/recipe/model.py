@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import workflow
+from . import agentic, workflow
 
 SPEC_DECODING_VALUES = ("mtp", "draft_model", "none")
 
@@ -175,6 +175,8 @@ class ServerConfig:
     dram_utilization: float | None = None
     router: str | None = None  # `name@version`
     kv_p2p_transfer: str | None = None
+    # Agentic DRAM offloading: InferenceX's `total-cpu-dram-gb` (None: no runners.yaml to say).
+    total_cpu_dram_gb: int | None = None
     # Appended by the schema when two different servers of one entry would share a name.
     name_suffix: str = ""
 
@@ -272,6 +274,8 @@ class BenchPoint:
 
     @property
     def exp_name(self) -> str:
+        if self.server.scenario == "agentic-coding":
+            return agentic.exp_name(self.server, self.conc)
         return f"{self.server.model_prefix}_{seq_len_name(self.isl, self.osl)}"
 
     def result_filename(self, runner_name: str | None = None) -> str:
@@ -320,7 +324,7 @@ class BenchPoint:
 
     def marker_kwargs(self) -> dict[str, object]:
         s = self.server
-        return {
+        kwargs: dict[str, object] = {
             "config_key": s.config_key,
             "model_prefix": s.model_prefix,
             "framework": s.framework,
@@ -335,6 +339,9 @@ class BenchPoint:
             "osl": self.osl,
             "conc": self.conc,
         }
+        if s.scenario == "agentic-coding":
+            kwargs.update(agentic.marker_fields(s, self.conc))
+        return kwargs
 
     def marker_variants(self) -> list[dict[str, object]]:
         """The marker's kwargs as written, then with every text in lower and in upper case.

@@ -12,10 +12,10 @@ from collections import Counter
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from yaml.nodes import Node
+from yaml.nodes import MappingNode, Node
 
 from .model import SPEC_DECODING_VALUES, Parallelism, SeqLenSweep, ServerConfig, Worker
-from .yaml_walk import Walker
+from .yaml_walk import Walker, scalar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +35,9 @@ WORKER_KEYS = ("num-worker", "tp", "ep", "dp-attn", "additional-settings", "hard
 # `offloading` is the older agentic key; `kv-offloading` (with a backend) replaced it.
 OFFLOADING_VALUES = ("none", "cpu", "ssd", "lmcache", "lmcache-mp", "hicache")
 KV_OFFLOADING_VALUES = ("none", "dram")
-AGENTIC_SKIP = "agentic-coding: not supported yet"
+# Parsed and valid, but not run: the backend-specific wording is `agentic.replay_skip_reason`.
+AGENTIC_SKIP = "agentic-coding: agentic trace replay is not implemented yet"
+IMAGE_VERSION = "image:"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class Row:
     osl: int
     concurrencies: tuple[int, ...]
     line: int
+    # An agentic row that says `kv-offloading`/`kv-offload-backend`: the current schema, whose
+    # entries must name a `cluster:` runner (the older one had neither).
+    current_offloading: bool = False
 
 
 def scenarios(w: Walker, node: Node, entry: EntryContext) -> list[Row]:
@@ -127,8 +132,10 @@ def _scenario_item(w: Walker, where: str, scenario: str, node: Node,
         parsed = _search_row(w, row_where, scenario, row_node, entry, dram)
         if parsed is not None and isl is not None and osl is not None:
             shape, concs = parsed
+            current = isinstance(row_node, MappingNode) and any(
+                scalar(k) in ("kv-offloading", "kv-offload-backend") for k, _ in row_node.value)
             rows.append(Row(shape=shape, isl=isl, osl=osl, concurrencies=concs,
-                            line=row_node.start_mark.line + 1))
+                            line=row_node.start_mark.line + 1, current_offloading=current))
     return rows
 
 
@@ -165,7 +172,7 @@ def _search_row(w: Walker, where: str, scenario: str, node: Node, entry: EntryCo
     if "recipe-fingerprint" in f:
         w.string(f["recipe-fingerprint"], f"{where}.recipe-fingerprint")
     if agentic:
-        offload = _offloading(w, f, where, dram_utilization)
+        offload = _offloading(w, f, where, dram_utilization, entry.multinode)
         ok = ok and offload is not None
         common.update(offload or {})
     ok = ok and spec is not None and concs is not None and (
@@ -177,6 +184,17 @@ def _search_row(w: Walker, where: str, scenario: str, node: Node, entry: EntryCo
             return None
         prefill = _worker(w, f.get("prefill"), node, f"{where}.prefill")
         decode = _worker(w, f.get("decode"), node, f"{where}.decode")
+        if (prefill is not None and decode is not None
+                and bool(prefill.hardware) != bool(decode.hardware)):
+            w.errors.add(node, where, "hardware given on one worker pool only (expected "
+                         "hardware on both prefill and decode, or on neither)")
+            return None
+        if agentic and "offloading" not in f:
+            for name in PARALLEL_KEYS:
+                if name in f:
+                    w.errors.add(f[name], f"{where}.{name}", "not valid on a multinode "
+                                 "agentic row (expected it on the prefill/decode workers)")
+                    ok = False
         if prefill is None or decode is None or concs is None or not ok:
             return None
         p = decode.parallel
@@ -212,8 +230,8 @@ def _parallel(w: Walker, f: dict[str, Node], where: str) -> Parallelism | None:
     return Parallelism(tp=tp, ep=ep, dp_attn=dp_attn, pp=pp, dcp=dcp, pcp=pcp)
 
 
-def _offloading(w: Walker, f: dict[str, Node], where: str,
-                dram_utilization: float | None) -> dict[str, Any] | None:
+def _offloading(w: Walker, f: dict[str, Node], where: str, dram_utilization: float | None,
+                multinode: bool) -> dict[str, Any] | None:
     if "offloading" in f and ("kv-offloading" in f or "kv-offload-backend" in f):
         w.errors.add(f["offloading"], f"{where}.offloading", "given with kv-offloading "
                      "(expected the older 'offloading' or 'kv-offloading', not both)")
@@ -221,6 +239,10 @@ def _offloading(w: Walker, f: dict[str, Node], where: str,
     if "offloading" in f:
         return {"offloading": w.choice(f["offloading"], f"{where}.offloading",
                                        OFFLOADING_VALUES)}
+    if "kv-offloading" not in f and not multinode and "tp" in f:
+        w.errors.add(f["tp"], f"{where}", "missing required key kv-offloading (expected "
+                     "'none' or 'dram' on every single-node agentic row)")
+        return None
     mode = (w.choice(f["kv-offloading"], f"{where}.kv-offloading", KV_OFFLOADING_VALUES)
             if "kv-offloading" in f else "none")
     backend = None
@@ -229,6 +251,18 @@ def _offloading(w: Walker, f: dict[str, Node], where: str,
         backend = (w.string(node, f"{where}.kv-offload-backend") if node.tag.endswith(":str")
                    else w.component(node, f"{where}.kv-offload-backend",
                                     version_required=False))
+        if backend is not None and backend.partition("@")[2].startswith(IMAGE_VERSION):
+            w.errors.add(node, f"{where}.kv-offload-backend.version", "an image reference "
+                         "(expected the backend's own release, package version or commit)")
+            return None
+        if mode == "none":
+            w.errors.add(node, f"{where}.kv-offload-backend", "given with kv-offloading "
+                         "'none' (expected a backend only when kv-offloading is 'dram')")
+            return None
+    elif mode == "dram":
+        w.errors.add(f["kv-offloading"], f"{where}.kv-offloading", "dram offloading without "
+                     "kv-offload-backend (expected kv-offload-backend: {name: ...})")
+        return None
     if mode == "dram" and dram_utilization is None:
         w.errors.add(f["kv-offloading"], f"{where}.kv-offloading", "dram offloading without "
                      "dram-utilization (expected dram-utilization on the agentic-coding entry)")

@@ -13,14 +13,23 @@ gives every other entry's servers, and the bad entry's problems are listed, all 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from typing import TYPE_CHECKING
 
 from ..util import yamllines
 from ..util.yamllines import MappingNode, Node
-from .model import GPU_BY_RUNNER_PREFIX, InvalidEntry, RecipeFile, ServerConfig, hardware_for_runner
-from .rows import EntryContext, group_into_servers, scenarios
+from . import agentic
+from .model import (
+    CLUSTER_LABEL_PREFIX,
+    GPU_BY_RUNNER_PREFIX,
+    InvalidEntry,
+    RecipeFile,
+    ServerConfig,
+    hardware_for_runner,
+)
+from .rows import EntryContext, Row, group_into_servers, scenarios
 from .yaml_walk import Errors, RecipeError, Walker, describe, scalar
 
 if TYPE_CHECKING:
@@ -52,6 +61,7 @@ def load_recipe(path: Path, *, strict: bool = True) -> RecipeFile:
                    "keys to entries)")
         raise RecipeError(errors.messages)
     walker = Walker(errors)
+    runners = agentic.read_runner_table(path)
     servers: list[ServerConfig] = []
     invalid: list[InvalidEntry] = []
     seen_keys: dict[str, int] = {}
@@ -68,7 +78,7 @@ def load_recipe(path: Path, *, strict: bool = True) -> RecipeFile:
             if "*" in key:
                 errors.add(key_node, key, "'*' is reserved for changelog wildcards (expected a "
                            "config key without '*')")
-            entry_servers = _entry(walker, key, key_node, entry_node)
+            entry_servers = _entry(walker, key, key_node, entry_node, runners)
         problems = errors.messages[first_problem:]
         if problems:
             invalid.append(InvalidEntry(config_key=key, line=line, problems=tuple(problems)))
@@ -79,7 +89,8 @@ def load_recipe(path: Path, *, strict: bool = True) -> RecipeFile:
     return RecipeFile(path=path, servers=tuple(servers), invalid_entries=tuple(invalid))
 
 
-def _entry(w: Walker, key: str, key_node: Node, node: Node) -> list[ServerConfig]:
+def _entry(w: Walker, key: str, key_node: Node, node: Node,
+           runners: agentic.RunnerTable) -> list[ServerConfig]:
     fields = w.mapping(node, key, ENTRY_KEYS, ENTRY_REQUIRED)
     if fields is None:
         return []
@@ -107,6 +118,9 @@ def _entry(w: Walker, key: str, key_node: Node, node: Node) -> list[ServerConfig
     context = EntryContext(key=key, multinode=bool(multinode), router=router,
                            kv_p2p_transfer=transfer)
     rows = scenarios(w, fields["scenarios"], context) if "scenarios" in fields else []
+    if any(r.current_offloading for r in rows) and not _agentic_entry_rules(
+            w, key, fields, runner, disagg, rows):
+        return []
     given = {name: value for name, value in text.items() if value is not None}
     if (len(given) < len(names) or multinode is None or disagg is None or hardware is None
             or not rows):
@@ -116,7 +130,50 @@ def _entry(w: Walker, key: str, key_node: Node, node: Node) -> list[ServerConfig
         model_prefix=given["model-prefix"], runner=given["runner"], hardware=hardware,
         precision=given["precision"], framework=given["framework"], multinode=multinode,
         disagg=disagg, source=w.errors.path, line=key_node.start_mark.line + 1)
-    return group_into_servers(entry, rows)
+    return [_with_dram_budget(w, key, key_node, server, runners)
+            for server in group_into_servers(entry, rows)]
+
+
+def _agentic_entry_rules(w: Walker, key: str, fields: dict[str, Node], runner: str | None,
+                         disagg: bool | None, rows: list[Row]) -> bool:
+    """The entry-wide rules of the current agentic schema: a cluster runner, and a disaggregated
+    entry's kv-p2p-transfer on the entry or on every row. False when one is broken."""
+    ok = True
+    problem = agentic.cluster_runner_problem(runner, CLUSTER_LABEL_PREFIX) if runner else None
+    if problem:
+        w.errors.add(fields["runner"], f"{key}.runner", problem)
+        ok = False
+    if disagg and any(r.shape.kv_p2p_transfer is None for r in rows):
+        w.errors.add(fields["disagg"], f"{key}.disagg", "disaggregated without kv-p2p-transfer "
+                     "(expected kv-p2p-transfer on the entry or on every search-space row)")
+        ok = False
+    return ok
+
+
+def _with_dram_budget(w: Walker, key: str, key_node: Node, server: ServerConfig,
+                      runners: agentic.RunnerTable) -> ServerConfig:
+    """An agentic server with InferenceX's `total-cpu-dram-gb` (None when there is no
+    runners.yaml beside the recipe to size a DRAM budget from)."""
+    if server.scenario != agentic.SCENARIO:
+        return server
+    if server.offloading != "dram":
+        return dataclasses.replace(server, total_cpu_dram_gb=0)
+    if not runners.found:
+        return server
+    hardware = runners.hardware.get(server.runner)
+    if runners.problem or hardware is None:
+        w.errors.add(key_node, f"{key}.runner", f"{runners.problem or 'no hardware row for '}"
+                     f"{'' if runners.problem else repr(server.runner)} in {runners.path} "
+                     "(expected available-cpu-dram-mib and gpus-per-node for the runner of a "
+                     "dram-offloading agentic entry)")
+        return server
+    try:
+        return dataclasses.replace(server,
+                                   total_cpu_dram_gb=agentic.total_cpu_dram_gb(server, hardware))
+    except ValueError as exc:
+        w.errors.add(key_node, key, f"{exc} (expected a topology that fits the runner's nodes "
+                     "to size its DRAM budget)")
+        return server
 
 
 def _fingerprint(w: Walker, node: Node, where: str) -> None:

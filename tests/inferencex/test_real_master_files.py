@@ -73,5 +73,6 @@ def test_multinode_entries_skip_off_the_simulator_and_agentic_ones_everywhere(
     assert outcomes["skipped"] > 0
     assert set(outcomes) == {"skipped", "deselected"}, outcomes
     for reason in ("multinode: not supported by the process backend yet",
-                   "agentic-coding: not supported yet"):
+                   "agentic-coding: agentic trace replay is not implemented on the process "
+                   "backend yet"):
         result.stdout.fnmatch_lines([f"SKIPPED * {reason}*"])

@@ -180,11 +180,12 @@ def test_multinode_runs_on_the_simulator_and_skips_elsewhere(
     ]
     result = pytester.runpytest("-rs", "--inferbench-prompts-per-conc", "1")
     result.assert_outcomes(passed=2, skipped=1)
-    result.stdout.fnmatch_lines(["*agentic-coding: not supported yet*"])
+    result.stdout.fnmatch_lines(
+        ["*agentic-coding: agentic trace replay is not implemented on the sim backend yet*"])
     # Other backends do not run multinode servers yet: they skip, saying which backend does.
     result = pytester.runpytest("-rs", "--inferbench-backend", "process")
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(
         ["*multinode: not supported by the process backend yet (runs on: sim, external)*",
-         "*agentic-coding: not supported yet*"]
+         "*agentic-coding: agentic trace replay is not implemented on the process backend yet*"]
     )
