@@ -104,3 +104,13 @@ def test_one_config_entry_selects_only_its_points(pytester: pytest.Pytester,
     master.write_text(text[:end] + "-rebuilt" + text[end:], encoding="utf-8")
     # Every scenario of the one entry; not the archived entry of the same key.
     assert selected(pytester, "configs") == points(repo, LIVE, CONFIG)
+
+
+def test_an_added_changelog_entry_reruns_its_configs_within_its_scenario_type(
+        pytester: pytest.Pytester, repo: Path) -> None:
+    # A changelog-only change: the wildcard names both configs, the scenario-type one of them.
+    append(repo / "perf-changelog.yaml", "\n- config-keys:\n    - kimik2.5-fp4-mi355x-vllm*\n"
+           "  scenario-type:\n    - agentic-coding\n  description:\n    - \"Rerun\"\n"
+           "  pr-link: XXX\n")
+    chosen = selected(pytester, "configs", "perf-changelog.yaml")
+    assert chosen == points(repo, LIVE, AGENTIC_CONFIG, "agentic-coding")
