@@ -2,8 +2,9 @@
 
 File-level problems (trailing newline, tabs, ...) fail the first entry's item. With a base
 revision (`--inferbench-changelog-base REV`, or origin/main with `--inferbench-pr N`) the
-`history` item checks that existing entries are untouched and additions are appended, and
-each added entry must name live configs that the branch changed, and link PR N (or XXX).
+`history` item checks that existing entries are untouched and additions are appended, each
+added entry must name live configs and link PR N (or XXX), and the entries the branch did not
+add pass (never re-judged). Without a base each entry is held to the schema alone.
 """
 
 from __future__ import annotations
