@@ -8,7 +8,6 @@ Each entry becomes one item; file-level problems belong to the first.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,9 @@ FIELDS = (
     "append-only",
     "eval-min-prefill-ep",
 )
+FLAGS = ("evals-only", "all-evals", "append-only")  # true/false fields
+SCENARIO_TYPES = ("fixed-seq-len", "agentic-coding")
+BOOL_TAG, INT_TAG, NULL_TAG = (f"tag:yaml.org,2002:{name}" for name in ("bool", "int", "null"))
 
 
 class ChangelogError(Exception):
@@ -43,6 +45,7 @@ class ChangelogEntry:
     description: tuple[str, ...]
     pr_link: str
     problems: tuple[str, ...] = ()  # schema problems found while parsing
+    scenario_types: tuple[str, ...] = ()  # `scenario-type`: the scenarios it reruns; () all
 
     @property
     def identity(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -109,7 +112,49 @@ def _entry(index: int, node: yaml.Node, path: Path) -> ChangelogEntry:
     link = str(link_node.value) if isinstance(link_node, yaml.ScalarNode) else ""
     if not link:
         problems.append(f"{where}: pr-link is missing")
-    return ChangelogEntry(index, line, keys, description, link, tuple(problems))
+    problems += _option_problems(fields, where)
+    scenarios = _strings(fields.get("scenario-type"))[0]
+    return ChangelogEntry(index, line, keys, description, link, tuple(problems), scenarios)
+
+
+def _scalar(node: yaml.Node | None, tag: str) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == tag
+
+
+def _option_problems(fields: dict[str, yaml.Node], where: str) -> list[str]:
+    """The optional fields, typed as InferenceX's `ChangelogEntry` types them."""
+    problems = [f"{where}: {name} must be true or false" for name in FLAGS
+                if name in fields and not _scalar(fields[name], BOOL_TAG)]
+    min_ep = fields.get("eval-min-prefill-ep")
+    if min_ep is not None and not _scalar(min_ep, NULL_TAG) and not (
+            _scalar(min_ep, INT_TAG) and _int(min_ep) >= 1):
+        problems.append(f"{where}: eval-min-prefill-ep must be a whole number of at least 1")
+    scenarios = fields.get("scenario-type")
+    if scenarios is not None and not _scalar(scenarios, NULL_TAG):
+        names, ok = _strings(scenarios)
+        if not ok or not names or not set(names) <= set(SCENARIO_TYPES):
+            problems.append(f"{where}: scenario-type must be a non-empty list of "
+                            + " / ".join(SCENARIO_TYPES))
+    # An append-only entry adds throughput points to a curve; InferenceX refuses it any eval
+    # selection, since there is no earlier eval result to append to.
+    if _true(fields.get("append-only")) and (
+            any(_true(fields.get(name)) for name in ("evals-only", "all-evals"))
+            or (min_ep is not None and not _scalar(min_ep, NULL_TAG))):
+        problems.append(f"{where}: append-only cannot be combined with evals-only, all-evals "
+                        "or eval-min-prefill-ep")
+    return problems
+
+
+def _true(node: yaml.Node | None) -> bool:
+    return (isinstance(node, yaml.ScalarNode) and node.tag == BOOL_TAG
+            and str(node.value).lower() in ("true", "yes", "on"))
+
+
+def _int(node: yaml.Node) -> int:
+    try:
+        return int(yaml.safe_load(str(node.value)))
+    except (TypeError, ValueError):
+        return 0
 
 
 def load_changelog(path: Path) -> Changelog:
@@ -131,16 +176,25 @@ def known_config_keys(directory: Path, globs: tuple[str, ...] = ("*-master.yaml"
     return keys
 
 
+def key_matches(pattern: str, key: str) -> bool:
+    """Whether a changelog's config key names a config: `*` stands for any run of characters,
+    every other character for itself (InferenceX resolves keys so, `?` and `[` included)."""
+    return re.fullmatch(re.escape(pattern).replace(r"\*", ".*"), key) is not None
+
+
 def check_entry(
     entry: ChangelogEntry, known_keys: set[str], pr_number: int | None, added: bool
 ) -> list[str]:
     """Everything wrong with one entry, one line each. Only entries the branch added are held
-    to live config keys and to the PR number: history is never re-judged."""
+    to live config keys and to a canonical link (of PR N with `--inferbench-pr N`), as
+    InferenceX's validator holds only the lines a change adds: history is never re-judged."""
     where = f"entry at line {entry.line}"
     failures = list(entry.problems)
-    for key in entry.config_keys if added else ():
+    if not added:
+        return failures
+    for key in entry.config_keys:
         if "*" in key:
-            if not any(fnmatch.fnmatchcase(k, key) for k in known_keys):
+            if not any(key_matches(key, k) for k in known_keys):
                 failures.append(
                     f"{where}: no config keys matched the wildcard pattern "
                     f"{key!r} in master configs"
@@ -154,7 +208,7 @@ def check_entry(
             f"{where}: pr-link {link!r} is not a canonical PR URL "
             "(https://github.com/SemiAnalysisAI/InferenceX/pull/N) or XXX"
         )
-    if pr_number is not None and added and found and int(found.group(1)) != pr_number:
+    if pr_number is not None and found and int(found.group(1)) != pr_number:
         failures.append(
             f"{where}: new entry links PR {found.group(1)}, but it is added by "
             f"PR {pr_number}: use .../pull/{pr_number} or XXX"

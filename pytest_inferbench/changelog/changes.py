@@ -1,9 +1,6 @@
-"""What a branch changed since a git revision: the configs it touches.
-
-A config is touched when its master-file entry is new or differs (as data) from the revision,
-when its launch spec changed, or when its InferenceX server script
-(`<prefix>_<precision>_<gpu>[_<framework>][_mtp].sh`) changed. The changelog gate and
-`--inferbench-changed-since` both ask this module.
+"""What a branch changed since a git revision: its files, and the master entries (per scenario)
+that are new or differ as data. `--inferbench-changed-since` asks this module which server
+nodes those changes start differently (`launchers.py` names the files that start a node).
 
 Git runs only through `run_git`: an argv (never a shell), a deadline, and for every failure
 (git missing, a non-zero exit, a hung git) a `GitError` whose message says which command and
@@ -18,11 +15,17 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from ..options import GIT_TIMEOUT_S
 from ..util.yamllines import load_data
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ..recipe.model import ServerConfig
 
 
 class RevisionError(Exception):
@@ -148,28 +151,62 @@ def _mapping(data: object) -> dict[str, object]:
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def touched_configs(revision: Revision, recipe_files: list[Path],
-                    launch_names: dict[str, set[str]]) -> set[str]:
-    """Config keys touched since the revision.
+ALL_SCENARIOS = "*"  # an entry change outside its `scenarios:` sections touches each of them
 
-    launch_names: config key -> the launch spec / script stems that start its server.
-    Raises `RevisionError` when git fails or a recipe at the revision cannot be read.
-    """
-    touched: set[str] = set()
-    changed = revision.changed_files()
+
+@dataclass(frozen=True)
+class Changes:
+    """What a branch changed since a revision, in the terms a server node is built from."""
+
+    files: frozenset[Path]  # resolved: changed, added, deleted or untracked
+    entries: frozenset[tuple[Path, str, str]]  # (resolved recipe, config key, scenario or "*")
+
+    def entry_changed(self, server: ServerConfig) -> bool:
+        """Whether the server's own master entry changed (in its recipe file: a key that
+        another file, say a deprecated archive, holds as well is another config)."""
+        source = server.source.resolve()
+        return bool({(source, server.config_key, ALL_SCENARIOS),
+                     (source, server.config_key, server.scenario)} & self.entries)
+
+    def changed_keys(self, recipe: Path) -> set[str]:
+        source = recipe.resolve()
+        return {key for path, key, _ in self.entries if path == source}
+
+    def any_changed(self, paths: Iterable[Path]) -> bool:
+        return any(path.resolve() in self.files for path in paths)
+
+
+def branch_changes(revision: Revision, recipe_files: Iterable[Path]) -> Changes:
+    """Raises `RevisionError` when git fails or a recipe at the revision cannot be read."""
+    files = frozenset(p.resolve() for p in revision.changed_files())
+    entries: set[tuple[Path, str, str]] = set()
     for recipe in recipe_files:
-        if recipe.resolve() not in {p.resolve() for p in changed}:
+        path = recipe.resolve()
+        if path not in files:
             continue
         before = revision.entries(recipe)
         try:
             after = _mapping(load_data(recipe.read_bytes().decode("utf-8")))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             # Its own collection reports the working tree's broken file, naming its line;
-            # what it holds now cannot be told, so each entry it had counts as touched.
-            touched.update(before)
+            # what it holds now cannot be told, so each entry it had counts as changed.
+            entries.update((path, key, ALL_SCENARIOS) for key in before)
             continue
-        touched.update(key for key, value in after.items() if before.get(key) != value)
-    stems = {p.stem for p in changed if p.suffix in (".yaml", ".sh")}
-    stems |= {stem.removesuffix("_mtp") for stem in stems}
-    touched.update(key for key, names in launch_names.items() if names & stems)
-    return touched
+        for key, value in after.items():
+            entries.update((path, key, scenario)
+                           for scenario in _changed_scenarios(before.get(key), value))
+    return Changes(files, frozenset(entries))
+
+
+def _changed_scenarios(before: object, after: object) -> set[str]:
+    """The scenarios of one master entry that differ: those whose `scenarios:` section
+    changed, or all of them when anything else in the entry did."""
+    if before == after:
+        return set()
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return {ALL_SCENARIOS}
+    outside = {k: v for k, v in before.items() if k != "scenarios"}
+    if outside != {k: v for k, v in after.items() if k != "scenarios"}:
+        return {ALL_SCENARIOS}
+    old, new = _mapping(before.get("scenarios")), _mapping(after.get("scenarios"))
+    return {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}

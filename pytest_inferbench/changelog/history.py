@@ -2,8 +2,8 @@
 
 Existing entries are immutable byte for byte, except pr-link-only corrections to a canonical
 link (which may not be mixed with additions). New entries go at the end, after exactly one empty
-line, one empty line between them, and the file ends with one newline. A changed, deleted,
-reformatted or inserted-in-the-middle entry fails with one line naming it.
+line (spaces on it allowed), one empty line between them, and the file ends with one newline.
+A changed, deleted, reformatted or inserted-in-the-middle entry fails with one line naming it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from ..util.yamllines import load_data
 from . import PR_URL
 
 ENTRY_START = re.compile(rb"(?m)^- config-keys:")
+# The end of the previous entry, then one empty line. A line of spaces counts as empty: its
+# history has such separators, added by changes its own workflow accepted.
+ONE_BLANK_LINE = re.compile(rb"\S[^\n]*\n *\n\Z")
+TRAILING_EMPTY_LINES = re.compile(rb"(?:\n *)+\Z")
 
 
 @dataclass
@@ -32,6 +36,11 @@ def _chunks(raw: bytes) -> list[bytes]:
     # entries (empty at the base, or new on the branch) has no chunks.
     return [raw[a:b] for a, b in zip(starts, [*starts[1:], len(raw)][:len(starts)],
                                      strict=True)]
+
+
+def _trimmed(chunk: bytes) -> bytes:
+    """An entry's bytes without the empty lines after it (the separator before the next)."""
+    return TRAILING_EMPTY_LINES.sub(b"", chunk)
 
 
 def _data(raw: bytes) -> list[object]:
@@ -68,7 +77,7 @@ def check_history(base_raw: bytes, head_raw: bytes) -> History:
     for i, old in enumerate(base):
         new = head[i] if i < len(head) else None
         same_bytes = i < len(head_chunks) and (
-            head_chunks[i].rstrip(b"\n") == base_chunks[i].rstrip(b"\n"))
+            _trimmed(head_chunks[i]) == _trimmed(base_chunks[i]))
         if old == new and same_bytes:
             continue
         here = _name(new, head_raw, head_starts[i]) if new is not None else ""
@@ -106,8 +115,7 @@ def _separation(base_raw: bytes, head_raw: bytes, head: list[object], starts: li
                 first_added: int) -> list[str]:
     failures = []
     for i in range(first_added, len(head)):
-        before = head_raw[:starts[i]]
-        if i > 0 and (not before.endswith(b"\n\n") or before.endswith(b"\n\n\n")):
+        if i > 0 and not ONE_BLANK_LINE.search(head_raw[:starts[i]]):
             failures.append(f"{_name(head[i], head_raw, starts[i])}: must follow the previous "
                             "entry after exactly one empty line")
     if not head_raw.startswith(base_raw.rstrip(b"\n")):

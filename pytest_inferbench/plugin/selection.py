@@ -1,26 +1,32 @@
 """`--inferbench-changed-since REV`: run only what a branch changed, as InferenceX's PR sweep does.
 
-Kept: the server nodes of configs whose recipe entry, launch spec or server script changed since
-REV, and of configs named by changelog entries added since REV; the invalid entries among the
-changed ones; the changelog's added entries and its history check. Everything else that the
-plugin collected is deselected; `-k`/`-m` still apply on top.
+Kept, point by point: the points of a server node whose own master entry changed since REV
+(only the scenario whose `scenarios:` section changed, when nothing else did), whose launch
+spec or InferenceX benchmark script changed (that script's scenario only: an agentic script
+starts no fixed-seq-len point), or that a changelog entry added since REV names (within its
+`scenario-type`); the invalid entries among the changed ones; the changelog's added entries
+and its history check. Configs of a `deprecated/` directory are kept only when the command
+line names that directory or file. Everything else the plugin collected is deselected;
+`-k`/`-m` still apply on top.
 """
 
 from __future__ import annotations
 
-import fnmatch
 from pathlib import Path
 
 import pytest
 
-from ..changelog import ChangelogEntry, ChangelogError, load_changelog
-from ..changelog.changes import Revision, RevisionError, touched_configs
-from ..changelog.gate import launch_names
+from ..changelog import ChangelogEntry, ChangelogError, key_matches, load_changelog
+from ..changelog.changes import Revision, RevisionError, branch_changes
 from ..changelog.history import check_history
 from ..changelog.items import ChangelogFile, ChangelogItem, HistoryItem
+from ..changelog.launchers import launch_files
 from ..evals.collect import EvalItem
+from ..recipe.model import ServerConfig
 from ..state import get_session_state
 from .collect import BenchItem, InvalidEntryItem
+
+DEPRECATED_DIR = "deprecated"
 
 
 def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> None:
@@ -30,26 +36,32 @@ def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> 
     changelogs = sorted({i.parent.path for i in items
                          if isinstance(i, ChangelogItem | HistoryItem)
                          and isinstance(i.parent, ChangelogFile)})
-    names = launch_names(recipes)
+    settings = get_session_state(config).settings
     try:
         revision = Revision.of(config.rootpath, rev, "--inferbench-changed-since",
-                               get_session_state(config).settings.git_timeout_s)
-        touched = touched_configs(revision, recipes, names)
+                               settings.git_timeout_s)
+        changes = branch_changes(revision, recipes)
         added = {path: _added_entries(revision, path) for path in changelogs}
     except RevisionError as exc:
         raise pytest.UsageError(f"--inferbench-changed-since {rev}: {exc}") from None
-    named: set[str] = set()
-    for entries in added.values():
-        named.update(k for entry in entries for pattern in entry.config_keys for k in names
-                     if fnmatch.fnmatchcase(k, pattern))
-    indices = {path: {entry.index for entry in entries} for path, entries in added.items()}
-    wanted = touched | named
+    entries = [entry for found in added.values() for entry in found]
+    indices = {path: {entry.index for entry in found} for path, found in added.items()}
+    asked = _asked_deprecated(config)
+    verdicts: dict[ServerConfig, bool] = {}
+
+    def server_changed(server: ServerConfig) -> bool:
+        if server not in verdicts:
+            verdicts[server] = not _is_deprecated(server.source, config.rootpath, asked) and (
+                changes.entry_changed(server)
+                or changes.any_changed(launch_files(server, settings.layout, revision.top))
+                or any(_names(entry, server) for entry in entries))
+        return verdicts[server]
 
     def keep(item: pytest.Item) -> bool:
         if isinstance(item, BenchItem | EvalItem):
-            return item.server_node.server.config_key in wanted
+            return server_changed(item.server_node.server)
         if isinstance(item, InvalidEntryItem):
-            return item.entry.config_key in touched
+            return item.entry.config_key in changes.changed_keys(item.path)
         if isinstance(item, HistoryItem):
             return True
         if isinstance(item, ChangelogItem) and isinstance(item.parent, ChangelogFile):
@@ -62,6 +74,33 @@ def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> 
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+
+
+def _names(entry: ChangelogEntry, server: ServerConfig) -> bool:
+    """Whether an added changelog entry reruns the server's points (InferenceX resolves its
+    keys against the live master configs: `*` matches any run of characters)."""
+    if entry.scenario_types and server.scenario not in entry.scenario_types:
+        return False
+    return any(key_matches(pattern, server.config_key) for pattern in entry.config_keys)
+
+
+def _asked_deprecated(config: pytest.Config) -> list[Path]:
+    """The command-line paths inside a `deprecated/` directory: what they hold was asked for."""
+    paths = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+             for arg in config.args]
+    return [p for p in paths if DEPRECATED_DIR in p.parts]
+
+
+def _is_deprecated(recipe: Path, root: Path, asked: list[Path]) -> bool:
+    """A recipe archived in a `deprecated/` directory that the command line did not name."""
+    path = recipe.resolve()
+    try:
+        parts = path.relative_to(root.resolve()).parts
+    except ValueError:
+        parts = path.parts
+    if DEPRECATED_DIR not in parts[:-1]:
+        return False
+    return not any(path == p or p in path.parents for p in asked)
 
 
 def _added_entries(revision: Revision, path: Path) -> list[ChangelogEntry]:

@@ -98,14 +98,15 @@ def test_entry_inserted_mid_file(pr_repo: Path, inferencex_dir: Path, variant) -
                              "inserted in the middle of the history")
 
 
-def test_added_entry_naming_a_config_not_in_the_diff(pr_repo: Path, variant) -> None:  # type: ignore[no-untyped-def]
+def test_added_entry_rerunning_a_config_not_in_the_diff(pr_repo: Path, variant) -> None:  # type: ignore[no-untyped-def]
+    # InferenceX accepts a changelog entry that reruns a config the diff leaves alone (its
+    # history has changelog-only changes that recover a sweep), so the gate does too.
     text = (pr_repo / CHANGELOG).read_text(encoding="utf-8")
     variant(text.replace("    - minimaxm3-fp4-mi355x-atom-mtp\n  description:",
                          "    - minimaxm3-fp4-mi355x-atom-mtp\n    - minimaxm3-fp8-mi355x-atom\n"
                          "  description:"))
-    (failed,) = failure_lines(run_gate(pr_repo, "--inferbench-pr", "1917"))
-    assert ("config 'minimaxm3-fp8-mi355x-atom' is not changed since main (no recipe entry, "
-            "launch spec or server script of it in the diff)") in failed
+    result = run_gate(pr_repo, "--inferbench-pr", "1917")
+    assert result.returncode == 0 and failure_lines(result) == [], result.stdout[-3000:]
 
 
 def test_reformatted_old_entry(pr_repo: Path, variant) -> None:  # type: ignore[no-untyped-def]
