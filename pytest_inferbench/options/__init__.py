@@ -106,6 +106,8 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
         per point at start and end and every 30 s between; lines: always those lines; off:
         none"""),
     ("no-plots", bool, None, "do not draw PNG plots even when matplotlib is installed"),
+    ("include-deprecated", bool, None, """also collect the retired master configs in a recipe
+        directory's deprecated/ (InferenceX: configs/deprecated/), left out by default"""),
 )
 
 
@@ -142,6 +144,8 @@ def add_options(parser: pytest.Parser) -> None:
                   "recipes)", default="")
     _addini(parser, "inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
                   "each recipe file); --inferbench-launch-dir overrides it", default="")
+    _addini(parser, "inferbench_include_deprecated", "also collect the retired master configs "
+                  "in configs/deprecated/ (default: left out)", type="bool", default=False)
     _addini(parser, "inferbench_git_timeout", "seconds one git command of the changelog gate "
                   f"or --inferbench-changed-since may take (default {GIT_TIMEOUT_S:g})",
                   default="")
@@ -265,7 +269,9 @@ class Settings:
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
                 changelog=str(config.getini("inferbench_changelog")),
                 thresholds=str(config.getini("inferbench_eval_thresholds")),
-                launch_dir=str(config.getini("inferbench_launch_dir"))),
+                launch_dir=str(config.getini("inferbench_launch_dir")),
+                include_deprecated=bool(config.getoption("inferbench_include_deprecated")
+                                        or config.getini("inferbench_include_deprecated"))),
         )
 
 

@@ -21,6 +21,7 @@ import pytest
 from .. import report
 from ..backends import reaper
 from ..options.backend_registry import backend_info
+from .collect import layout_lines
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -143,4 +144,4 @@ def header_lines(config: pytest.Config, settings: Settings) -> list[str]:
     if backend_info(settings.backend).simulated:
         lines.append("inferbench: SIMULATED results -- predictions of a performance model, "
                      "not measurements of real hardware")
-    return lines
+    return [*lines, *(f"inferbench: {line}" for line in layout_lines(config))]
