@@ -79,7 +79,8 @@ def begin_run(config: pytest.Config, settings: Settings, run_id: str) -> None:
 
     try:
         prepared, activation.results_lock = run_dir.prepare(
-            settings.results_dir, run_id, (config.invocation_params.dir, config.rootpath))
+            settings.results_dir, run_id, (config.invocation_params.dir, config.rootpath),
+            keep=settings.keep_runs)
     except run_dir.ResultsDirError as exc:
         raise pytest.UsageError(f"inferbench: {exc}") from None
     lines = [*sweep_stale(settings), *prepared]
