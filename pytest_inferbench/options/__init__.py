@@ -103,8 +103,8 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
         <results>/requests/<RESULT_FILENAME>.jsonl (send time, TTFT, ITLs, token counts,
         status, error)"""),
     ("progress", PROGRESS_MODES, None, """auto (default): a live line on a terminal, else one line
-        per point at start and end and every 30 s between; lines: always those lines; off:
-        none"""),
+        per point when it ends (and every 30 s while an HTTP point runs); lines: always those
+        lines; off: none"""),
     ("no-plots", bool, None, "do not draw PNG plots even when matplotlib is installed"),
     ("include-deprecated", bool, None, """also collect the retired master configs in a recipe
         directory's deprecated/ (InferenceX: configs/deprecated/), left out by default"""),
