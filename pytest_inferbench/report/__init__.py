@@ -96,7 +96,7 @@ def register(config: pytest.Config) -> None:
         return  # workers forward reports; the controller summarizes
     collector = ReportCollector(config)
     config.pluginmanager.register(collector, COLLECTOR_NAME)
-    register_lines(config, config.stash[STATE_KEY].settings.progress)
+    register_lines(config, config.stash[STATE_KEY].settings.progress, report_results)
     if config.pluginmanager.hasplugin("html"):
         from .html import HtmlPlots
 

@@ -54,12 +54,14 @@ def lines_wanted(config: pytest.Config, mode: str) -> bool:
     return mode == "lines" or (mode == "auto" and terminal_stream() is None)
 
 
-def register_lines(config: pytest.Config, mode: str) -> None:
-    """On the controller, once: one line per point (`PointLines`)."""
+def register_lines(config: pytest.Config, mode: str,
+                   results_of: Callable[[pytest.TestReport], Sequence[Record]]) -> None:
+    """On the controller, once: one line per point (`PointLines`). `results_of`: the results
+    a report carries (`report.report_results`)."""
     if (hasattr(config, "workerinput") or not lines_wanted(config, mode)
             or config.pluginmanager.has_plugin(LINES_NAME)):
         return
-    config.pluginmanager.register(PointLines(config), LINES_NAME)
+    config.pluginmanager.register(PointLines(config, results_of), LINES_NAME)
 
 
 class PointLines:
@@ -68,8 +70,10 @@ class PointLines:
     second). Without `-v` it stands in for pytest's letter, and pytest stops writing the file
     path (it would write it again after every line of ours)."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config,
+                 results_of: Callable[[pytest.TestReport], Sequence[Record]]) -> None:
         self.config = config
+        self.results_of = results_of
         self.verbose = config.get_verbosity() > 0
         self.mid_line = False  # pytest's letters of other tests are on the current line
 
@@ -83,13 +87,10 @@ class PointLines:
     def pytest_runtestloop(self) -> None:
         self._reporter()  # before the first test: pytest writes no file path from now on
 
-    @staticmethod
-    def _results(report: pytest.TestReport) -> Sequence[Record]:
-        from . import report_results
-
+    def _results(self, report: pytest.TestReport) -> Sequence[Record]:
         if report.when != "call" or report.outcome == "skipped" or hasattr(report, "wasxfail"):
             return []
-        return report_results(report)
+        return self.results_of(report)
 
     @staticmethod
     def _unrun(report: pytest.TestReport) -> str | None:
