@@ -10,6 +10,7 @@ With `-v` pytest's own line per test stays and the point's line follows it.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from ..results.record import Record
 
 LINES_NAME = "inferbench-point-lines"
+_XDIST_HEADER = re.compile(r"^\[gw\d+\] ")
 
 
 def progress_output(config: pytest.Config, mode: str) -> ProgressOutput:
@@ -101,7 +103,9 @@ class PointLines:
         if report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
             return f"{report.nodeid}: skipped, {reason}".rstrip(", ")
-        first = next((line for line in report.longreprtext.splitlines() if line.strip()), "")
+        # The first line that says why (xdist puts "[gw0] linux -- Python ..." above it).
+        first = next((line for line in report.longreprtext.splitlines()
+                      if line.strip() and not _XDIST_HEADER.match(line)), "")
         return f"{report.nodeid}: ERROR, {first.strip()}".rstrip(", ")
 
     def _line_for(self, report: pytest.TestReport) -> bool:

@@ -90,6 +90,13 @@ def test_a_ci_log_gets_one_line_per_point_with_simulated_and_wall_time(
         "inferbench: bench-master.yaml::nospec-fp4-mi355x-atom-tp4::isl256-osl32-conc1: ERROR, "
         "*no launch spec for nospec-fp4-mi355x-atom*",
     ])
+    # Under xdist the controller writes the lines, the error's reason as well.
+    workers = pytester.runpytest(*common, "-p", "no:benchmark", "-n", "1", "bench-master.yaml",
+                                 "-k", "conc1 or conc2")
+    workers.assert_outcomes(passed=1, errors=1)
+    for line in ("inferbench: *-conc1: ERROR, nospec-fp4-mi355x-atom-tp4: no launch spec for *",
+                 f"inferbench: {node}-conc2: passed, 4/4 requests, simulated *.* s, wall *.* s"):
+        workers.stdout.fnmatch_lines([line])  # in the order the worker ran them
     # -v keeps pytest's line per test; the point's line follows it.
     verbose = pytester.runpytest(*common, "-v", "bench-master.yaml", "-k", "not nospec")
     verbose.stdout.fnmatch_lines([f"{node}-conc2 PASSED*",
