@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,8 +29,6 @@ class SessionState:
     run_id: str
     start_context: StartContext
     load: LoadSettings
-    # Directories pytest would skip (dot-directories) that hold recipes, for pytest_ignore_collect.
-    unignored_dirs: frozenset[Path] = field(default_factory=frozenset)
     # Every secret value of the run: what servers receive and credentials in the base URL.
     redactor: Redactor = field(default_factory=Redactor)
 
@@ -59,7 +56,6 @@ def create_session_state(config: pytest.Config,
                           warmup=settings.warmup, stall_timeout_s=settings.stall_timeout_s,
                           point_timeout_s=settings.point_timeout_s,
                           dataset=settings.dataset),
-        unignored_dirs=settings.layout.unignored(),
         redactor=Redactor.from_env(settings.pass_env, urls=(settings.base_url,)),
     )
     config.stash[STATE_KEY] = state

@@ -5,6 +5,7 @@ that mixes runs is refused."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -159,3 +160,83 @@ point_files._write_request_lines(Path({str(target)!r}), [], str)
     assert run_dir.remove_stale_temp_files(tmp_path) == [
         f"removed 1 temporary file(s) left by a writer that was killed mid-write in {tmp_path}"]
     assert not list(target.parent.iterdir())
+
+
+def _run_once(results: Path, run_id: str, started: float, keep: int = run_dir.KEEP_RUNS
+              ) -> list[str]:
+    """One run's start (`prepare`) and end, its run.json dated `started`."""
+    lines, lock = run_dir.prepare(results, run_id, (), keep=keep)
+    (results / "points").mkdir()
+    (results / "points" / "x.json").write_text("{}\n")
+    os.utime(results / run_dir.RUN_FILE, (started, started))
+    run_dir.release(lock)
+    return lines
+
+
+def test_only_the_newest_moved_aside_runs_are_kept_and_nothing_else_is_removed(
+        tmp_path: Path) -> None:
+    results = tmp_path / "inferbench-results"
+    # Siblings the plugin did not make, each older than every run below: a name that is no run
+    # id, a run id whose run.json names another run, one without run.json, and a link.
+    decoys = {
+        "inferbench-results.notes": {"run.json": '{"run_id": "notes"}'},
+        "inferbench-results.0123456789ab": {"run.json": '{"run_id": "ba9876543210"}'},
+        "inferbench-results.aaaaaaaaaaaa": {"data.csv": "mine\n"},
+        "inferbench-results.bbbbbbbbbbbb-2": {"run.json": "not json"},
+    }
+    for name, files in decoys.items():
+        (tmp_path / name).mkdir()
+        for file, text in files.items():
+            (tmp_path / name / file).write_text(text)
+            os.utime(tmp_path / name / file, (1000, 1000))
+    target = tmp_path / "linked"
+    target.mkdir()
+    (target / "run.json").write_text('{"run_id": "cccccccccccc"}')
+    (tmp_path / "inferbench-results.cccccccccccc").symlink_to(target)
+    run_ids = [f"{n:012x}" for n in range(1, 7)]
+    said: list[str] = []
+    for n, run_id in enumerate(run_ids):
+        said += _run_once(results, run_id, started=2000 + n)
+    kept = sorted(p.name for p in tmp_path.glob("inferbench-results.*")
+                  if p.name not in decoys and not p.is_symlink())
+    # The current run (the last) is in results; the three before it were moved aside and kept.
+    assert kept == [f"inferbench-results.{i}" for i in run_ids[2:5]]
+    assert all((tmp_path / name).is_dir() for name in decoys)
+    assert (tmp_path / "inferbench-results.cccccccccccc").is_symlink() and target.is_dir()
+    assert any(f"removed 1 earlier run(s) beside {results} (inferbench-results.{run_ids[0]})"
+               in line for line in said)
+    # keep=0: every moved-aside run goes, the decoys stay.
+    _run_once(results, f"{7:012x}", started=3000, keep=0)
+    assert sorted(p.name for p in tmp_path.glob("inferbench-results.*")) == sorted(
+        [*decoys, "inferbench-results.cccccccccccc"])
+
+
+def test_a_results_directory_is_ignored_by_git(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    results = tmp_path / "inferbench-results"
+    _run_once(results, "0123456789ab", started=time.time())
+    (tmp_path / "project.txt").write_text("tracked\n")
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert status.splitlines() == ["?? project.txt"]
+    # The next run moves this one aside; the moved directory is still ignored.
+    _run_once(results, "ba9876543210", started=time.time())
+    assert (tmp_path / "inferbench-results.0123456789ab" / run_dir.GITIGNORE).is_file()
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert status.splitlines() == ["?? project.txt"]
+
+
+def test_keep_runs_comes_from_the_ini_and_a_bad_value_is_refused(
+        pytester: pytest.Pytester) -> None:
+    (pytester.path / "bench-master.yaml").write_text(RECIPE)
+    results = pytester.path / "inferbench-results"
+    for n in range(3):  # two earlier runs moved aside, the third's results in place
+        _run_once(results, f"{n + 1:012x}", started=1000 + n)
+    pytester.makeini("[pytest]\ninferbench_keep_runs = 1\n")
+    pytester.runpytest("-p", "no:cacheprovider", "-k", "conc1").assert_outcomes(passed=1)
+    assert run_dir.moved_aside_runs(results) == [pytester.path / f"inferbench-results.{3:012x}"]
+    pytester.makeini("[pytest]\ninferbench_keep_runs = some\n")
+    refused = pytester.runpytest("-p", "no:cacheprovider", "-k", "conc1")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*inferbench_keep_runs = 'some': expected a whole number >= 0*"])

@@ -64,7 +64,8 @@ class SimHandle(ServerHandle):
 
     def run_point(self, point: BenchPoint, load: LoadSettings,
                   progress: ProgressOutput | None = None) -> PointMeasurement:
-        # Seconds per point: the runner's start and end lines are all the progress it needs.
+        # Milliseconds of wall time per point: the point's line when it ends is all the progress
+        # it needs (`report.live`).
         config = self.config
         if config.seed != load.seed:
             config = replace(config, seed=load.seed)

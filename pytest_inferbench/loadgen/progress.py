@@ -3,7 +3,7 @@
 On a terminal it redraws at most every `refresh_s` from its own task, so per-request
 bookkeeping stays a counter update; the text is drawn to the right of the cursor and wiped when
 the point ends. Without one, `ProgressOutput.emit` gets one line every `interval_s` (requests
-done, rate, ETA); the lines at the start and end of each point are the runner's.
+done, rate, ETA); the line of each finished point is `report.live`'s.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from ..loadgen.datasets import RANDOM, DatasetError, DatasetSpec, parse_dataset, text_prompts
 from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
 from ..recipe.layout import BESIDE_RECIPES, Layout, discover
-from ..results import catalog
+from ..results import catalog, run_dir
 from .backend_registry import BACKENDS as REGISTRY
 from .eval_data import parse_eval_data
 from .rules import REQUEST_RATE
@@ -104,9 +104,11 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
         <results>/requests/<RESULT_FILENAME>.jsonl (send time, TTFT, ITLs, token counts,
         status, error)"""),
     ("progress", PROGRESS_MODES, None, """auto (default): a live line on a terminal, else one line
-        per point at start and end and every 30 s between; lines: always those lines; off:
-        none"""),
+        per point when it ends (and every 30 s while an HTTP point runs); lines: always those
+        lines; off: none"""),
     ("no-plots", bool, None, "do not draw PNG plots even when matplotlib is installed"),
+    ("include-deprecated", bool, None, """also collect the retired master configs in a recipe
+        directory's deprecated/ (InferenceX: configs/deprecated/), left out by default"""),
 )
 
 
@@ -144,6 +146,11 @@ def add_options(parser: pytest.Parser) -> None:
                   "the recipes)", default="")
     _addini(parser, "inferbench_launch_dir", "directory of launch specs (default: launch/ beside "
                   "each recipe file); --inferbench-launch-dir overrides it", default="")
+    _addini(parser, "inferbench_include_deprecated", "also collect the retired master configs "
+                  "in configs/deprecated/ (default: left out)", type="bool", default=False)
+    _addini(parser, "inferbench_keep_runs", "earlier runs' results directories kept beside the "
+                  f"results directory; older ones are removed (default {run_dir.KEEP_RUNS})",
+                  default="")
     _addini(parser, "inferbench_git_timeout", "seconds one git command of the changelog gate "
                   f"or --inferbench-changed-since may take (default {GIT_TIMEOUT_S:g})",
                   default="")
@@ -194,6 +201,7 @@ class Settings:
     dataset: DatasetSpec = RANDOM
     request_rates: tuple[float, ...] = ()  # a sweep: each point once per rate
     git_timeout_s: float = GIT_TIMEOUT_S
+    keep_runs: int = run_dir.KEEP_RUNS
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -265,12 +273,15 @@ class Settings:
             git_timeout_s=_ini_seconds("inferbench_git_timeout",
                                        str(config.getini("inferbench_git_timeout")),
                                        GIT_TIMEOUT_S),
+            keep_runs=_keep_runs(str(config.getini("inferbench_keep_runs"))),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
                 changelog=str(config.getini("inferbench_changelog")),
                 thresholds=str(config.getini("inferbench_eval_thresholds")),
-                launch_dir=str(config.getini("inferbench_launch_dir"))),
+                launch_dir=str(config.getini("inferbench_launch_dir")),
+                include_deprecated=bool(config.getoption("inferbench_include_deprecated")
+                                        or config.getini("inferbench_include_deprecated"))),
         )
 
 
@@ -376,6 +387,19 @@ def _ini_seconds(name: str, text: str, default: float) -> float:
         return float(text) if text.strip() else default
     except ValueError:
         raise pytest.UsageError(f"{name} = {text!r}: not a number of seconds") from None
+
+
+def _keep_runs(text: str) -> int:
+    if not text.strip():
+        return run_dir.KEEP_RUNS
+    try:
+        keep = int(text)
+    except ValueError:
+        keep = -1
+    if keep < 0:
+        raise pytest.UsageError(f"inferbench_keep_runs = {text!r}: expected a whole number >= 0 "
+                                "(how many earlier runs' results directories to keep)")
+    return keep
 
 
 def _int(value: str | None) -> int | None:

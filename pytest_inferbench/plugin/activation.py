@@ -21,6 +21,7 @@ import pytest
 from .. import report
 from ..backends import reaper
 from ..options.backend_registry import backend_info
+from .collect import layout_lines
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -78,7 +79,8 @@ def begin_run(config: pytest.Config, settings: Settings, run_id: str) -> None:
 
     try:
         prepared, activation.results_lock = run_dir.prepare(
-            settings.results_dir, run_id, (config.invocation_params.dir, config.rootpath))
+            settings.results_dir, run_id, (config.invocation_params.dir, config.rootpath),
+            keep=settings.keep_runs)
     except run_dir.ResultsDirError as exc:
         raise pytest.UsageError(f"inferbench: {exc}") from None
     lines = [*sweep_stale(settings), *prepared]
@@ -145,4 +147,5 @@ def header_lines(config: pytest.Config, settings: Settings) -> list[str]:
                      "not measurements of real hardware")
     from ..evals.collect import threshold_tasks_not_run
 
-    return lines + threshold_tasks_not_run(settings)
+    return [*lines, *threshold_tasks_not_run(settings),
+            *(f"inferbench: {line}" for line in layout_lines(config))]

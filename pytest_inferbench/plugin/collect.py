@@ -36,6 +36,37 @@ if TYPE_CHECKING:
     from .server_pool import Lease
 
 
+def whole_checkout(config: pytest.Config) -> bool:
+    """No path was named (pytest collects the directory it runs in): at an InferenceX
+    checkout's root the plugin then collects only its own files (`Layout.ignores`)."""
+    return config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR
+
+
+def ignores(path: Path, config: pytest.Config) -> bool | None:
+    """`pytest_ignore_collect`: pytest names only paths it walks to, never one named on the
+    command line (nor a directory above one), so a named path is always collected."""
+    layout = get_session_state(config).settings.layout
+    return layout.ignores(path, whole_checkout=whole_checkout(config))
+
+
+def layout_lines(config: pytest.Config) -> list[str]:
+    """What the layout leaves out of this run, for the header."""
+    layout = get_session_state(config).settings.layout
+    lines = []
+    if layout.inferencex and whole_checkout(config):
+        owned = " and ".join(p.relative_to(layout.root).as_posix() + ("/" if p.is_dir() else "")
+                             for p in layout.owned())
+        lines.append(f"InferenceX checkout: collecting {owned} (name a path to collect other "
+                     "tests)")
+    named = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+    left_out = [d for d in layout.left_out if any(p in d.resolve().parents for p in named)]
+    if left_out:
+        shown = ", ".join(d.relative_to(layout.root).as_posix() + "/" for d in left_out)
+        lines.append(f"retired configs in {shown} left out (--inferbench-include-deprecated "
+                     "collects them)")
+    return lines
+
+
 class RecipeFile(pytest.File):
     """One master config. Parsing happens here, lazily; nothing but the YAML is read.
 

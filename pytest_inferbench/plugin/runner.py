@@ -47,7 +47,7 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     on the item and write its files; fail the item on gate failures unless `fail` is False.
     The result record is returned, `gate_failures` included."""
     from .. import gates, report
-    from ..report.live import end_line, progress_output, start_line
+    from ..report.live import progress_output
     from ..results import build
     from ..results.point_files import runner_name, write_point_files
 
@@ -58,10 +58,8 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
     load = load or state.load
     if point.request_rate is not None:  # a request-rate sweep's point
         load = dataclasses.replace(load, request_rate=point.request_rate)
+    # The point's line in a log comes with its report (`report.live.PointLines`).
     progress = progress_output(item.config, state.settings.progress)
-    if progress.emit is not None:
-        progress.emit(start_line(item.nodeid, point.conc, load.prompts_per_conc * point.conc,
-                                 load.request_rate))
     try:
         measurement = handle.run_point(point, load, progress)
     except ServerDiedError as exc:
@@ -114,8 +112,6 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
                 result = rewritten.record.with_values(notes=[*notes, *rewritten.notes])
     item.stash.setdefault(RESULTS_KEY, []).append(result)
     item.user_properties.extend(report.result_properties(result))
-    if progress.emit is not None:
-        progress.emit(end_line(item.nodeid, result, failures))
     if failures and fail:
         pytest.fail("\n".join(failures), pytrace=False)
     return result

@@ -24,6 +24,7 @@ import pytest
 
 from ..results import catalog
 from ..state import RESULTS_KEY, STATE_KEY
+from .live import register_lines
 from .meta import run_metadata
 from .tables import EVAL_PREFIX, markdown_tables, node_rows, terminal_tables
 
@@ -96,6 +97,7 @@ def register(config: pytest.Config) -> None:
         return  # workers forward reports; the controller summarizes
     collector = ReportCollector(config)
     config.pluginmanager.register(collector, COLLECTOR_NAME)
+    register_lines(config, config.stash[STATE_KEY].settings.progress, report_results)
     if config.pluginmanager.hasplugin("html"):
         from .html import HtmlPlots
 

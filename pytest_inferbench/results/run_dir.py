@@ -11,8 +11,12 @@ When the run starts (after collection, controller only, before any server starts
   `build.write_text_atomic`) are removed when their writer is gone;
 - an earlier run's directory is moved aside to `<dir>.<its run id or time>` (never deleted,
   never mixed with this run's files) and the terminal says where;
+- only the newest `keep` of the directories moved aside are kept: an older one is removed when
+  both its name (`<dir>.<run id>`, as moved aside above) and the `run.json` inside it (the same
+  run id) say that the plugin made it; any other sibling is never touched;
 - `run.json` records this run's id, host, pid and start time (the mark that the directory is
-  the plugin's; every result carries the id too), and this run takes the lock until it ends.
+  the plugin's; every result carries the id too), a `.gitignore` keeps the directory out of
+  git, and this run takes the lock until it ends.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -34,6 +39,10 @@ if TYPE_CHECKING:
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".inferbench.lock"
+GITIGNORE = ".gitignore"
+KEEP_RUNS = 3  # earlier runs' directories kept beside the results directory by default
+# A run id as `state` makes them (uuid4 hex, 12 digits), with the `-N` of a name already taken.
+_MOVED_SUFFIX = re.compile(r"^(?P<run_id>[0-9a-f]{12})(?:-\d+)?$")
 _TMP = re.compile(r"^\..+\.(\d+)\.[^.]+\.tmp$")
 
 
@@ -76,6 +85,46 @@ def move_earlier_run_aside(directory: Path) -> list[str]:
     what = f"run {run_id}" if run_id else f"a run of {stamp}"
     return [f"{directory} held the results of {what}: moved aside to {target}, so this run's "
             "results are not mixed with them"]
+
+
+def moved_aside_runs(directory: Path) -> list[Path]:
+    """The earlier runs' directories the plugin moved aside from `directory`, newest first:
+    a sibling counts only when its name and its `run.json` name the same run."""
+    if not directory.parent.is_dir():
+        return []
+    found: list[tuple[float, Path]] = []
+    prefix = directory.name + "."
+    for sibling in directory.parent.iterdir():
+        if not sibling.name.startswith(prefix) or sibling.is_symlink() or not sibling.is_dir():
+            continue
+        named = _MOVED_SUFFIX.match(sibling.name[len(prefix):])
+        if named is None or earlier_run_id(sibling) != named.group("run_id"):
+            continue
+        found.append(((sibling / RUN_FILE).stat().st_mtime, sibling))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def remove_old_runs(directory: Path, keep: int) -> list[str]:
+    """The moved-aside directories past the newest `keep` removed; one line when any went.
+    One that a live run still holds (its lock) stays."""
+    removed: list[Path] = []
+    for old in moved_aside_runs(directory)[keep:]:
+        lock = _try_lock(old / LOCK_FILE) if (old / LOCK_FILE).exists() else -1
+        if lock is None:
+            continue
+        try:
+            shutil.rmtree(old)
+        except OSError:
+            continue  # another run removing it too, or a file we may not remove: kept
+        finally:
+            if lock >= 0:
+                os.close(lock)
+        removed.append(old)
+    if not removed:
+        return []
+    return [f"removed {len(removed)} earlier run(s) beside {directory} "
+            f"({', '.join(p.name for p in removed)}); the newest {keep} are kept "
+            "(ini inferbench_keep_runs)"]
 
 
 class ResultsDirError(Exception):
@@ -124,7 +173,8 @@ def _holder(directory: Path) -> str:
             f"{data.get('started')})")
 
 
-def prepare(directory: Path, run_id: str, protected: Iterable[Path]) -> tuple[list[str], int]:
+def prepare(directory: Path, run_id: str, protected: Iterable[Path],
+            keep: int = KEEP_RUNS) -> tuple[list[str], int]:
     """The session-start steps above: lines for the terminal, and the descriptor that holds
     the directory's lock until the run ends (`release`). Raises `ResultsDirError`."""
     reason = refusal(directory, protected)
@@ -143,6 +193,8 @@ def prepare(directory: Path, run_id: str, protected: Iterable[Path]) -> tuple[li
     finally:
         if earlier >= 0:
             os.close(earlier)
+    # With the earlier lock closed: the run just moved aside is not mistaken for a live one.
+    lines += remove_old_runs(directory, keep)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         lock = _try_lock(directory / LOCK_FILE)
@@ -155,9 +207,13 @@ def prepare(directory: Path, run_id: str, protected: Iterable[Path]) -> tuple[li
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         (directory / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        # After run.json: a directory holding files but no run.json is refused as not the plugin's.
+        (directory / GITIGNORE).write_text("# results of a pytest-inferbench run\n*\n",
+                                           encoding="utf-8")
     except OSError as exc:  # a full disk: nothing of this run could be kept
         # Half a run.json would mark the directory as no run's: the next run would refuse it.
         (directory / RUN_FILE).unlink(missing_ok=True)
+        (directory / GITIGNORE).unlink(missing_ok=True)
         os.close(lock)
         raise ResultsDirError(f"cannot write {directory / RUN_FILE}: {exc.strerror or exc}; "
                               "free some space or pass another directory to "

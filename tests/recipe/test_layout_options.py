@@ -20,6 +20,9 @@ def test_recipe_dir_changelog_and_thresholds_from_ini(pytester: pytest.Pytester)
     hidden = pytester.path / ".bench"
     hidden.mkdir()
     (hidden / "amd-master.yaml").write_text(master_entry("k-fp4-mi355x-atom"))
+    # Retired configs, as InferenceX keeps them: left out unless asked for.
+    (hidden / "deprecated").mkdir()
+    (hidden / "deprecated" / "old-master.yaml").write_text(master_entry("old-fp4-mi355x-atom"))
     (pytester.path / "docs").mkdir()
     (pytester.path / "docs" / "perf-changelog.yaml").write_text(CHANGELOG)
     (pytester.path / "limits.json").write_text(json.dumps({"default": {"gsm8k": 0.5}}))
@@ -36,6 +39,10 @@ def test_recipe_dir_changelog_and_thresholds_from_ini(pytester: pytest.Pytester)
     ]
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-m", "changelog")
     result.assert_outcomes(passed=1, deselected=2)
+    pytester.makeini("[pytest]\ninferbench_recipe_dirs = .bench\n"
+                     "inferbench_include_deprecated = true\n")
+    assert [n for n in collected(pytester) if "deprecated" in n] == [
+        ".bench/deprecated/old-master.yaml::old-fp4-mi355x-atom-tp4::isl1024-osl1024-conc1"]
 
 
 def test_a_path_option_given_as_two_words_is_refused_before_rootdir_moves(

@@ -1,4 +1,4 @@
-"""Progress for CI: a line per point at start and end, periodic lines with an ETA between."""
+"""Progress for CI: one line per point, periodic lines with an ETA while an HTTP point runs."""
 
 from __future__ import annotations
 
@@ -61,22 +61,46 @@ def test_a_terminal_gets_the_live_line_and_no_periodic_lines() -> None:
     assert lines == [] and "p: 0/2 requests" in tty.text and "ETA ?" in tty.text
 
 
-def test_ci_run_prints_a_line_at_each_points_start_and_end(pytester: pytest.Pytester) -> None:
+def test_a_ci_log_gets_one_line_per_point_with_simulated_and_wall_time(
+        pytester: pytest.Pytester) -> None:
+    # A second server without a launch spec: its point errors at setup and gets its line too.
     (pytester.path / "bench-master.yaml").write_text(
-        master_entry(rows=["{ tp: 4, conc-list: [2, 4] }"], isl=256, osl=32))
+        master_entry(rows=["{ tp: 4, conc-list: [2, 4] }"], isl=256, osl=32)
+        + master_entry("nospec-fp4-mi355x-atom", isl=256, osl=32, model_prefix="nospec"))
+    (pytester.path / "test_plain.py").write_text("def test_a():\n    pass\n")
     shutil.copytree(REPO / "benchmarks" / "launch", pytester.path / "launch")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-no-plots",
-                                           "--inferbench-prompts-per-conc", "2",
-                                           "--inferbench-progress", "lines")
-    result.assert_outcomes(passed=2)
+    common = ("-p", "no:cacheprovider", "--inferbench-no-plots", "--inferbench-prompts-per-conc",
+              "2", "--inferbench-progress", "lines")
+    result = pytester.runpytest(*common, "test_plain.py", "bench-master.yaml")
+    result.assert_outcomes(passed=3, errors=1)
     node = "bench-master.yaml::minimaxm3-fp4-mi355x-atom-tp4::isl256-osl32"
+    # Between the header and the next section: the plain test's letter, a line per point,
+    # pytest's progress, nothing else (no file path written again before each point, no
+    # start lines).
+    body = result.outlines[result.outlines.index("inferbench: 2 server nodes, 3 benchmark "
+                                                 "points") + 1:]
+    body = [line.strip() for line in
+            body[:next(n for n, line in enumerate(body) if line.startswith("=="))]]
+    ours = [line for line in body if line.startswith("inferbench: bench-master.yaml::")]
+    assert len(ours) == 3
+    assert [line for line in body if line] == [".", *ours, "[100%]"]
     result.stdout.fnmatch_lines([
-        f"inferbench: {node}-conc2: start, 4 requests at conc 2",
-        f"inferbench: {node}-conc2: done, 4/4 requests in * s, passed",
-        f"inferbench: {node}-conc4: start, 8 requests at conc 4",
-        f"inferbench: {node}-conc4: done, 8/8 requests in * s, passed",
+        f"inferbench: {node}-conc2: passed, 4/4 requests, simulated *.* s, wall *.* s",
+        f"inferbench: {node}-conc4: passed, 8/8 requests, simulated *.* s, wall *.* s",
+        "inferbench: bench-master.yaml::nospec-fp4-mi355x-atom-tp4::isl256-osl32-conc1: ERROR, "
+        "*no launch spec for nospec-fp4-mi355x-atom*",
     ])
-    quiet = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inferbench-no-plots",
-                                          "--inferbench-prompts-per-conc", "2",
-                                          "--inferbench-progress", "off")
-    assert not [line for line in quiet.outlines if ": start, " in line]
+    # Under xdist the controller writes the lines, the error's reason as well.
+    workers = pytester.runpytest(*common, "-p", "no:benchmark", "-n", "1", "bench-master.yaml",
+                                 "-k", "conc1 or conc2")
+    workers.assert_outcomes(passed=1, errors=1)
+    for line in ("inferbench: *-conc1: ERROR, nospec-fp4-mi355x-atom-tp4: no launch spec for *",
+                 f"inferbench: {node}-conc2: passed, 4/4 requests, simulated *.* s, wall *.* s"):
+        workers.stdout.fnmatch_lines([line])  # in the order the worker ran them
+    # -v keeps pytest's line per test; the point's line follows it.
+    verbose = pytester.runpytest(*common, "-v", "bench-master.yaml", "-k", "not nospec")
+    verbose.stdout.fnmatch_lines([f"{node}-conc2 PASSED*",
+                                  f"inferbench: {node}-conc2: passed, 4/4 requests, *"])
+    quiet = pytester.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
+                               "--inferbench-prompts-per-conc", "2", "--inferbench-progress", "off")
+    assert not [line for line in quiet.outlines if "requests, simulated" in line]
