@@ -75,7 +75,8 @@ def test_vllm_serve_with_speculative_config_json() -> None:
 
 def test_vllm_synthetic_acceptance_rates_become_a_distribution() -> None:
     spec = {"method": "eagle3", "model": "Inferact/MiniMax-M3-EAGLE3",
-            "num_speculative_tokens": 3, "synthetic_acceptance_rates": [0.9, 0.6, 0.3]}
+            "num_speculative_tokens": 3, "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": [0.9, 0.6, 0.3]}
     config, _ = engine_config_from_argv(
         ["vllm", "serve", "amd/MiniMax-M3-MXFP4", "-tp", "4", "--speculative-config",
          json.dumps(spec)], hardware="MI355X")
