@@ -20,7 +20,8 @@ def test_draws_are_the_inverse_cdf_of_one_uniform_stream(probs: tuple[float, ...
     uniforms = []
     for _ in range(2):
         # One uniform from each of STRATA slices of [0, 1) per run, the slices in random order.
-        order = stream.random((POOL_SIZE // STRATA, STRATA)).argsort(axis=1).reshape(-1)
+        keys = stream.random((POOL_SIZE // STRATA, STRATA), dtype=np.float32)
+        order = keys.argsort(axis=1).reshape(-1)
         uniforms.append((order + stream.random(POOL_SIZE)) / STRATA)
     expected = np.searchsorted(cdf, np.concatenate(uniforms), side="right")
     assert drawn.tolist() == expected[:len(drawn)].tolist()
@@ -38,9 +39,10 @@ def test_every_run_of_strata_holds_each_count_in_its_share(probs: tuple[float, .
         share = STRATA * sum(probs[c:])
         reached = (runs >= c).sum(axis=1)
         assert (np.abs(reached - share) < 1.0 + 1e-9).all(), c
-    # and so over 300 steps the mean is the configured one to a fraction of a percent
+    # and so over a point's few hundred verify steps the mean is the configured one to a
+    # fraction of a percent (independent draws: about 1%)
     mean = sum(i * p for i, p in enumerate(probs))
-    assert drawn[:300].mean() == pytest.approx(mean, rel=0.005)
+    assert drawn[:20 * STRATA].mean() == pytest.approx(mean, rel=0.005)
 
 
 @pytest.mark.parametrize("first, skipped", [(0, 10), (5, POOL_SIZE - 5), (3, 3 * POOL_SIZE + 11)])
