@@ -167,6 +167,11 @@ class Engine:
             if self.prefix_cache is not None else ())
         self.waiting.append(request_id)
 
+    @property
+    def prefix_block_size(self) -> int:
+        """The block size a request's `block_hashes` are cut in (0: no prefix cache)."""
+        return self.block_size if self.prefix_cache is not None else 0
+
     def abort_request(self, request_id: int) -> None:
         req = self.requests.pop(request_id, None)
         if req is None:

@@ -19,7 +19,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["PrefixCache"]
+__all__ = ["PrefixCache", "block_hashes"]
+
+
+def block_hashes(tokens: Sequence[str], block_size: int) -> tuple[int, ...]:
+    """The hash of each full block of a prompt's tokens, each standing for its block and every
+    block before it (the HTTP server's prompts: the simulator's tokens are words)."""
+    out: list[int] = []
+    h = 0
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        h = hash((h, *tokens[start:start + block_size]))
+        out.append(h)
+    return tuple(out)
 
 
 class PrefixCache:
