@@ -220,7 +220,8 @@ def test_an_unknown_speculative_reader_is_named(throwaway: registry.FrameworkEnt
 FORCING: dict[str, tuple[list[str], dict[str, str]]] = {
     "atom": (["--spec-decode-acceptance-length", "2.5"], {}),
     "vllm": (["--speculative-config", json.dumps(
-        {"method": "eagle3", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2.5})],
+        {"method": "eagle3", "num_speculative_tokens": 3,
+         "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5})],
         {}),
     "sglang": ([], {"SGLANG_SIMULATE_ACC_LEN": "2.5"}),
     "trtllm": ([], {"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": "1.5"}),

@@ -81,7 +81,7 @@ def test_each_framework_spelling() -> None:
     assert atom.forced_by == "--spec-decode-acceptance-rate"
 
     config = {"method": "EAGLE3", "model": "D", "num_speculative_tokens": 2,
-              "synthetic_acceptance_length": 2.2}
+              "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.2}
     vllm = read_speculative_decoding(["vllm", "serve", "M", "--speculative-config",
                                       json.dumps(config)])
     assert vllm is not None
@@ -124,6 +124,14 @@ def test_unreadable_values_name_the_flag() -> None:
                                    "three"])
     with pytest.raises(ArgvError, match="needs the number of speculative tokens"):
         engine_config_from_argv([*ATOM, "--method", "eagle3"], hardware="MI355X")
+    # vLLM refuses the synthetic knobs under real verification (InferenceX's accuracy runs
+    # switch to "block"), so a launch spec the real server would refuse is refused here too.
+    for method in ({}, {"rejection_sample_method": "block"}):
+        real = {"method": "mtp", "num_speculative_tokens": 3, **method,
+                "synthetic_acceptance_length": 2.49}
+        with pytest.raises(SpecDecodeArgvError, match="needs \"rejection_sample_method\""):
+            read_speculative_decoding(["vllm", "serve", "M", "--speculative-config",
+                                       json.dumps(real)])
 
 
 def test_packaged_golden_table() -> None:

@@ -11,6 +11,7 @@ the flags and forcing knobs each reads listed in its registry entry (`speculativ
 - ATOM: `--method eagle3 --draft-model M --num-speculative-tokens k
   [--spec-decode-acceptance-length AL | --spec-decode-acceptance-rate R]`
 - vLLM: `--speculative-config '{"method": .., "model": .., "num_speculative_tokens": k,
+  "rejection_sample_method": "synthetic",
   "synthetic_acceptance_length": AL | "synthetic_acceptance_rates": [..]}'`
 - SGLang: `--speculative-algorithm EAGLE3 --speculative-draft-model-path M
   (--speculative-num-steps k | --speculative-num-draft-tokens k+1)`, `SGLANG_SIMULATE_ACC_LEN=AL`
@@ -205,6 +206,13 @@ def _vllm(flags: Mapping[str, str]) -> _Reading:
     k = config.get("num_speculative_tokens")
     length = config.get("synthetic_acceptance_length")
     rates = config.get("synthetic_acceptance_rates")
+    if (length is not None or rates is not None) and \
+            config.get("rejection_sample_method") != "synthetic":
+        # vLLM refuses the synthetic knobs under real verification (InferenceX's scripts say
+        # so, and switch to "block" for their accuracy runs): the simulated server too.
+        raise SpecDecodeArgvError(
+            f"synthetic_acceptance_{'length' if length is not None else 'rates'} {where} "
+            "needs \"rejection_sample_method\": \"synthetic\" (vLLM rejects it otherwise)")
     return _Reading(
         method=str(config["method"]) if "method" in config else None,
         num_tokens=_as_int(k, f"num_speculative_tokens {where}") if k is not None else None,

@@ -34,6 +34,10 @@ BOOLEAN_FLAGS = frozenset({
     "enable-metrics", "enable-mixed-chunk", "disable-custom-all-reduce", "async-scheduling",
     "no-async-scheduling", "enable-auto-tool-choice", "disable-uvicorn-access-log",
 })
+# The boolean flags the engine reads (parallelism, prefix caching).
+ENGINE_FLAGS = frozenset({"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe",
+                          "enable-prefix-caching", "no-enable-prefix-caching",
+                          "disable-radix-cache"})
 # Served by the HTTP layer, not the engine: accepted, not reported as ignored.
 SERVER_FLAGS = frozenset({"port", "server-port", "host", "served-model-name", "api-key"})
 # canonical flag -> EngineConfig / spec field
@@ -122,7 +126,7 @@ def _parse(args: list[str]) -> _Parsed:
             if value is None:
                 raise ArgvError(f"--{name} needs a value")
             out.values[field] = value
-        elif name in {"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe"}:
+        elif name in ENGINE_FLAGS:
             out.flags.add(name)
         elif name not in SERVER_FLAGS and name not in speculative:
             out.ignored.append(word if value is None or eq else f"{word} {value}")
@@ -232,6 +236,11 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
         key: v.get(key, defaults[key]) for key in
         ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
          "kv_cache_dtype")}
+    # Prefix caching is on unless turned off: vLLM / ATOM `--no-enable-prefix-caching`,
+    # SGLang `--disable-radix-cache`, TensorRT-LLM `kv_cache_config.enable_block_reuse: false`.
+    block_reuse = (options.get("kv_cache_config") or {}).get("enable_block_reuse", True)
+    prefix_caching = (not parsed.flags & {"no-enable-prefix-caching", "disable-radix-cache"}
+                      and block_reuse is not False)
     jitter = v.get("jitter", float(env.get("INFERBENCH_SIM_JITTER", "0") or 0))
     seed = v.get("seed", int(env.get("INFERBENCH_SIM_SEED", "0") or 0))
     try:
@@ -241,7 +250,8 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
             max_model_len=v.get("max_model_len", 32768),
             kv_cache_free_fraction=v.get("kv_cache_free_fraction"),
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
-            spec=_spec(argv, env, options), jitter=jitter, seed=seed, **fields)
+            spec=_spec(argv, env, options), prefix_caching=prefix_caching, jitter=jitter,
+            seed=seed, **fields)
     except ValueError as exc:
         if isinstance(exc, (ArgvError, catalog.CatalogError)):
             raise

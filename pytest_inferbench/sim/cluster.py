@@ -115,7 +115,11 @@ class Cluster:
         return Instance(pool.role, index, engine)
 
     # ----------------------------------------------------------------- requests
-    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None:
+    # Its instances keep no prefix cache (docs/simulator.md, "Known limits").
+    prefix_block_size = 0
+
+    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
+                    block_hashes: tuple[int, ...] = ()) -> None:
         """A request reaches the router now; RequestRejectedError if it can never run."""
         if request_id in self._flights:
             raise ValueError(f"request id {request_id} is already in the cluster")

@@ -27,6 +27,10 @@ class EngineConfig:
     # (`kv_cache_config.free_gpu_memory_fraction`) instead of gpu_memory_utilization x HBM.
     kv_cache_free_fraction: float | None = None
     online_quant: str | None = None  # "fp8": bf16 linear layers quantized at load (ATOM ptpc_fp8)
+    # Full prompt blocks reused by content (vLLM/ATOM `--enable-prefix-caching`, on by default
+    # in vLLM V1; SGLang's radix cache unless `--disable-radix-cache`; TensorRT-LLM
+    # `kv_cache_config.enable_block_reuse`). Only requests that carry block hashes use it.
+    prefix_caching: bool = True
     spec: SpecConfig | None = None
     jitter: float = 0.0  # sigma of a multiplicative lognormal per-step jitter (0 = none)
     seed: int = 0

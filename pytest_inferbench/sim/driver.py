@@ -29,13 +29,42 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from ..loadgen.workload import Workload
+    from ..loadgen.workload import Requests, Workload
     from ..results.record import JSONValue
     from .config import EngineConfig
     from .engine import Trace
     from .state import EngineCounters
 
 MAX_STRETCH = 1 << 20
+Hashes = list[tuple[int, ...]]
+
+
+def prompt_block_hashes(requests: Requests, block_size: int, template_tokens: int
+                        ) -> Hashes | None:
+    """Content hashes of each request's full prompt blocks, for the prefix cache; None when no
+    prompt shares text with another (then there is nothing to reuse, and the load may be
+    planned). A `prefix:` group's prompts share their first template + prefix tokens (the
+    template counted at the head); a conversation's turn opens with the earlier turn's prompt.
+    A block is shared only when all of it lies in the shared text: its hash stands for it
+    and everything before it."""
+    if not any(r.prefix_key is not None or r.follows is not None for r in requests):
+        return None
+    out: Hashes = []
+    by_key: dict[int, tuple[int, ...]] = {}
+    for r in requests:
+        full = r.input_tokens // block_size
+        if r.follows is not None and r.follows in by_key:
+            head = by_key[r.follows]
+        elif r.prefix_key is not None and r.prefix_tokens > 0:
+            shared = (template_tokens + r.prefix_tokens) // block_size
+            head = tuple(hash(("prefix", r.prefix_key, j)) for j in range(shared))
+        else:
+            head = ()
+        head = head[:full]
+        own = tuple(hash(("prompt", r.text_key, j)) for j in range(len(head), full))
+        by_key[r.text_key] = head + own
+        out.append(head + own)
+    return out
 
 
 @dataclass(frozen=True)
@@ -70,8 +99,8 @@ class _Timeline:
 
 def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
               osl: npt.NDArray[np.int64], arrivals: npt.NDArray[np.float64], concurrency: int,
-              first_id: int, chains: list[list[int]] | None = None, plan: bool = True
-              ) -> _Done:
+              first_id: int, chains: list[list[int]] | None = None, plan: bool = True,
+              hashes: Hashes | None = None) -> _Done:
     """Send request i when it is due and fewer than `concurrency` are in flight (the client's
     semaphore); returns the finished requests.
 
@@ -84,9 +113,11 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
     """
     start = clock.now
     # Most loads are closed loops whose whole schedule is planned in step space; the rest run
-    # step by step below (`closed_loop.py` says when).
-    planned = (plan_closed_loop(engine, isl, osl, arrivals, concurrency, chains) if plan
-               else None)
+    # step by step below (`closed_loop.py` says when): so do prompts that share blocks, as
+    # what the prefix cache holds depends on the order of every admission and finish.
+    hashes = hashes if engine.prefix_cache is not None else None
+    planned = (plan_closed_loop(engine, isl, osl, arrivals, concurrency, chains)
+               if plan and hashes is None else None)
     if planned is not None:
         durations, finished = planned
         clock.extend(durations)
@@ -104,7 +135,8 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
     in_transit: list[int] = []  # sent at this step end: they reach the engine during the next
 
     def admit(i: int) -> None:
-        engine.add_request(first_id + i, int(isl[i]), int(osl[i]))
+        engine.add_request(first_id + i, int(isl[i]), int(osl[i]),
+                           block_hashes=hashes[i] if hashes is not None else ())
 
     def send_due() -> None:
         busy = engine.has_work()
@@ -192,8 +224,11 @@ def simulate_point(config: EngineConfig, workload: Workload,
     engine.report_emitted = False  # the traces say it all
     isl, osl = workload.length_arrays
     concurrency = workload.concurrency
+    bs, template = engine.block_size, workload.template_tokens
+    warm_hashes = prompt_block_hashes(workload.warmup, bs, template)
+    hashes = prompt_block_hashes(workload.requests, bs, template)
     warm = _Timeline()
-    if workload.warmup and warmup_shortcut and _warmup_leaves_no_trace(
+    if workload.warmup and warmup_shortcut and warm_hashes is None and _warmup_leaves_no_trace(
             engine, *workload.warmup_length_arrays, concurrency):
         # All it would change is where the acceptance stream stands: it draws the same.
         engine.draw_decode_plans(workload.warmup_length_arrays[1])
@@ -202,7 +237,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
         warm.n = engine.steps_done
         warm.ends = np.zeros(engine.steps_done + 4096)
         _run_load(engine, warm, warm_isl, warm_osl, np.zeros(len(warm_isl)), concurrency,
-                  first_id=1 << 40, plan=plan)
+                  first_id=1 << 40, plan=plan, hashes=warm_hashes)
     # Peaks are for the measured phase only, like a scrape taken after the warmup.
     engine.counters_state.peak_usage = 0.0
     engine.counters_state.peak_waiting = 0
@@ -214,7 +249,8 @@ def simulate_point(config: EngineConfig, workload: Workload,
     arrivals = (np.asarray(workload.send_offsets, dtype=np.float64) if open_loop
                 else np.zeros(len(isl)))
     done = _run_load(engine, clock, isl, osl, arrivals, concurrency, first_id=0,
-                     chains=workload.chains() if workload.conversational else None, plan=plan)
+                     chains=workload.chains() if workload.conversational else None, plan=plan,
+                     hashes=hashes)
     after = engine.counters()
     ends = clock.ends
     records = _records(done, ends, isl, osl, arrivals if open_loop else None)
@@ -310,6 +346,11 @@ def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
         **counter_deltas(before, after),
         "kv_cache_capacity_tokens": engine.kv_capacity_tokens,
     }
+    queries = after.prefix_cache_queries - before.prefix_cache_queries
+    if queries:  # prompts that share blocks looked the prefix cache up
+        hits = after.prefix_cache_hits - before.prefix_cache_hits
+        out.update({"prefix_cache_queries": queries, "prefix_cache_hits": hits,
+                    "prefix_cache_hit_rate": hits / queries})
     if drafts:
         hist = [a - b for a, b in zip(after.spec_accepted_histogram,
                                       before.spec_accepted_histogram, strict=True)]

@@ -24,6 +24,7 @@ from . import catalog
 from .acceptance import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
 from .config import EngineConfig
 from .physics import EngineConfigError, PrefillTerms, StepCost, kv_capacity_tokens, shard_model
+from .prefix_cache import PrefixCache
 from .state import (
     CounterState,
     EngineCounters,
@@ -131,6 +132,7 @@ class Engine:
         self.running: list[int] = []  # slot indices in admission order
         self._run_cache: npt.NDArray[np.int64] | None = None
         self.free_blocks = self.num_blocks
+        self.prefix_cache = PrefixCache() if config.prefix_caching else None
         self.steps_done = 0
         self.counters_state = CounterState.zero(self.k)
         self.keep_traces = keep_traces
@@ -140,9 +142,10 @@ class Engine:
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
-                    kv_ready: bool = False) -> None:
+                    kv_ready: bool = False, block_hashes: tuple[int, ...] = ()) -> None:
         """Queue a request; `kv_ready`: its prompt's KV cache was computed elsewhere (a
-        disaggregated prefill instance) and arrives with it."""
+        disaggregated prefill instance) and arrives with it; `block_hashes`: the content
+        hashes of its prompt's full `block_size` blocks, for the prefix cache."""
         cfg = self.config
         if request_id in self.requests:
             raise ValueError(f"request id {request_id} is already in the engine")
@@ -157,9 +160,17 @@ class Engine:
             raise RequestRejectedError(
                 f"request of {prompt_tokens + max_tokens} tokens exceeds the KV cache "
                 f"({self.num_blocks} blocks of {self.block_size} tokens)")
-        self.requests[request_id] = Request(request_id, prompt_tokens, max_tokens,
-                                            arrival_step=self.steps_done, kv_ready=kv_ready)
+        self.requests[request_id] = Request(
+            request_id, prompt_tokens, max_tokens, arrival_step=self.steps_done,
+            kv_ready=kv_ready,
+            block_hashes=block_hashes[:prompt_tokens // self.block_size]
+            if self.prefix_cache is not None else ())
         self.waiting.append(request_id)
+
+    @property
+    def prefix_block_size(self) -> int:
+        """The block size a request's `block_hashes` are cut in (0: no prefix cache)."""
+        return self.block_size if self.prefix_cache is not None else 0
 
     def abort_request(self, request_id: int) -> None:
         req = self.requests.pop(request_id, None)
@@ -167,7 +178,7 @@ class Engine:
             return
         if req.slot >= 0:
             self._end_admission(req)  # its verify steps stay in the counters
-            self._release(req.slot)
+            self._release(req.slot, req)
         else:
             self.waiting.remove(request_id)
 
@@ -190,8 +201,13 @@ class Engine:
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def _release(self, slot: int) -> None:
-        self.free_blocks += int(self.slots.blocks[slot])
+    def _release(self, slot: int, req: Request) -> None:
+        st = self.slots
+        self.free_blocks += int(st.blocks[slot] - st.shared[slot])
+        if req.held and self.prefix_cache is not None:
+            # Its cached blocks stay resident for whoever comes next, free unless pinned.
+            self.free_blocks += self.prefix_cache.release(req.block_hashes[:req.held])
+            req.held = 0
         self.running.remove(slot)
         self._run_cache = None
         self.slots.free(slot)
@@ -208,7 +224,7 @@ class Engine:
     def _preempt(self, slot: int) -> None:
         req = self.requests[int(self.slots.rid[slot])]
         self._end_admission(req)
-        self._release(slot)
+        self._release(slot, req)
         req.slot = -1
         self.waiting.appendleft(req.rid)
         self.counters_state.preemptions += 1
@@ -216,7 +232,7 @@ class Engine:
     def _finish(self, slot: int, finished: list[int]) -> None:
         req = self.requests.pop(int(self.slots.rid[slot]))
         self._end_admission(req)
-        self._release(slot)
+        self._release(slot, req)
         self.counters_state.requests_finished += 1
         finished.append(req.rid)
         if self.keep_traces:
@@ -287,6 +303,10 @@ class Engine:
         return self._run_cache
 
     def note_usage(self) -> None:
+        """After a step or a stretch: evict cached blocks the allocations took the room of,
+        and note the peaks."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.trim(self.free_blocks)
         self.counters_state.note_usage(self.num_blocks - self.free_blocks, self.num_blocks,
                                        len(self.waiting))
 
@@ -319,7 +339,9 @@ class Engine:
         need_all = np.where(counted, np.maximum(-(-(st.ctx[run] + q) // bs) - st.blocks[run],
                                                 0), 0)
         prefix_need = np.concatenate(([0], np.cumsum(need_all)))
-        behind = np.concatenate((np.cumsum(st.blocks[run][::-1])[::-1], [0]))
+        # What preempting frees for sure: the blocks it owns (shared ones may stay pinned).
+        owned = st.blocks[run] - st.shared[run]
+        behind = np.concatenate((np.cumsum(owned[::-1])[::-1], [0]))
         keep = int(np.flatnonzero(prefix_need <= self.free_blocks + behind)[-1])
         for slot in run[keep:][::-1].tolist():
             self._preempt(slot)  # newest first, each to the front of the waiting queue
@@ -356,6 +378,8 @@ class Engine:
             if req.kv_ready:
                 budget -= self._admit_with_kv(slot, req, chunks)
             else:
+                if req.block_hashes:
+                    self._reuse_cached(slot, req)
                 budget -= self._schedule_prefill(slot, budget, chunks)
         if not len(decode) and not chunks and self.running:
             # Every running request is a chunked prefill stuck without blocks: free the
@@ -379,6 +403,8 @@ class Engine:
             st.prefilled[slot] += n
             if st.prefilled[slot] == st.target[slot]:
                 req = self.requests[int(st.rid[slot])]
+                if req.block_hashes:
+                    self._cache_prompt(slot, req)
                 if st.gen[slot] == 0:
                     c.prompt_tokens += req.prompt_tokens
                 st.gen[slot] += 1
@@ -392,6 +418,38 @@ class Engine:
             else decode)
         self.note_usage()
         return StepResult(duration, emitted, finished)
+
+    def _reuse_cached(self, slot: int, req: Request) -> None:
+        """Admission: take the leading prompt blocks the cache holds instead of computing them
+        (at least the last prompt token is computed, for its logits, as vLLM does)."""
+        cache = self.prefix_cache
+        assert cache is not None  # requests carry hashes only with a cache
+        st = self.slots
+        bs = self.block_size
+        cache.trim(self.free_blocks)  # what this step's allocations so far took the room of
+        hit = min(cache.match(req.block_hashes), (req.prompt_tokens - 1) // bs)
+        c = self.counters_state
+        c.prefix_queries += req.prompt_tokens
+        c.prefix_hits += hit * bs
+        if not hit:
+            return
+        self.free_blocks -= cache.acquire(req.block_hashes[:hit])
+        req.held = hit
+        st.blocks[slot] = st.shared[slot] = hit
+        st.ctx[slot] = st.prefilled[slot] = hit * bs
+
+    def _cache_prompt(self, slot: int, req: Request) -> None:
+        """Prefill done: its prompt's full blocks join the cache (a block another request
+        cached meanwhile is shared, and this one's copy freed)."""
+        cache = self.prefix_cache
+        assert cache is not None
+        new = req.block_hashes[req.held:]
+        if not new:
+            return
+        present, woken = cache.insert(new)
+        self.free_blocks += present - woken
+        self.slots.shared[slot] += len(new)
+        req.held += len(new)
 
     def _admit_with_kv(self, slot: int, req: Request, chunks: list[tuple[int, int]]) -> int:
         """Its KV arrived: hold the prompt's blocks, compute nothing, sample the first token

@@ -40,6 +40,10 @@ class Request:
     # Its prompt's KV cache arrives computed (from a prefill instance): its first admission
     # takes the blocks and samples the first token, computing nothing.
     kv_ready: bool = False
+    # Content hashes of its prompt's full blocks (prefix caching; empty: nothing to share),
+    # and how many leading ones it holds through the prefix cache in its current admission.
+    block_hashes: tuple[int, ...] = ()
+    held: int = 0
     segments: list[tuple[int, IntArray]] = field(default_factory=list)
 
     def add_segment(self, first_step: int, tokens: IntArray) -> None:
@@ -77,6 +81,8 @@ class EngineCounters:
     spec_num_draft_tokens: int
     spec_num_accepted_tokens: int
     spec_accepted_histogram: tuple[int, ...]  # verify steps that accepted 0..k drafts
+    prefix_cache_queries: int = 0  # prompt tokens of admissions that looked up the cache
+    prefix_cache_hits: int = 0  # of those, tokens found cached (not computed)
 
     @property
     def spec_accepted_per_pos(self) -> tuple[int, ...]:
@@ -105,6 +111,8 @@ class CounterState:
     histogram: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     peak_usage: float = 0.0
     peak_waiting: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
 
     @classmethod
     def zero(cls, k: int) -> CounterState:
@@ -125,7 +133,8 @@ class CounterState:
             preemptions=self.preemptions, requests_finished=self.requests_finished,
             steps=steps, spec_num_drafts=self.drafts, spec_num_draft_tokens=self.drafts * self.k,
             spec_num_accepted_tokens=self.accepted,
-            spec_accepted_histogram=tuple(int(x) for x in self.histogram + open_histogram))
+            spec_accepted_histogram=tuple(int(x) for x in self.histogram + open_histogram),
+            prefix_cache_queries=self.prefix_queries, prefix_cache_hits=self.prefix_hits)
 
 
 @overload
@@ -163,6 +172,7 @@ class SlotTable:
         z = np.zeros(capacity, dtype=np.int64)
         self.rid = np.full(capacity, -1, dtype=np.int64)
         self.ctx, self.blocks, self.prefilled, self.target = z.copy(), z.copy(), z.copy(), z.copy()
+        self.shared = z.copy()  # of `blocks`, those held through the prefix cache (not owned)
         self.p, self.plan_steps, self.first_step, self.gen = z.copy(), z.copy(), z.copy(), z.copy()
         self.decoding = np.zeros(capacity, dtype=bool)
         # Admission order of the running slots (a slot's number says nothing about it).
@@ -183,7 +193,7 @@ class SlotTable:
         self.rid[slot] = rid
         self.target[slot] = target
         self.gen[slot] = generated
-        self.ctx[slot] = self.blocks[slot] = self.prefilled[slot] = 0
+        self.ctx[slot] = self.blocks[slot] = self.prefilled[slot] = self.shared[slot] = 0
         self.p[slot] = self.plan_steps[slot] = 0
         self.decoding[slot] = False
         return slot
@@ -191,7 +201,7 @@ class SlotTable:
     def free(self, slot: int) -> None:
         self.rid[slot] = -1
         self.decoding[slot] = False
-        self.blocks[slot] = 0
+        self.blocks[slot] = self.shared[slot] = 0
         self._free.append(slot)
 
     def _grow(self, width: int) -> None:

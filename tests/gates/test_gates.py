@@ -212,6 +212,7 @@ def test_spec_decode_without_chat_template_fails(objs: Any, recipe_dir: Path) ->
                     {
                         "method": "eagle3",
                         "num_speculative_tokens": 3,
+                        "rejection_sample_method": "synthetic",
                         "synthetic_acceptance_length": 2.78,
                     }
                 ),

@@ -31,7 +31,8 @@ def test_atom_argv() -> None:
     assert (config.gpu_memory_utilization, config.kv_cache_dtype, config.max_model_len) == (
         0.8, "fp8", 32768)
     assert config.spec is None
-    assert ignored == ["--trust-remote-code", "--no-enable_prefix_caching"]
+    assert ignored == ["--trust-remote-code"]
+    assert config.prefix_caching is False  # --no-enable_prefix_caching
 
 
 def test_atom_eagle3_and_forced_acceptance() -> None:
@@ -70,12 +71,14 @@ def test_vllm_serve_with_speculative_config_json() -> None:
         hardware="H200")
     assert (config.framework, config.tp, config.ep) == ("vllm", 8, 8)
     assert config.spec is not None and config.spec.acceptance_length == 2.78
-    assert ignored == ["--no-enable-prefix-caching"]
+    assert ignored == []
+    assert config.prefix_caching is False
 
 
 def test_vllm_synthetic_acceptance_rates_become_a_distribution() -> None:
     spec = {"method": "eagle3", "model": "Inferact/MiniMax-M3-EAGLE3",
-            "num_speculative_tokens": 3, "synthetic_acceptance_rates": [0.9, 0.6, 0.3]}
+            "num_speculative_tokens": 3, "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": [0.9, 0.6, 0.3]}
     config, _ = engine_config_from_argv(
         ["vllm", "serve", "amd/MiniMax-M3-MXFP4", "-tp", "4", "--speculative-config",
          json.dumps(spec)], hardware="MI355X")

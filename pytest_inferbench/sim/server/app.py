@@ -236,7 +236,8 @@ class SimulatorApp:
             return error_response(ApiError(
                 500, "simulated internal server error (fault injection: --error-rate)"))
         try:
-            request_id, queue = self.loop.submit(parsed.prompt_tokens, plan.tokens)
+            request_id, queue = self.loop.submit(parsed.prompt_tokens, plan.tokens,
+                                                 parsed.prompt_text)
         except ValueError as exc:  # the engine refuses what it can never schedule
             return error_response(ApiError(400, str(exc), param="prompt"))
         prefix = "cmpl" if kind == "completion" else "chatcmpl"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ...util.aio import cancel_and_wait
+from ..prefix_cache import block_hashes
 from .timeline import DEFAULT_BUDGET_MIB, MIB, Timeline
 
 if TYPE_CHECKING:
@@ -39,7 +40,12 @@ class EngineLike(Protocol):
     def k(self) -> int:  # draft tokens per verify step (0: no speculative decoding)
         ...
 
-    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int) -> None: ...
+    @property
+    def prefix_block_size(self) -> int:  # block size of `block_hashes` (0: no prefix cache)
+        ...
+
+    def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
+                    block_hashes: tuple[int, ...] = ()) -> None: ...
     def abort_request(self, request_id: int) -> None: ...
     def has_work(self) -> bool: ...
     def step(self) -> StepResult: ...
@@ -107,12 +113,16 @@ class EngineLoop:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
 
-    def submit(self, prompt_tokens: int, max_tokens: int) -> tuple[int, asyncio.Queue[Delivery]]:
-        """Add a request; its tokens arrive on the returned queue."""
+    def submit(self, prompt_tokens: int, max_tokens: int, prompt_text: str = ""
+               ) -> tuple[int, asyncio.Queue[Delivery]]:
+        """Add a request; its tokens arrive on the returned queue. The prompt's text gives
+        its blocks' content hashes to an engine with a prefix cache."""
         request_id = self._next_id
         self._next_id += 1
         queue: asyncio.Queue[Delivery] = asyncio.Queue()
-        self.engine.add_request(request_id, prompt_tokens, max_tokens)
+        block = self.engine.prefix_block_size
+        hashes = block_hashes(prompt_text.split(), block) if block and prompt_text else ()
+        self.engine.add_request(request_id, prompt_tokens, max_tokens, block_hashes=hashes)
         self._queues[request_id] = queue
         self._awaiting_first.add(request_id)
         self._last_submit = self.clock()

@@ -46,6 +46,8 @@ class MetricsSnapshot:
     accepted_tokens: int
     accepted_per_position: tuple[int, ...]  # length k
     accepted_histogram: tuple[int, ...]  # sequence-steps by accepted drafts 0..k
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of those, found cached
 
     @property
     def kv_blocks_free(self) -> int:
@@ -63,6 +65,11 @@ class MetricsSnapshot:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries \
+            else 0.0
 
     @property
     def tokens_per_forward(self) -> float:
@@ -83,6 +90,7 @@ def snapshot_from_engine(engine: EngineLike) -> MetricsSnapshot:
         accepted_tokens=c.spec_num_accepted_tokens,
         accepted_per_position=tuple(c.spec_accepted_per_pos) if k else (),
         accepted_histogram=tuple(c.spec_accepted_histogram) if k else (),
+        prefix_cache_queries=c.prefix_cache_queries, prefix_cache_hits=c.prefix_cache_hits,
     )
 
 

@@ -1,0 +1,135 @@
+"""The engine's prefix cache: shared prompt blocks are found, reused without computing them,
+evicted least recently used when the cache is too small, and turned off as each framework's
+argv says."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pytest_inferbench.loadgen.datasets import parse_dataset
+from pytest_inferbench.loadgen.workload import LoadSettings, Workload, build_workload
+from pytest_inferbench.results.metrics import summarize
+from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.config import EngineConfig
+from pytest_inferbench.sim.driver import simulate_point
+from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.prefix_cache import PrefixCache
+
+MODEL = "amd/MiniMax-M3-MXFP4"
+PAGE = 64  # the agentic traces' block size, as the engine's page size here
+VLLM = ["vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(PAGE)]
+
+
+def _config(*extra: str) -> EngineConfig:
+    config, _ = engine_config_from_argv([*VLLM, *extra], hardware="MI355X")
+    return config
+
+
+def _workload(conc: int) -> Workload:
+    load = LoadSettings(dataset=parse_dataset("prefix:4:1024"), prompts_per_conc=12)
+    return build_workload(2048, 32, conc, load)
+
+
+def _reusable_tokens(workload: Workload) -> int:
+    """Tokens the measured requests find cached with one request at a time and room for all:
+    the leading run of a prompt's blocks that an earlier prompt (the warmup's included) had,
+    a block being the group's prefix text or the request's own, and never the last token."""
+    seen: set[tuple[object, ...]] = set()
+    hits = 0
+    for measured, requests in ((False, workload.warmup), (True, workload.requests)):
+        for r in requests:
+            shared = r.prefix_tokens // PAGE if r.prefix_key is not None else 0
+            blocks = [("group", r.prefix_key, j) if j < shared else ("own", r.text_key, j)
+                      for j in range(r.input_tokens // PAGE)]
+            run = 0
+            while run < len(blocks) and blocks[run] in seen:
+                run += 1
+            if measured:
+                hits += min(run, (r.input_tokens - 1) // PAGE) * PAGE
+            seen.update(blocks)
+    return hits
+
+
+def test_shared_prefixes_are_found_as_the_workload_shares_them() -> None:
+    workload = _workload(conc=1)
+    expected = _reusable_tokens(workload)
+    engine = Engine(_config(), keep_traces=True)
+    metrics = simulate_point(engine.config, workload, engine=engine).server_metrics
+    assert expected > 0
+    assert metrics["prefix_cache_hits"] == expected
+    assert metrics["prefix_cache_queries"] == sum(r.input_tokens for r in workload.requests)
+    # Everything released: cached blocks nobody holds count as free.
+    assert engine.free_blocks == engine.num_blocks
+    assert engine.prefix_cache is not None and engine.prefix_cache.idle_blocks > 0
+
+
+def test_a_cache_too_small_for_the_groups_misses() -> None:
+    """Four groups in turn, room for about one request: by the time a group comes back its
+    blocks are the least recently used and were evicted."""
+    workload = _workload(conc=1)
+    big = _config()
+    per_utilization = Engine(big).kv_capacity_tokens / big.gpu_memory_utilization
+    longest = max(r.input_tokens + r.output_tokens for r in workload.requests)
+    # Capacity is not linear in the utilization (weights come off first): step down to it.
+    small = big
+    while Engine(small).kv_capacity_tokens > 2 * longest:
+        small = replace(small, gpu_memory_utilization=small.gpu_memory_utilization
+                        - 0.5 * longest / per_utilization)
+    engine = Engine(small, keep_traces=True)
+    assert engine.kv_capacity_tokens >= longest
+    metrics = simulate_point(small, workload, engine=engine).server_metrics
+    assert metrics["prefix_cache_hits"] < _reusable_tokens(workload) / 4
+    assert engine.prefix_cache is not None and engine.prefix_cache.evictions > 0
+    assert engine.free_blocks == engine.num_blocks
+
+
+def test_hits_shorten_the_time_to_first_token() -> None:
+    workload = _workload(conc=4)
+
+    def mean_ttft(config: EngineConfig) -> tuple[float, dict[str, object]]:
+        point = simulate_point(config, workload)
+        s = summarize(point.records, duration_s=point.duration_s,
+                      num_prompts=len(workload.requests), max_concurrency=4, num_gpus=4)
+        return float(s["mean_ttft_ms"]), dict(point.server_metrics)
+
+    cached, with_cache = mean_ttft(_config())
+    computed, without = mean_ttft(_config("--no-enable-prefix-caching"))
+    assert isinstance(with_cache["prefix_cache_hits"], int) and with_cache["prefix_cache_hits"]
+    assert "prefix_cache_hits" not in without
+    assert cached < computed
+
+
+@pytest.mark.parametrize(("argv", "env_files", "enabled"), [
+    (VLLM, {}, True),
+    ([*VLLM, "--no-enable-prefix-caching"], {}, False),
+    (["python3", "-m", "atom.entrypoints.openai_server", "--model", MODEL,
+      "--no-enable_prefix_caching"], {}, False),
+    (["python3", "-m", "sglang.launch_server", "--model-path", MODEL], {}, True),
+    (["python3", "-m", "sglang.launch_server", "--model-path", MODEL, "--disable-radix-cache"],
+     {}, False),
+    (["trtllm-serve", MODEL, "--config", "x.yml"],
+     {"x.yml": "kv_cache_config:\n  enable_block_reuse: false\n"}, False),
+    (["trtllm-serve", MODEL, "--config", "x.yml"],
+     {"x.yml": "kv_cache_config:\n  tokens_per_block: 64\n"}, True),
+])
+def test_each_framework_turns_it_off_its_own_way(argv: list[str], env_files: dict[str, str],
+                                                 enabled: bool) -> None:
+    config, _ = engine_config_from_argv(argv, hardware="MI355X", files=env_files)
+    assert config.prefix_caching is enabled
+
+
+def test_lru_keeps_the_most_recently_released_blocks() -> None:
+    cache = PrefixCache()
+    assert cache.insert([1, 2, 3]) == (0, 0)
+    assert cache.insert([4, 5]) == (0, 0)
+    assert cache.release([1, 2, 3]) == 3  # first released: first evicted
+    assert cache.release([4, 5]) == 2
+    assert cache.match([1, 2, 3, 9]) == 3
+    cache.trim(3)  # an allocation took the room of two idle blocks
+    assert cache.evictions == 2
+    assert cache.match([1, 2, 3]) == 0 and cache.match([3, 4, 5]) == 3
+    assert cache.acquire([3, 4]) == 2 and cache.idle_blocks == 1
+    cache.trim(0)  # pinned blocks are never evicted
+    assert cache.match([3, 4]) == 2 and cache.idle_blocks == 0
