@@ -260,7 +260,7 @@ def _speculative(
     if spec is not None and not spec.client.use_chat_template:
         failures.append(
             f"speculative decoding ({sd.method}) without the chat template: "
-            f"set use_chat_template in {where}; AL depends on chat framing"
+            f"{_chat_template_fix(spec)}; AL depends on chat framing"
         )
     measured = _number(result.get("acceptance_length"))
     forced = sd.forced_acceptance_length
@@ -279,6 +279,15 @@ def _speculative(
                     f"{SYNTHETIC_AL_TOLERANCE:.0%}"
                 )
     return failures
+
+
+def _chat_template_fix(spec: ServerSpec) -> str:
+    """Where the user turns the chat template on: their own launch spec, never the file
+    inside the installed package (a local one of the same name overrides it)."""
+    fix = f"set client.use-chat-template: true in {display_path(spec.user_file)}"
+    if spec.packaged:
+        fix += f" (a local copy of the packaged {spec.launch_file.name}, which it overrides)"
+    return fix
 
 
 def _slo(result: Record, point: BenchPoint, rules: GatesFile) -> list[str]:
