@@ -216,6 +216,13 @@ def test_chat_template_fix_names_the_users_override_not_the_packaged_spec(
         "minimaxm3_fp4_mi355x_atom.yaml, which it overrides); AL depends on chat framing"
     )
     assert str(packaged.parent) not in failure
+    forced = replace(spec, argv=(*spec.argv, "--spec-decode-acceptance-length", "2.78"))
+    far = objs.make_result(point, acceptance_length=2.5)
+    assert evaluate_point(far, point, forced, objs.make_settings(), golden_only(recipe_dir),
+                          None)[-1] == (
+        "acceptance_length 2.50 != forced 2.78 (--spec-decode-acceptance-length, packaged "
+        f"minimaxm3_fp4_mi355x_atom.yaml, overridden by {local}): off by 10.1% > 3%"
+    )
 
 
 @pytest.mark.parametrize(
