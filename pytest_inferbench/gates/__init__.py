@@ -256,11 +256,11 @@ def _speculative(
     if sd is None:
         return []
     failures: list[str] = []
-    where = display_path(spec.launch_file) if spec else point.server.config_key
+    where = _spec_place(spec) if spec else point.server.config_key
     if spec is not None and not spec.client.use_chat_template:
         failures.append(
             f"speculative decoding ({sd.method}) without the chat template: "
-            f"set use_chat_template in {where}; AL depends on chat framing"
+            f"{_chat_template_fix(spec)}; AL depends on chat framing"
         )
     measured = _number(result.get("acceptance_length"))
     forced = sd.forced_acceptance_length
@@ -279,6 +279,23 @@ def _speculative(
                     f"{SYNTHETIC_AL_TOLERANCE:.0%}"
                 )
     return failures
+
+
+def _spec_place(spec: ServerSpec) -> str:
+    """Where a spec's words come from, for the user: their own file, or the packaged one by
+    name with the local file that would override it (never a path inside the package)."""
+    if spec.packaged:
+        return f"packaged {spec.launch_file.name}, overridden by {display_path(spec.user_file)}"
+    return display_path(spec.user_file)
+
+
+def _chat_template_fix(spec: ServerSpec) -> str:
+    """Where the user turns the chat template on: their own launch spec, never the file
+    inside the installed package (a local one of the same name overrides it)."""
+    fix = f"set client.use-chat-template: true in {display_path(spec.user_file)}"
+    if spec.packaged:
+        fix += f" (a local copy of the packaged {spec.launch_file.name}, which it overrides)"
+    return fix
 
 
 def _slo(result: Record, point: BenchPoint, rules: GatesFile) -> list[str]:

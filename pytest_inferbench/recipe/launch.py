@@ -87,6 +87,18 @@ class ServerSpec:
     # Config files the server reads, relative to its working directory (name, YAML text).
     # The sim backend reads them; backends without `supports_files` refuse such a spec.
     files: tuple[tuple[str, str], ...] = ()
+    # Where a user's own copy of this spec goes to override it (the local launch directory's
+    # file of the node's name); the packaged file itself is not the user's to edit.
+    override_file: Path | None = None
+
+    @property
+    def user_file(self) -> Path:
+        """The file a message tells the user to edit: the local override's path."""
+        return self.override_file or self.launch_file
+
+    @property
+    def packaged(self) -> bool:
+        return self.launch_file != self.user_file
 
     def argv_for_port(self, port: int) -> tuple[str, ...]:
         return tuple(a.replace(PORT_PLACEHOLDER, str(port)) for a in self.argv)
@@ -155,6 +167,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             startup_timeout_override: float | None = None) -> ServerSpec:
     """Read the node's launch spec and apply its overlays; raise LaunchSpecError naming the file."""
     path = launch_spec_path(server, launch_dir)
+    override = launch_dir / f"{server.launch_spec_name}.yaml"
     if not path.is_file():
         raise LaunchSpecError(
             f"{server.node_name}: no launch spec for {server.config_key} "
@@ -232,6 +245,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         nodes=_count(path, "nodes", data.get("nodes", 0), minimum=0),
         files=tuple((fname, yaml.safe_dump(content, sort_keys=False))
                     for fname, content in filled.items()),
+        override_file=override,
     )
 
 
@@ -280,9 +294,17 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
     roles = data["roles"]
     if not isinstance(roles, dict) or not roles:
         raise LaunchSpecError(f"{path}: roles: empty (expected role names with count and args)")
-    if data.get("args") or data.get("overlays"):
-        raise LaunchSpecError(f"{path}: roles: give args per role; top-level args and "
-                              "overlays apply to single-process servers only")
+    if data.get("args"):
+        raise LaunchSpecError(f"{path}: roles: give args per role; top-level args apply to "
+                              "single-process servers only")
+    # The client is the whole deployment's: top-level overlays may turn its options on (the
+    # chat template under MTP, as InferenceX's multinode benchmarks do), nothing per process.
+    overlays = data.get("overlays") or {}
+    for name, overlay in overlays.items() if isinstance(overlays, dict) else ():
+        extra = sorted(set(overlay) - {"client"}) if isinstance(overlay, dict) else []
+        if extra:
+            raise LaunchSpecError(f"{path}: overlays.{name}.{extra[0]}: with roles, top-level "
+                                  "overlays set only client; give args, env and files per role")
     specs = []
     for name, body in roles.items():
         where = f"roles.{name}"

@@ -142,6 +142,8 @@ roles:
     ("roles: {w: {cuont: 1}}\ncommand: [s]", r"roles.w.cuont: unknown key"),
     ("roles: {w: {args: [x]}}\ncommand: [s]", r"serve-role: 'router' is not one of the roles"),
     ("roles: {w: {args: [x]}}\nargs: [y]\ncommand: [s]", r"roles: give args per role"),
+    ("roles: {w: {args: [x]}}\noverlays: {mtp: {args: [y]}}\ncommand: [s]",
+     r"overlays.mtp.args: with roles, top-level overlays set only client"),
     ("roles: {router: {count: 1}}", r"roles.router: no command"),
     ("roles: []\ncommand: [s]", r"roles: empty"),
     ("roles: {w: {args: [x], settings: [A=1]}}\ncommand: [s]",

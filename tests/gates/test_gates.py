@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from pytest_inferbench.gates import Gates, evaluate_point, load_gates
 from pytest_inferbench.gates.baseline import load_baseline, save_baseline
 from pytest_inferbench.gates.rules import GatesFile, GatesFileError, load_gates_file, parse_gates
 from pytest_inferbench.recipe.golden import load_golden_al, packaged
+from pytest_inferbench.recipe.launch import packaged_launch_dir
 
 GATES_YAML = """\
 slo:
@@ -192,9 +194,35 @@ def test_spec_decode_without_chat_template_fails(objs: Any, recipe_dir: Path) ->
     gates = golden_only(recipe_dir)
     assert evaluate_point(result, point, spec_chat, objs.make_settings(), gates, None) == []
     assert evaluate_point(result, point, spec_plain, objs.make_settings(), gates, None) == [
-        "speculative decoding (eagle3) without the chat template: set use_chat_template in "
-        "benchmarks/launch/minimaxm3_fp4_mi355x_atom_mtp.yaml; AL depends on chat framing"
+        "speculative decoding (eagle3) without the chat template: set "
+        "client.use-chat-template: true in benchmarks/launch/minimaxm3_fp4_mi355x_atom_mtp.yaml; "
+        "AL depends on chat framing"
     ]
+
+
+def test_chat_template_fix_names_the_users_override_not_the_packaged_spec(
+    objs: Any, recipe_dir: Path
+) -> None:
+    point = objs.make_point(spec_decoding="mtp")
+    result = objs.make_result(point, acceptance_length=2.9)
+    packaged = packaged_launch_dir() / "minimaxm3_fp4_mi355x_atom.yaml"
+    local = Path("benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml")
+    spec = replace(objs.make_spec(EAGLE3, chat=False), launch_file=packaged, override_file=local)
+    (failure,) = evaluate_point(result, point, spec, objs.make_settings(),
+                                golden_only(recipe_dir), None)
+    assert failure == (
+        "speculative decoding (eagle3) without the chat template: set "
+        f"client.use-chat-template: true in {local} (a local copy of the packaged "
+        "minimaxm3_fp4_mi355x_atom.yaml, which it overrides); AL depends on chat framing"
+    )
+    assert str(packaged.parent) not in failure
+    forced = replace(spec, argv=(*spec.argv, "--spec-decode-acceptance-length", "2.78"))
+    far = objs.make_result(point, acceptance_length=2.5)
+    assert evaluate_point(far, point, forced, objs.make_settings(), golden_only(recipe_dir),
+                          None)[-1] == (
+        "acceptance_length 2.50 != forced 2.78 (--spec-decode-acceptance-length, packaged "
+        f"minimaxm3_fp4_mi355x_atom.yaml, overridden by {local}): off by 10.1% > 3%"
+    )
 
 
 @pytest.mark.parametrize(

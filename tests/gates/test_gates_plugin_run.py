@@ -49,6 +49,6 @@ def test_spec_decode_without_chat_template_fails_in_a_run(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(
         [
             "*speculative decoding (eagle3) without the chat template: "
-            "set use_chat_template in *minimaxm3_fp4_mi355x_atom.yaml*"
+            "set client.use-chat-template: true in *launch/minimaxm3_fp4_mi355x_atom.yaml;*"
         ]
     )

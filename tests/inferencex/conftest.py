@@ -21,6 +21,22 @@ def inferencex_source() -> Path:
                 or REPO.parent / "shared" / "inferencex")
 
 
+def inferencex_current_source() -> Path:
+    """InferenceX's current layout (`configs/`, `benchmarks/` of 2026-08):
+    `INFERBENCH_INFERENCEX_CURRENT_DIR`, else `../shared/inferencex-0801`."""
+    return Path(os.environ.get("INFERBENCH_INFERENCEX_CURRENT_DIR")
+                or REPO.parent / "shared" / "inferencex-0801")
+
+
+@pytest.fixture(scope="session")
+def inferencex_current_dir() -> Path:
+    source = inferencex_current_source()
+    if not (source / "configs" / "amd-master.yaml").is_file():
+        pytest.skip(f"no InferenceX checkout of the current layout at {source} "
+                    "(set INFERBENCH_INFERENCEX_CURRENT_DIR)")
+    return source
+
+
 @pytest.fixture(scope="session")
 def inferencex_dir() -> Path:
     source = inferencex_source()

@@ -3,7 +3,8 @@
 Every single-node fixed-seq-len config of both real master files resolves to a launch spec
 (from the package, not from a local launch directory) and starts on the simulator. A sample of
 the scripts is run on stub programs (`pytest_inferbench.testing.scriptrun`) and the argv, env
-and config files they give the server are compared with the resolved spec.
+and config files they give the server are compared with the resolved spec; so are scripts of
+InferenceX's current layout for the specs written from them.
 """
 
 from __future__ import annotations
@@ -122,6 +123,42 @@ SPOT_CHECKS = [
 def test_resolved_spec_matches_what_the_script_starts(
         servers: list[ServerConfig], tmp_path: Path, key: str, script: str, tp: int, ep: int,
         dpa: bool) -> None:
+    compare_with_script(servers, SCRIPTS / script, tmp_path, key, tp, ep, dpa)
+
+
+# The same comparison on InferenceX's current layout (`configs/`), for the specs written from
+# its scripts: each new spec's plain and MTP script, EP and DP attention.
+CURRENT_SPOT_CHECKS = [
+    ("dsv4-fp8-mi300x-vllm", "dsv4_fp8_mi300x.sh", 8, 1, False),
+    ("dsv4-fp8-mi325x-vllm-mtp", "dsv4_fp8_mi325x_mtp.sh", 8, 1, False),
+    ("minimaxm3-fp4-b200-vllm", "minimaxm3_fp4_b200.sh", 4, 4, True),
+    ("minimaxm3-fp4-b200-vllm", "minimaxm3_fp4_b200.sh", 2, 1, False),
+    ("minimaxm3-fp4-b300-vllm", "minimaxm3_fp4_b300.sh", 2, 2, True),
+    ("qwen3.5-fp4-rtx6000pro-sglang", "qwen3.5_fp4_rtx6000pro_sglang.sh", 4, 4, False),
+    ("qwen3.5-fp4-rtx6000pro-sglang-mtp", "qwen3.5_fp4_rtx6000pro_sglang_mtp.sh", 4, 1, False),
+]
+
+
+@pytest.fixture(scope="module")
+def current_servers(inferencex_current_dir: Path) -> list[ServerConfig]:
+    configs = inferencex_current_dir / "configs"
+    return [s for v in ("amd", "nvidia") for s in single_node_servers(configs / f"{v}-master.yaml")]
+
+
+@pytest.mark.skipif(not workspace_available(), reason="the scripts need a writable /workspace")
+@pytest.mark.parametrize(("key", "script", "tp", "ep", "dpa"), CURRENT_SPOT_CHECKS,
+                         ids=[f"{c[0]}-tp{c[2]}-ep{c[3]}{'-dpa' if c[4] else ''}"
+                              for c in CURRENT_SPOT_CHECKS])
+def test_resolved_spec_matches_what_the_current_script_starts(
+        current_servers: list[ServerConfig], inferencex_current_dir: Path, tmp_path: Path,
+        key: str, script: str, tp: int, ep: int, dpa: bool) -> None:
+    scripts = inferencex_current_dir / "benchmarks" / "single_node" / "fixed_seq_len"
+    compare_with_script(current_servers, scripts / script, tmp_path, key, tp, ep, dpa)
+
+
+def compare_with_script(servers: list[ServerConfig], script: Path, tmp_path: Path, key: str,
+                        tp: int, ep: int, dpa: bool) -> None:
+    """Run the script on stubs for the node's row and compare what it starts with the spec."""
     rows = [s for s in servers if (s.config_key, s.parallel.tp) == (key, tp)]
     server = next((s for s in rows if (s.parallel.ep, s.parallel.dp_attn) == (ep, dpa)), None)
     if server is None:  # a branch of the script that no master row takes
@@ -130,7 +167,7 @@ def test_resolved_spec_matches_what_the_script_starts(
     # The spec holds the values of the node's largest point where a script derives one from it.
     sweep = max(server.sweeps, key=lambda s: (s.isl, max(s.concurrencies)))
     conc = max(sweep.concurrencies)
-    run = run_script(SCRIPTS / script, {
+    run = run_script(script, {
         "MODEL": server.model, "TP": str(tp), "EP_SIZE": str(ep), "CONC": str(conc),
         "ISL": str(sweep.isl), "OSL": str(sweep.osl),
         "MAX_MODEL_LEN": str(max(max_model_len(s.isl, s.osl) for s in server.sweeps)),
@@ -151,8 +188,6 @@ def test_resolved_spec_matches_what_the_script_starts(
     assert run.client is not None
     chat = "--use-chat-template" in run.client.argv or "--dsv4" in run.client.argv
     assert spec.client.use_chat_template == chat
-
-
 
 
 def test_a_backend_that_cannot_write_the_specs_config_files_refuses_at_setup(
