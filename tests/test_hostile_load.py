@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
 from pytest_inferbench.loadgen.datasets import parse_dataset, text_prompts
 from pytest_inferbench.testing.recipes import master_entry
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 # (the call's arguments, as Python source; fragments its failure must hold)
 LOAD_CASES: list[tuple[str, tuple[str, ...]]] = [
@@ -155,3 +152,22 @@ def test_a_rate_nobody_would_wait_for_or_two_rates_are_refused(
     for message in messages:
         assert message in text, f"{message!r}:\n{text}"
     assert not (pytester.path / "inferbench-results").exists()  # nothing ran
+
+
+def test_a_request_the_simulated_server_rejects_fails_its_point_with_the_reason(
+        pytester: pytest.Pytester) -> None:
+    # Longer than the launch argv's --max-model-len: the simulated server rejects it as a real
+    # one does (HTTP 400); the point fails naming why, without a traceback, and the run goes on.
+    repo = Path(__file__).resolve().parents[1]
+    spec = (repo / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml").read_text()
+    assert '--max-model-len, "32768"' in spec
+    (pytester.path / "launch").mkdir()
+    (pytester.path / "launch/minimaxm3_fp4_mi355x_atom.yaml").write_text(
+        spec.replace('--max-model-len, "32768"', '--max-model-len, "512"'))
+    (pytester.path / "bench-master.yaml").write_text(master_entry(isl=1024, osl=16))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    text = _text(result)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "the simulated server rejects a request of this point" in text, text
+    assert "maximum context length is 512 tokens" in text, text
+    assert "During handling" not in text, text

@@ -33,6 +33,11 @@ class ServerDiedError(RuntimeError):
     """The server stopped serving during a sweep; the message carries the log tail."""
 
 
+class PointNotMeasuredError(RuntimeError):
+    """The server is fine but this point could not be measured (the simulator rejects one of
+    its requests outright); the message says why. Fails the point alone."""
+
+
 MAIN_WORKER = "master"  # the worker id of a run without xdist workers (xdist's own word)
 
 

@@ -30,9 +30,9 @@ from ..sim.disagg import (
     router_policy_of_argv,
 )
 from ..sim.driver import simulate_point
-from ..sim.engine import Engine
+from ..sim.engine import Engine, RequestRejectedError
 from ..sim.physics import EngineConfigError
-from .base import Backend, ServerHandle, ServerStartError
+from .base import Backend, PointNotMeasuredError, ServerHandle, ServerStartError
 
 if TYPE_CHECKING:
     from ..loadgen.progress import ProgressOutput
@@ -74,10 +74,18 @@ class SimHandle(ServerHandle):
                                   prompts=point.prompts)
         num = len(workload.requests)
         started = time.time()
-        if self.deployment is not None:
-            outcome = simulate_deployment_point(self.deployment, workload, seed=load.seed)
-        else:
-            outcome = simulate_point(config, workload, engine=Engine(config, keep_traces=True))
+        try:
+            if self.deployment is not None:
+                outcome = simulate_deployment_point(self.deployment, workload, seed=load.seed)
+            else:
+                outcome = simulate_point(config, workload,
+                                         engine=Engine(config, keep_traces=True))
+        except RequestRejectedError as exc:
+            # A real server answers such a request with HTTP 400 and serves the rest; the
+            # batch simulator cannot leave one out of its plan, so the point says why instead.
+            raise PointNotMeasuredError(
+                f"{point.name}: the simulated server rejects a request of this point (a real "
+                f"server answers it with HTTP 400): {exc}") from None
         notes = [SIMULATED_NOTE]
         if self.ignored and not self._notes_given:
             notes.append("ignored by the simulator: " + " ".join(self.ignored))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from ..backends.base import ServerDiedError
+from ..backends.base import PointNotMeasuredError, ServerDiedError
 from ..results.record import PointRecord
 from ..state import RESULTS_KEY, get_session_state
 
@@ -60,11 +60,15 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
         load = dataclasses.replace(load, request_rate=point.request_rate)
     # The point's line in a log comes with its report (`report.live.PointLines`).
     progress = progress_output(item.config, state.settings.progress)
+    failure = ""  # failed outside the except clauses: the report shows no exception chain
     try:
         measurement = handle.run_point(point, load, progress)
     except ServerDiedError as exc:
-        node.dead_reason = state.redactor.text(str(exc))
-        pytest.fail(node.dead_reason, pytrace=False)
+        failure = node.dead_reason = state.redactor.text(str(exc))
+    except PointNotMeasuredError as exc:
+        failure = state.redactor.text(str(exc))
+    if failure:
+        pytest.fail(failure, pytrace=False)
     settings = state.settings
     measured = build.build_result(
         point, measurement, spec=node.spec, backend=settings.backend,
