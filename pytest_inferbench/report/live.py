@@ -117,7 +117,9 @@ class PointLines:
         if self.verbose or not self._line_for(report):
             return None
         category = "error" if report.when == "setup" and report.failed else report.outcome
-        return category, "", ""  # counted as pytest counts it; the line says the rest
+        # No letter (the line says the rest); the word stays pytest's, as its short test
+        # summary (`-rs`, `-rf`: "SKIPPED [3] ...", "FAILED <nodeid>") prints it.
+        return category, "", category.upper()
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
