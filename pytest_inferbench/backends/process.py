@@ -8,7 +8,6 @@ polls health and the exit status together, and teardown kills the whole group.
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import TYPE_CHECKING
 
 from ..results.redact import Redactor
@@ -29,16 +28,15 @@ LOCALHOST = "127.0.0.1"
 
 
 class LocalProcess:
-    """A server subprocess in its own session/process group, output pumped to a log file."""
+    """A server subprocess in its own process group (in this run's session), output pumped to
+    a log file."""
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_path: Path,
                  redactor: Redactor) -> None:
         self.name = name
         self.argv = tuple(argv)
         try:
-            self.process = subprocess.Popen(
-                self.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = reaper.start_in_own_group(self.argv, env)
         except OSError as exc:
             raise ServerStartError(
                 f"server {name}: cannot run {self.argv[0]!r}: {redactor.text(str(exc))}") from None

@@ -75,6 +75,10 @@ def test_sim_server_runs_points_and_says_they_are_simulated(
     handle = SimServerBackend().start(server, spec, start_context)
     pgid = server_pid(handle)
     try:
+        # Its own group, for the group kill; this run's session, so that under sched
+        # autogroups it gets no CPU group of its own to starve the load client with.
+        assert os.getpgid(pgid) == pgid
+        assert os.getsid(pgid) == os.getsid(0)
         measurement = handle.run_point(server.points()[0], LOAD)
         assert measurement.simulated
         assert all(r.success for r in measurement.records)
@@ -95,6 +99,8 @@ def test_process_backend_runs_the_argv_behind_a_prefix_and_kills_the_group(
     handle = ProcessBackend().start(server, spec, ctx)
     pgid = server_pid(handle)
     try:
+        assert os.getpgid(pgid) == pgid
+        assert os.getsid(pgid) == os.getsid(0)
         measurement = handle.run_point(server.points()[0], LOAD)
         assert all(r.success for r in measurement.records)
         handle.check_alive()
