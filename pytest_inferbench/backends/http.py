@@ -49,15 +49,16 @@ if TYPE_CHECKING:
 
 
 
-def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float]:
-    """Median chunk ITL and median TTFT of the successful records (0 when there are none)."""
+def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float, float]:
+    """Median chunk ITL, TTFT and E2EL of the successful records (0 when there are none)."""
     ok = [r for r in records if r.success and len(r.chunk_times)]
     if not ok:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     ttft = np.fromiter((r.chunk_times[0] - r.send_time for r in ok), np.float64, len(ok))
+    e2el = np.fromiter((r.end_time - r.send_time for r in ok), np.float64, len(ok))
     gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
     itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
-    return itl, float(np.median(ttft))
+    return itl, float(np.median(ttft)), float(np.median(e2el))
 
 
 def _refused_continuous_usage(records: Sequence[RequestRecord]) -> bool:
@@ -189,8 +190,9 @@ class HttpServerHandle(ServerHandle):
             if any(not r.success for r in run.records):
                 self.check_alive()
             after = await self._scrape(client, notes) if not before.error else before
-        median_itl, median_ttft = _median_gaps(run.records)
+        median_itl, median_ttft, median_e2el = _median_gaps(run.records)
         check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
+                        median_e2el_s=median_e2el,
                         dispatch_delay_s=_dispatch_delays(run.records),
                         busy_s=sum(r.end_time - r.send_time for r in run.records),
                         origin_s=first_send(run.records))
