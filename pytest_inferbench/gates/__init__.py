@@ -257,7 +257,7 @@ def _speculative(
         return []
     failures: list[str] = []
     where = display_path(spec.launch_file) if spec else point.server.config_key
-    if spec is not None and not spec.client.use_chat_template:
+    if spec is not None and sd.needs_chat_template and not spec.client.use_chat_template:
         failures.append(
             f"speculative decoding ({sd.method}) without the chat template: "
             f"set use_chat_template in {where}; AL depends on chat framing"
