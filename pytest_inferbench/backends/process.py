@@ -88,8 +88,10 @@ def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
     from .supervised import start_supervised
 
     server = LocalProcess(name, argv, process_env(spec, settings.pass_env), log_path, redactor)
-    return start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
-                            simulated=simulated)
+    handle = start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
+                              simulated=simulated)
+    handle.local_server_pid = server.process.pid  # the client keeps off its bound CPUs
+    return handle
 
 
 class ProcessBackend(Backend):
