@@ -102,6 +102,30 @@ def test_each_framework_spelling() -> None:
     assert read_speculative_decoding(ATOM) is None
 
 
+@pytest.mark.parametrize("config", [
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
+    # vLLM reads these as ngram too: a prompt_lookup_* key, or the [ngram] model.
+    {"num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
+    {"model": "[ngram]", "num_speculative_tokens": 3},
+])
+def test_vllm_ngram_is_its_own_method_that_needs_no_chat_template(
+        config: dict[str, object]) -> None:
+    argv = ["vllm", "serve", "M", "--speculative-config", json.dumps(config)]
+    ngram = read_speculative_decoding(argv)
+    assert ngram is not None
+    assert (ngram.method, ngram.num_tokens, ngram.draft_model) == ("ngram", 3, None)
+    assert not ngram.needs_chat_template
+    # A recipe that calls it `spec-decoding: mtp` (InferenceX's only speculative value in
+    # use) gets the method the server runs, not the recipe's word.
+    server = dataclasses.replace(shipped_servers()[0], spec_decoding="mtp")
+    spec = dataclasses.replace(resolve(server, LAUNCH_DIR), argv=tuple(argv))
+    described = speculative_decoding(server, spec)
+    assert described is not None and described.method == "ngram"
+    eagle = read_speculative_decoding([*ATOM, "--method", "eagle3", "--num-speculative-tokens",
+                                       "3"])
+    assert eagle is not None and eagle.needs_chat_template
+
+
 def test_thinking_is_on_unless_the_chat_template_kwargs_turn_it_off() -> None:
     eagle = [*ATOM, "--method", "eagle3", "--num-speculative-tokens", "3"]
     on = read_speculative_decoding(eagle)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..loadgen.affinity import pinned_to_one_cpu
+from ..loadgen.affinity import Pinning, pinned_to_one_cpu
 from ..loadgen.client import (
     APPROXIMATE_WORDS,
     ClientConfig,
@@ -49,15 +49,16 @@ if TYPE_CHECKING:
 
 
 
-def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float]:
-    """Median chunk ITL and median TTFT of the successful records (0 when there are none)."""
+def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float, float]:
+    """Median chunk ITL, TTFT and E2EL of the successful records (0 when there are none)."""
     ok = [r for r in records if r.success and len(r.chunk_times)]
     if not ok:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     ttft = np.fromiter((r.chunk_times[0] - r.send_time for r in ok), np.float64, len(ok))
+    e2el = np.fromiter((r.end_time - r.send_time for r in ok), np.float64, len(ok))
     gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
     itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
-    return itl, float(np.median(ttft))
+    return itl, float(np.median(ttft)), float(np.median(e2el))
 
 
 def _refused_continuous_usage(records: Sequence[RequestRecord]) -> bool:
@@ -99,6 +100,9 @@ class HttpServerHandle(ServerHandle):
         self.simulated = simulated
         # The simulator's announced clock; 0: it streams on no clock at all.
         self.time_scale = time_scale
+        # The leader of a local server's process group (process, sim-server), whose bound
+        # CPUs the client keeps off; None where the server's processes are not known here.
+        self.local_server_pid: int | None = None
         self._tokenizer: TextTokenizer | None = None
         self._tokenizer_looked_up = False
 
@@ -140,8 +144,8 @@ class HttpServerHandle(ServerHandle):
                                  load.point_timeout_s)
         workload = render(point_workload(point.isl, point.osl, point.conc, load,
                                          self.spec.client, tokenizer, point.prompts), tokenizer)
-        with pinned_to_one_cpu() as cpu:
-            return asyncio.run(self._measure(point, cfg, workload, cpu,
+        with pinned_to_one_cpu(self.local_server_pid) as pinning:
+            return asyncio.run(self._measure(point, cfg, workload, pinning,
                                              progress or default_output()))
 
     async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot:
@@ -152,7 +156,7 @@ class HttpServerHandle(ServerHandle):
             return Snapshot(error=str(exc))
 
     async def _measure(self, point: BenchPoint, cfg: ClientConfig, workload: RenderedWorkload,
-                       pinned_cpu: int | None, output: ProgressOutput) -> PointMeasurement:
+                       pinning: Pinning, output: ProgressOutput) -> PointMeasurement:
         notes: list[str] = []
         if self.simulated:
             notes.append("simulated server: these numbers come from the simulator, not hardware")
@@ -189,8 +193,9 @@ class HttpServerHandle(ServerHandle):
             if any(not r.success for r in run.records):
                 self.check_alive()
             after = await self._scrape(client, notes) if not before.error else before
-        median_itl, median_ttft = _median_gaps(run.records)
+        median_itl, median_ttft, median_e2el = _median_gaps(run.records)
         check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
+                        median_e2el_s=median_e2el,
                         dispatch_delay_s=_dispatch_delays(run.records),
                         busy_s=sum(r.end_time - r.send_time for r in run.records),
                         origin_s=first_send(run.records))
@@ -198,7 +203,8 @@ class HttpServerHandle(ServerHandle):
             check["not_applicable"] = ("the server streams as fast as it can (simulator at time "
                                        "scale 0): its gaps are not timings to distort")
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
-        check["client_cpu_pinned"] = pinned_cpu
+        check["client_cpu_pinned"] = pinning.cpu
+        check["client_cpu_choice"] = pinning.choice
         server = point_metrics(before, after) if not before.error else {
             "scrape_error": before.error}
         described = {**workload.workload.describe(), "token_source": workload.token_source,

@@ -8,7 +8,6 @@ polls health and the exit status together, and teardown kills the whole group.
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import TYPE_CHECKING
 
 from ..results.redact import Redactor
@@ -29,16 +28,15 @@ LOCALHOST = "127.0.0.1"
 
 
 class LocalProcess:
-    """A server subprocess in its own session/process group, output pumped to a log file."""
+    """A server subprocess in its own process group (in this run's session), output pumped to
+    a log file."""
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_path: Path,
                  redactor: Redactor) -> None:
         self.name = name
         self.argv = tuple(argv)
         try:
-            self.process = subprocess.Popen(
-                self.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = reaper.start_in_own_group(self.argv, env)
         except OSError as exc:
             raise ServerStartError(
                 f"server {name}: cannot run {self.argv[0]!r}: {redactor.text(str(exc))}") from None
@@ -90,8 +88,10 @@ def start_local(name: str, argv: Sequence[str], spec: ServerSpec, port: int,
     from .supervised import start_supervised
 
     server = LocalProcess(name, argv, process_env(spec, settings.pass_env), log_path, redactor)
-    return start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
-                            simulated=simulated)
+    handle = start_supervised(server, base_url=f"http://{LOCALHOST}:{port}", spec=spec, ctx=ctx,
+                              simulated=simulated)
+    handle.local_server_pid = server.process.pid  # the client keeps off its bound CPUs
+    return handle
 
 
 class ProcessBackend(Backend):

@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Union
 from ..util.pids import pid_alive
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
 
     from docker import DockerClient
@@ -82,6 +83,24 @@ def stop_container(container: Container, grace_s: float = GRACE_S) -> None:
             container.kill()
     with contextlib.suppress(*errors):
         container.remove(force=True, v=True)
+
+
+def start_in_own_group(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Run argv in a process group of its own (stdin empty, stdout and stderr on one pipe), in
+    this process's session, for `stop_process_group` to kill whole.
+
+    Not a new session: with the scheduler's autogroups (Linux
+    /proc/sys/kernel/sched_autogroup_enabled) a session is a CPU group of its own, weighted like
+    the whole of this run, so a busy local server and the load client would share the CPUs as
+    two equal groups whatever else runs, and the client stalls. A Ctrl-C at the terminal still
+    reaches only the foreground group (this run), whose teardown stops the server.
+    """
+    if sys.version_info >= (3, 11):
+        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, process_group=0)
+    # setpgid(0, 0) in the child before exec: what process_group=0 does on 3.11+.
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, preexec_fn=os.setpgrp)
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:

@@ -20,6 +20,12 @@ the flags and forcing knobs each reads listed in its registry entry (`speculativ
   `speculative_model_dir`), `TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=AL-1`
 - the simulator: `--sim-accepted-distribution` / `INFERBENCH_SIM_ACCEPTED_DISTRIBUTION`
 
+Prompt lookup (`ngram`: vLLM's method, SGLang's NGRAM, TensorRT-LLM's NGram) drafts by
+matching the prompt's own text, with no trained head: a method of its own, whose acceptance
+does not hang on chat framing (`SpeculativeDecoding.needs_chat_template`). vLLM reads a config
+without `method` as ngram when it names the `[ngram]` model or sets `prompt_lookup_*`; so does
+this reader.
+
 Flags are matched with `_` and `-` alike and as `--flag value` or `--flag=value`; the last one
 wins, as in argparse. The thinking mode is on (reasoning models think) unless the server's
 default chat-template kwargs turn it off.
@@ -52,6 +58,9 @@ T = TypeVar("T")
 THINKING_ON = "thinking_on"
 THINKING_OFF = "thinking_off"
 
+# Methods that draft from the prompt's text rather than a trained head or draft model.
+PROMPT_LOOKUP_METHODS = frozenset({"ngram"})
+
 SIM_FLAGS = ("sim-accepted-distribution",)
 THINKING_FLAGS = ("default-chat-template-kwargs", "chat-template-kwargs")
 
@@ -72,7 +81,7 @@ class SpecDecodeArgvError(ValueError):
 class SpeculativeDecoding:
     """What the launch spec asks the server to speculate, exactly as it says it."""
 
-    method: str  # lower case: eagle3, eagle, mtp, nextn, draft_model, ...
+    method: str  # lower case: eagle3, eagle, mtp, nextn, draft_model, ngram, ...
     num_tokens: int | None  # k, the draft tokens per verify step (None: the argv does not say)
     draft_model: str | None  # None: the target's own head (MTP) or not given
     thinking: bool  # the golden AL's thinking_on curve (False: thinking_off)
@@ -85,6 +94,13 @@ class SpeculativeDecoding:
     @property
     def thinking_mode(self) -> str:
         return THINKING_ON if self.thinking else THINKING_OFF
+
+    @property
+    def needs_chat_template(self) -> bool:
+        """A trained head or draft model accepts well only on chat-framed prompts (InferenceX's
+        speculative scripts all pass --use-chat-template); prompt lookup drafts from whatever
+        text the prompt holds."""
+        return self.method not in PROMPT_LOOKUP_METHODS
 
     @property
     def forced_acceptance_length(self) -> float | None:
@@ -213,10 +229,15 @@ def _vllm(flags: Mapping[str, str]) -> _Reading:
         raise SpecDecodeArgvError(
             f"synthetic_acceptance_{'length' if length is not None else 'rates'} {where} "
             "needs \"rejection_sample_method\": \"synthetic\" (vLLM rejects it otherwise)")
+    model = str(config["model"]) if config.get("model") else None
+    method = str(config["method"]) if config.get("method") else None
+    if method is None and (model in ("[ngram]", "ngram")
+                           or any(key.startswith("prompt_lookup_") for key in config)):
+        method, model = "ngram", None  # vLLM's own reading of a config without a method
     return _Reading(
-        method=str(config["method"]) if "method" in config else None,
+        method=method,
         num_tokens=_as_int(k, f"num_speculative_tokens {where}") if k is not None else None,
-        draft_model=str(config["model"]) if config.get("model") else None,
+        draft_model=model,
         acceptance_length=(_as_float(length, f"synthetic_acceptance_length {where}")
                            if length is not None else None),
         position_rates=(_as_floats(rates, f"synthetic_acceptance_rates {where}")

@@ -1,4 +1,4 @@
-"""Keep the client on one CPU while it measures.
+"""Keep the client on one CPU while it measures, off the CPUs a local server is bound to.
 
 A server on the same host wakes the client through the loopback socket, and Linux tends to
 run the woken task on the waker's CPU: the client then waited for the server to finish
@@ -7,16 +7,31 @@ sending a whole engine step to all its streams before it could stamp any chunk. 
 late for the first streams of each step (0.07 ms p50 once pinned) and moved the per-token
 ITL median by 1-2%. Pinned, the client cannot be pulled onto the server's CPU; the server,
 free to move, is balanced away from it.
+
+A server process that is not free to move (vLLM's CPU backend binds its worker to CPU 0) must
+not get the client pinned onto its CPU: the client takes a CPU none of the local server's
+processes is bound to, or stays unpinned when there is none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """The CPU the client runs on while it measures (None: not pinned) and why."""
+
+    cpu: int | None
+    choice: str
+    server_cpus: tuple[int, ...] = ()  # CPUs a local server's processes are bound to
 
 
 def current_cpu() -> int | None:
@@ -29,37 +44,82 @@ def current_cpu() -> int | None:
         return None
 
 
-def chosen_cpu(allowed: set[int]) -> int | None:
-    """xdist worker N takes the N-th allowed CPU (so workers do not share one); a lone
-    process keeps the CPU it is on."""
+def server_bound_cpus(leader: int, allowed: set[int],
+                      proc: Path = Path("/proc")) -> frozenset[int]:
+    """The CPUs of `allowed` that the processes of the server's process group (`leader`'s
+    group: the server and everything it started) are bound to. A process whose affinity
+    covers `allowed` is not bound: the scheduler moves it away from the pinned client."""
+    bound: set[int] = set()
+    for pid in _group_members(leader, proc):
+        try:
+            cpus = os.sched_getaffinity(pid)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if not allowed <= cpus:
+            bound |= cpus & allowed
+    return frozenset(bound)
+
+
+def _group_members(leader: int, proc: Path) -> list[int]:
+    members = [leader]
+    with contextlib.suppress(OSError):
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == leader:
+                continue
+            try:
+                fields = (entry / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+            except (OSError, IndexError, UnicodeDecodeError):
+                continue
+            if len(fields) > 2 and fields[2] == str(leader):  # field 5 of proc(5): pgrp
+                members.append(int(entry.name))
+    return members
+
+
+def chosen_cpu(allowed: set[int], avoid: frozenset[int] = frozenset()) -> int | None:
+    """One of `allowed` not in `avoid`: xdist worker N takes the N-th (so workers do not share
+    one); a lone process keeps the CPU it is on, or takes the lowest free one."""
+    free = allowed - avoid
+    if not free:
+        return None
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and worker[2:].isdigit():
-        return sorted(allowed)[int(worker[2:]) % len(allowed)]
+        return sorted(free)[int(worker[2:]) % len(free)]
     cpu = current_cpu()
-    return cpu if cpu in allowed else None
+    return cpu if cpu in free else min(free)
 
 
 @contextlib.contextmanager
-def pinned_to_one_cpu() -> Iterator[int | None]:
-    """Pin this process to one CPU (`chosen_cpu`), restoring its affinity after; yields the
-    CPU, or None where pinning is not possible or pointless (one CPU, no affinity API)."""
+def pinned_to_one_cpu(server_pid: int | None = None) -> Iterator[Pinning]:
+    """Pin this process to one CPU (`chosen_cpu`) that the local server whose process group
+    `server_pid` leads is not bound to, restoring its affinity after; yields the `Pinning`,
+    its cpu None where pinning is not possible, pointless (one CPU) or unavoidably onto the
+    server's CPUs."""
     get = getattr(os, "sched_getaffinity", None)
     set_ = getattr(os, "sched_setaffinity", None)
     if get is None or set_ is None:
-        yield None
+        yield Pinning(None, "not pinned: no CPU affinity on this platform")
         return
     allowed = get(0)
-    cpu = chosen_cpu(allowed) if len(allowed) > 1 else None
+    if len(allowed) < 2:
+        yield Pinning(None, "not pinned: one CPU")
+        return
+    avoid = frozenset() if server_pid is None else server_bound_cpus(server_pid, allowed)
+    server_cpus = tuple(sorted(avoid))
+    cpu = chosen_cpu(allowed, avoid)
     if cpu is None:
-        yield None
+        yield Pinning(None, f"not pinned: the local server is bound to CPUs {list(server_cpus)}, "
+                      "every CPU this client may use", server_cpus)
         return
     try:
         set_(0, {cpu})
-    except OSError:
-        yield None
+    except OSError as exc:
+        yield Pinning(None, f"not pinned: {exc}", server_cpus)
         return
+    where = ("server CPUs unknown (not a local process of this run)" if server_pid is None
+             else f"off the local server's bound CPUs {list(server_cpus)}" if server_cpus
+             else "the local server is bound to no CPU")
     try:
-        yield cpu
+        yield Pinning(cpu, f"pinned to CPU {cpu}: {where}", server_cpus)
     finally:
         with contextlib.suppress(OSError):
             set_(0, allowed)

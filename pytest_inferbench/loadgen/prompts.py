@@ -63,6 +63,14 @@ class TextTokenizer(Protocol):
                             add_generation_prompt: bool, tokenize: bool) -> object: ...
 
 
+class MissingExtraError(RuntimeError):
+    """An optional package a point needs is not installed; the message names the extra."""
+
+
+# What installs the model's own tokenizer and what its chat templates render with.
+TOKENIZER_EXTRA = "pytest-inferbench[tokenizer]"
+
+
 def load_local_tokenizer(model: str) -> TextTokenizer | None:
     """The model's tokenizer from local files, or None (no extra, no files, any load error)."""
     try:
@@ -124,16 +132,26 @@ def template_tokens(tok: TextTokenizer | None) -> int:
     tokenizer, the simulated server's template."""
     if tok is None:
         return chat_prompt_tokens([("user", "")])
-    rendered = tok.apply_chat_template([{"role": "user", "content": "a"}],
-                                       add_generation_prompt=True, tokenize=False)
-    return len(tok.encode(str(rendered), add_special_tokens=False)) - 1
+    rendered = _chat_template(tok, "a")
+    return len(tok.encode(rendered, add_special_tokens=False)) - 1
 
 
 def _apply_template(tok: TextTokenizer | None, text: str) -> str:
     if tok is None:
         return render_chat([("user", text)])
-    return str(tok.apply_chat_template([{"role": "user", "content": text}],
-                                       add_generation_prompt=True, tokenize=False))
+    return _chat_template(tok, text)
+
+
+def _chat_template(tok: TextTokenizer, text: str) -> str:
+    """The model's chat template around one user message. Transformers renders it with jinja2
+    and raises ImportError when that is missing: a point failure naming the extra."""
+    try:
+        return str(tok.apply_chat_template([{"role": "user", "content": text}],
+                                           add_generation_prompt=True, tokenize=False))
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"the model's chat template cannot be rendered: {exc}; install the tokenizer "
+            f"extra: pip install '{TOKENIZER_EXTRA}'") from None
 
 
 

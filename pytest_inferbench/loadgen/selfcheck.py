@@ -5,6 +5,12 @@ is also how late a chunk that arrived meanwhile gets its timestamp. When the lag
 to the intervals being measured (the median chunk ITL, or the TTFT when there is no ITL), the
 measurement is not trustworthy and the verdict says so, with the numbers. The stalls themselves
 are listed with their times, so a late stamp can be traced to the stall that caused it.
+
+Percentiles over ticks weigh a stall by its count, not its length: a 2 s stall is one tick, as
+many 2 ms ones are. So the stalls (lags of at least LAG_FLOOR_S) are also judged by time: the
+point fails when they add up to more than MAX_STALLED_SHARE of its duration, or when the longest
+lasts longer than MAX_STALL_E2EL_FRACTION of the median request (E2EL), the point's latency
+scale: the requests in flight across it measured the client, not the server.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ LAG_FLOOR_S = 0.002
 # The client may spend at most this share of each slot's time between requests: more and it
 # did not keep the concurrency in flight.
 MAX_DISPATCH_SHARE = 0.05
+# The stalls may add up to at most this share of the point's duration ...
+MAX_STALLED_SHARE = 0.10
+# ... and the longest may last at most this fraction of the median E2EL.
+MAX_STALL_E2EL_FRACTION = 1.0
 HIGH_CPU_FRACTION = 0.9
 # The verdict lists stalls (lags of at least LAG_FLOOR_S) with their times; on a machine so busy
 # that there are more, the longest are kept.
@@ -87,13 +97,14 @@ class LoopMonitor:
 
 
 def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
-            dispatch_delay_s: FloatArray | None = None,
+            median_e2el_s: float = 0.0, dispatch_delay_s: FloatArray | None = None,
             busy_s: float = 0.0, origin_s: float = 0.0) -> dict[str, JSONValue]:
     """The `client_check` dict: ok, reason, lag statistics (ms), dispatch delay, CPU, stalls.
 
     `dispatch_delay_s` holds, per request, how long the client took from deciding to send it
     to having it on the wire; `busy_s` is the summed E2EL of the requests. `stalls` lists
     `[start, lag]` pairs: seconds from `origin_s` (the point's first send) and milliseconds.
+    A `median_e2el_s` of 0 (no successful request) leaves the longest stall unjudged.
     """
     lag = stats.lag_s
     reference = median_itl_s if median_itl_s > 0 else median_ttft_s
@@ -102,6 +113,11 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
     tail_limit = max(LAG_FLOOR_S, MAX_TAIL_LAG_FRACTION * reference)
     p50, p90, p99, worst = (np.percentile(lag, [50, 90, 99, 100]) if lag.size
                             else (0.0, 0.0, 0.0, 0.0))
+    stall_lags = lag[lag >= LAG_FLOOR_S]
+    stalled_s = float(stall_lags.sum())
+    stalled_share = stalled_s / stats.wall_s if stats.wall_s > 0 else 0.0
+    longest = float(stall_lags.max()) if stall_lags.size else 0.0
+    longest_limit = MAX_STALL_E2EL_FRACTION * median_e2el_s
     delays = dispatch_delay_s if dispatch_delay_s is not None else np.zeros(0)
     waited = float(delays.sum())
     share = waited / (waited + busy_s) if waited + busy_s > 0 else 0.0
@@ -116,6 +132,10 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
         "lag_p90_limit_ms": typical_limit * 1000,
         "lag_p99_limit_ms": tail_limit * 1000,
         "reference_interval_ms": reference * 1000,
+        "stalled_s": stalled_s,
+        "stalled_share": stalled_share,
+        "stalled_share_limit": MAX_STALLED_SHARE,
+        "longest_stall_limit_ms": longest_limit * 1000,
         "dispatch_delay_p50_ms": float(np.median(delays)) * 1000 if delays.size else 0.0,
         "dispatch_delay_p99_ms": float(np.percentile(delays, 99)) * 1000 if delays.size else 0.0,
         "dispatch_share": share,
@@ -131,6 +151,14 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
     if p99 > tail_limit:
         reasons.append(f"client event-loop lag p99 {p99 * 1000:.2f} ms exceeds the {what} "
                        f"{reference * 1000:.2f} ms")
+    if stalled_share > MAX_STALLED_SHARE:
+        reasons.append(f"the client's event loop stalled for {stalled_s:.2f} s in all, "
+                       f"{stalled_share:.0%} of the point's {stats.wall_s:.2f} s (limit "
+                       f"{MAX_STALLED_SHARE:.0%})")
+    if longest_limit > 0 and longest > longest_limit:
+        reasons.append(f"the client's longest event-loop stall {longest * 1000:.0f} ms exceeds "
+                       f"{longest_limit * 1000:.0f} ms ({MAX_STALL_E2EL_FRACTION:.0%} of the "
+                       "median E2EL)")
     if share > MAX_DISPATCH_SHARE:
         reasons.append(f"the client spent {share:.1%} of the time between requests dispatching "
                        f"(limit {MAX_DISPATCH_SHARE:.0%}): fewer requests were in flight than "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..backends.base import ServerDiedError, ServerStartError
+from ..loadgen.prompts import MissingExtraError
 from ..options.backend_registry import unsupported_reason
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from ..recipe.agentic import replay_skip_reason
@@ -237,7 +238,7 @@ def _bench_callobj() -> Callable[[pytest.FixtureRequest], None]:
 
 
 # Errors whose message already says everything; a traceback into the plugin would hide it.
-CLEAN_ERRORS = (ServerStartError, ServerDiedError, LaunchSpecError)
+CLEAN_ERRORS = (ServerStartError, ServerDiedError, LaunchSpecError, MissingExtraError)
 
 
 def clean_longrepr(call: pytest.CallInfo[None], report: pytest.TestReport) -> None:

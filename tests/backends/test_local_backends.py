@@ -75,6 +75,10 @@ def test_sim_server_runs_points_and_says_they_are_simulated(
     handle = SimServerBackend().start(server, spec, start_context)
     pgid = server_pid(handle)
     try:
+        # Its own group, for the group kill; this run's session, so that under sched
+        # autogroups it gets no CPU group of its own to starve the load client with.
+        assert os.getpgid(pgid) == pgid
+        assert os.getsid(pgid) == os.getsid(0)
         measurement = handle.run_point(server.points()[0], LOAD)
         assert measurement.simulated
         assert all(r.success for r in measurement.records)
@@ -95,6 +99,8 @@ def test_process_backend_runs_the_argv_behind_a_prefix_and_kills_the_group(
     handle = ProcessBackend().start(server, spec, ctx)
     pgid = server_pid(handle)
     try:
+        assert os.getpgid(pgid) == pgid
+        assert os.getsid(pgid) == os.getsid(0)
         measurement = handle.run_point(server.points()[0], LOAD)
         assert all(r.success for r in measurement.records)
         handle.check_alive()
@@ -102,6 +108,27 @@ def test_process_backend_runs_the_argv_behind_a_prefix_and_kills_the_group(
         handle.stop()
         handle.stop()
     assert wait_group_gone(pgid), "the wrapper or the server outlived the teardown"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and at least 2 CPUs")
+def test_the_client_pins_itself_off_the_cpu_a_local_server_is_bound_to(
+        tmp_path: Path, start_context: StartContext) -> None:
+    bound = min(os.sched_getaffinity(0))
+    # A prefix in the role of `taskset -c N`: the server runs bound to one CPU.
+    taskset = (sys.executable, "-c", f"import os, sys; os.sched_setaffinity(0, {{{bound}}}); "
+               "os.execv(sys.argv[1], sys.argv[1:])")
+    recipe = write_recipe(tmp_path, command=sim_command(python=sys.executable))
+    server, spec = load_node(recipe)
+    handle = ProcessBackend().start(server, spec, with_settings(start_context,
+                                                                process_prefix=taskset))
+    try:
+        assert os.sched_getaffinity(server_pid(handle)) == {bound}
+        check = handle.run_point(server.points()[0], LOAD).client_check
+    finally:
+        handle.stop()
+    assert check["client_cpu_pinned"] not in (None, bound)
+    assert f"off the local server's bound CPUs [{bound}]" in str(check["client_cpu_choice"])
 
 
 def test_process_backend_never_ready_stops_the_server_it_started(

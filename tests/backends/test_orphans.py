@@ -107,3 +107,31 @@ def test_servers_of_a_sigkilled_run_are_killed_by_the_next_run(
             break
     assert len(orphans) >= 2  # wrapper and server outlived their pytest
     assert killed >= set(orphans)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+def test_a_ctrl_c_reaches_pytest_only_and_its_teardown_stops_the_server(
+        pytester: pytest.Pytester) -> None:
+    # The server shares pytest's session (no CPU group of its own under sched autogroups) but
+    # not its process group: a terminal's Ctrl-C, sent to the foreground group, reaches pytest
+    # alone, and pytest's teardown stops the server.
+    write_recipe(pytester.path, python=sys.executable, timeout=120,
+                 sim_options={"fp4": ("--startup-delay", "60")})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # The run's own group plays the terminal's foreground group.
+    run = subprocess.Popen([*PROCESS_RUN, "-k", "conc1"], cwd=pytester.path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0)
+    owner = f"{socket.gethostname()}:{run.pid}"
+    try:
+        assert wait_for(lambda: marked_processes(owner), 60), "server never started"
+        server = marked_processes(owner)[0]
+        assert os.getsid(server) == os.getsid(run.pid)
+        assert os.getpgid(server) == server != os.getpgid(run.pid)
+        os.killpg(run.pid, signal.SIGINT)
+        output = run.communicate(timeout=60)[0].decode()
+        assert "KeyboardInterrupt" in output
+        assert wait_for(lambda: not marked_processes(owner), 15), marked_processes(owner)
+    finally:
+        run.kill()
+        for pid in marked_processes(owner):
+            os.kill(pid, signal.SIGKILL)

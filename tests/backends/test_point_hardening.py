@@ -126,3 +126,44 @@ def test_a_gate_that_raises_fails_its_point_and_the_result_is_kept(
         "gates could not be evaluated: RuntimeError: gate exploded"]
     summary = json.loads((pytester.path / "inferbench-results/summary.json").read_text())
     assert [p["completed"] for p in summary["points"]] == [1]
+
+
+# The served model's tokenizer renders its chat template with jinja2, which is not installed.
+CONFTEST_NO_JINJA2 = """
+import sys
+
+from pytest_inferbench.backends.http import HttpServerHandle
+
+
+class JinjaTokenizer:
+    vocab_size = 64
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) % 64 for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(65 + i % 26) for i in ids)
+
+    def apply_chat_template(self, conversation, **kwargs):
+        import jinja2  # as transformers does when a template is rendered
+
+        return jinja2.Template("{{ m }}").render(m=conversation[-1]["content"])
+
+
+sys.modules["jinja2"] = None
+HttpServerHandle.tokenizer = lambda self: JinjaTokenizer()
+"""
+
+
+def test_a_missing_optional_package_fails_the_point_naming_the_extra(
+        pytester: pytest.Pytester) -> None:
+    write_recipe(pytester.path, python=sys.executable)
+    launch = next((pytester.path / "launch").glob("*.yaml"))
+    launch.write_text(launch.read_text() + "client: { use-chat-template: true }\n")
+    pytester.makeconftest(CONFTEST_NO_JINJA2)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "conc1",
+                                           "--inferbench-backend", "sim-server",
+                                           "--inferbench-prompts-per-conc", "1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*pip install 'pytest-inferbench[[]tokenizer[]]'*"])
+    assert "Traceback" not in result.stdout.str()

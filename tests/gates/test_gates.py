@@ -317,6 +317,23 @@ def test_golden_al_delta_rule(objs: Any, tmp_path: Path, recipe_dir: Path) -> No
     )
 
 
+def test_ngram_without_chat_template_passes_and_is_recorded_as_ngram(
+        objs: Any, recipe_dir: Path) -> None:
+    from pytest_inferbench.gates import acceptance_fields
+
+    # Prompt lookup drafts from the prompt's text: no trained head whose acceptance the chat
+    # framing decides, so raw prompts are no gate failure.
+    config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    point = objs.make_point(spec_decoding="mtp")
+    spec = objs.make_spec(("--speculative-config", json.dumps(config)), chat=False)
+    result = objs.make_result(point, acceptance_length=1.4)
+    gates = golden_only(recipe_dir)
+    assert evaluate_point(result, point, spec, objs.make_settings(), gates, None) == []
+    fields = acceptance_fields(point, spec, gates)
+    assert fields["spec_method"] == "ngram" and fields["spec_num_tokens"] == 3
+    assert fields["golden_acceptance_length"] is None  # no golden curve for prompt lookup
+
+
 def test_acceptance_fields_record_golden_next_to_measured(objs: Any, recipe_dir: Path) -> None:
     from pytest_inferbench.gates import acceptance_fields
 

@@ -228,8 +228,9 @@ def test_pinning_restores_the_affinity() -> None:
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity on this platform")
     before = os.sched_getaffinity(0)
-    with pinned_to_one_cpu() as cpu:
+    with pinned_to_one_cpu() as pinning:
         inside = os.sched_getaffinity(0)
+    cpu = pinning.cpu
     assert os.sched_getaffinity(0) == before
     if len(before) > 1:
         assert cpu in before and inside == {cpu}

@@ -4,11 +4,12 @@ modes, determinism."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
 
-from pytest_inferbench.loadgen.prompts import point_workload, render
+from pytest_inferbench.loadgen.prompts import MissingExtraError, point_workload, render
 from pytest_inferbench.loadgen.tokenizer import count_tokens, render_chat
 from pytest_inferbench.loadgen.workload import (
     DrawnRequests,
@@ -152,6 +153,30 @@ class GreedyTokenizer:
 
     def apply_chat_template(self, conversation: list[dict[str, str]], **_: object) -> str:
         return "".join(f"<u>{m['content']}</u>" for m in conversation) + "<bot>"
+
+
+class JinjaTokenizer(GreedyTokenizer):
+    """Renders its chat template with jinja2, imported when a template is asked for, as
+    transformers' tokenizers do."""
+
+    def apply_chat_template(self, conversation: list[dict[str, str]], **_: object) -> str:
+        import jinja2
+
+        template = jinja2.Template("{% for m in messages %}<u>{{ m.content }}</u>{% endfor %}"
+                                   "<bot>")
+        return template.render(messages=conversation)
+
+
+def test_a_chat_template_without_jinja2_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = JinjaTokenizer()
+    client = ClientOptions(use_chat_template=True)
+    load = LoadSettings(prompts_per_conc=2, seed=1)
+    rendered = render(point_workload(64, 8, 2, load, client, tok), tok)
+    assert all(p.text.startswith("<u>") for p in rendered.prompts)
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # `import jinja2` raises ImportError
+    with pytest.raises(MissingExtraError,
+                       match=r"jinja2.*pip install 'pytest-inferbench\[tokenizer\]'"):
+        render(point_workload(64, 8, 2, load, client, tok), tok)
 
 
 @pytest.mark.parametrize("template", [False, True])

@@ -80,6 +80,8 @@ class Allocation:
         ServerStartError with salloc's words when Slurm refuses."""
         reaper.track(self, self.cancel)
         try:
+            # A new session is harmless here (see slurm/steps.py Step): salloc waits, it does
+            # not compute, so its own CPU group under sched autogroups costs the client nothing.
             process = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        start_new_session=True)

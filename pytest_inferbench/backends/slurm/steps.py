@@ -46,6 +46,9 @@ class Step:
     def __init__(self, launch: StepLaunch, redactor: Redactor) -> None:
         self.label = launch.label
         try:
+            # A new session, unlike a local server (`reaper.start_in_own_group`): srun only
+            # relays, the server runs on the allocated nodes, so the CPU group of its own that
+            # a session gets under sched autogroups takes nothing from the load client here.
             self.process = subprocess.Popen(
                 launch.argv, env=launch.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True)
