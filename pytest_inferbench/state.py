@@ -37,6 +37,8 @@ STATE_KEY = pytest.StashKey[SessionState]()
 # The result records of an item (one for a recipe point, any number for a Python test), kept
 # on the item for its report.
 RESULTS_KEY = pytest.StashKey[list[PointRecord]]()
+# `--inferbench-changed-since`'s revision, when its selection kept nothing: nothing changed.
+NOTHING_CHANGED_KEY = pytest.StashKey[str]()
 
 
 def create_session_state(config: pytest.Config,

@@ -134,7 +134,12 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    for line in server_pool.close_pool(session.config):
+    lines = server_pool.close_pool(session.config)
+    if state.NOTHING_CHANGED_KEY in session.config.stash:
+        from .selection import nothing_changed
+
+        lines += [line for line in [nothing_changed(session)] if line]
+    for line in lines:
         if reporter is not None:
             reporter.write_line(f"inferbench: {line}")
 

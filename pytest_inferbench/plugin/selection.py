@@ -23,7 +23,7 @@ from ..changelog.items import ChangelogFile, ChangelogItem, HistoryItem
 from ..changelog.launchers import launch_files
 from ..evals.collect import EvalItem
 from ..recipe.model import ServerConfig
-from ..state import get_session_state
+from ..state import NOTHING_CHANGED_KEY, get_session_state
 from .collect import BenchItem, InvalidEntryItem
 
 DEPRECATED_DIR = "deprecated"
@@ -74,6 +74,20 @@ def changed_since(config: pytest.Config, items: list[pytest.Item], rev: str) -> 
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+    if deselected and not selected:
+        config.stash[NOTHING_CHANGED_KEY] = rev
+
+
+def nothing_changed(session: pytest.Session) -> str | None:
+    """At the session's end: a line saying that nothing changed since the revision, when that
+    is why no test ran, and the session's exit status made a success. A PR that touches no
+    benchmark has nothing to run; pytest's "no tests collected" (5) would fail its CI step."""
+    rev = session.config.stash.get(NOTHING_CHANGED_KEY, None)
+    if rev is None or session.exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED:
+        return None
+    session.exitstatus = pytest.ExitCode.OK
+    return (f"nothing changed since {rev} (master entries, launch specs, benchmark scripts, "
+            "changelog): no points to run")
 
 
 def _names(entry: ChangelogEntry, server: ServerConfig) -> bool:
