@@ -275,9 +275,8 @@ def _simulator_problems(servers: Iterable[ServerConfig], settings: Settings) -> 
     """Runners whose hardware the simulator has no figures for: each would collect and then
     error at setup, so a simulating backend refuses them before the first start."""
     from ..backends import simulator_lacks_hardware
-    from ..options.backend_registry import backend_info
 
-    if not backend_info(settings.backend).simulated:
+    if not settings.simulated:
         return []
     problems: dict[str, None] = {}  # one line per entry, however many servers it has
     for server in servers:
