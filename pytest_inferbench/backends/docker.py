@@ -13,8 +13,9 @@
 - `--inferbench-docker-sim`: every container is of the local simulator image (`simimage`,
   built here on demand, never pulled) and runs the simulator with the launch spec's argv, as
   the sim-server backend does (`simserver.sim_serve_argv`), with the host paths it needs
-  mounted read-only and no GPU; labels, host networking, health, logs and teardown are the
-  real ones. Its numbers are simulated and say so (the simulator's response header).
+  mounted read-only, no GPU and none of the launch spec's mounts; labels, host networking,
+  health, logs and teardown are the real ones. Its numbers are simulated and say so (the
+  simulator's response header).
 """
 
 from __future__ import annotations
@@ -233,11 +234,14 @@ def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,
     argv = spec.argv_for_port(port)
     environ = dict(os.environ)
     volumes, cache_env = hf_cache_mount(environ)
-    volumes.update(parse_mounts(",".join(spec.mounts), source=str(spec.launch_file)))
-    volumes.update(parse_mounts(environ.get(MOUNTS_ENV, "")))
     if settings.docker_sim:
+        # The simulator reads no model directory: a spec's mounts (often paths of the GPU box
+        # only) are left out, so the flow can be tried where they do not exist.
         argv = sim_serve_argv(server.hardware, settings.time_scale, argv)
         volumes.update(parse_mounts(simimage.mounts_value(), source="--inferbench-docker-sim"))
+    else:
+        volumes.update(parse_mounts(",".join(spec.mounts), source=str(spec.launch_file)))
+    volumes.update(parse_mounts(environ.get(MOUNTS_ENV, "")))
     passed = {name: environ[name] for name in settings.pass_env if name in environ}
     env = {**cache_env, **spec.env_dict, **passed,
            **(simimage.container_env() if settings.docker_sim else {})}

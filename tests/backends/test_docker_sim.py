@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 
 # An image no engine here has or can pull: only the simulator image may run.
 ABSENT_IMAGE = "rocm/atom:inferbench-absent"
-# The real ATOM command line, nothing of the simulator in it: the option puts it in front.
+# The real ATOM command line, nothing of the simulator in it: the option puts it in front. The
+# model directory of the GPU box does not exist here: the simulator needs none.
 ATOM_LAUNCH = """\
 command: [python3, -m, atom.entrypoints.openai_server]
 args: [--model, "{model}", --server-port, "{port}", -tp, "{tp}", --max-model-len, "4096"]
+mounts: [/inferbench-absent/models:/models:ro]
 health-path: /health
 startup-timeout: 60
 """
@@ -120,3 +122,14 @@ def test_docker_sim_refuses_a_runner_the_simulator_lacks_before_any_start(
     assert ("runner 'tpu7-pod': the docker backend cannot simulate it: unknown hardware "
             "'TPU7'") in text, text
     assert "Traceback" not in text
+
+
+def test_docker_sim_refuses_a_remote_engine() -> None:
+    """The image borrows this machine's Python: another machine's engine has no such paths."""
+    from pytest_inferbench.backends.base import ServerStartError
+    from pytest_inferbench.backends.docker import sim_image
+    from pytest_inferbench.results.redact import Redactor
+
+    with pytest.raises(ServerStartError, match=r"needs a local Docker Engine .* not "
+                                               r"tcp://gpu-box-3:2376"):
+        sim_image(object(), "tcp://gpu-box-3:2376", Redactor.from_env(()))  # type: ignore[arg-type]
