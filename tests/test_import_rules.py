@@ -50,7 +50,7 @@ MAY_IMPORT: dict[str, set[str]] = {
                "report", "results", "state"},
     ROOT: {"evals", "plugin"},
     "fixtures": {"evals", "plugin"},
-    "testing": {"frameworks", "recipe", ROOT},
+    "testing": {"backends", "frameworks", "recipe", ROOT},
 }
 # What may sit at the package root besides the parts' packages: the public face, the old import
 # path of the fixture types, and the session state that every floor from `state` up shares.

@@ -9,7 +9,13 @@
   when `gpu.preset_for_node` says so.
 - Bind mounts (host:container[:ro|rw]) come from the launch spec's `mounts:` (per server: model
   directories) and from `INFERBENCH_DOCKER_MOUNTS` (comma-separated, every container of the run:
-  the simulator test image `pytest_inferbench.testing.simimage` borrows the host's Python).
+  the simulator image `simimage` borrows the host's Python).
+- `--inferbench-docker-sim`: every container is of the local simulator image (`simimage`,
+  built here on demand, never pulled) and runs the simulator with the launch spec's argv, as
+  the sim-server backend does (`simserver.sim_serve_argv`), with the host paths it needs
+  mounted read-only, no GPU and none of the launch spec's mounts; labels, host networking,
+  health, logs and teardown are the real ones. Its numbers are simulated and say so (the
+  simulator's response header).
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..results.redact import Redactor
-from . import gpu, reaper
+from . import gpu, reaper, simimage
 from .base import Backend, ServerStartError
 from .readiness import LogPump, free_port, log_path_for
 from .reaper import make_client
+from .simserver import sim_serve_argv
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -163,9 +170,13 @@ class DockerBackend(Backend):
                 f"no Docker Engine answers at {settings.docker_host or 'DOCKER_HOST/local socket'}"
                 f": {redactor.text(str(exc))}") from None
         try:
-            ensure_image(client, spec.image, settings.skip_pull, redactor)
+            if settings.docker_sim:
+                image = sim_image(client, engine, redactor)
+            else:
+                image = spec.image
+                ensure_image(client, image, settings.skip_pull, redactor)
             port = free_port()
-            container = create_and_start(client, spec.image, run_kwargs(server, spec, ctx, port),
+            container = create_and_start(client, image, run_kwargs(server, spec, ctx, port),
                                          server.node_name, redactor)
         except BaseException:
             client.close()
@@ -177,6 +188,22 @@ class DockerBackend(Backend):
         return start_supervised(Container(server.node_name, client, container, log_path, redactor),
                                 base_url=f"http://{server_address(engine)}:{port}",
                                 spec=spec, ctx=ctx)
+
+
+def sim_image(client: DockerClient, engine: str | None, redactor: Redactor) -> str:
+    """The simulator image for `--inferbench-docker-sim`, built on this engine when missing.
+    It borrows this machine's Python through bind mounts, so the engine must be this one."""
+    import docker.errors
+
+    if server_address(engine) != "127.0.0.1":
+        raise ServerStartError(
+            f"--inferbench-docker-sim needs a local Docker Engine (the simulator image mounts "
+            f"this machine's Python), not {redactor.text(engine or '')}")
+    try:
+        return simimage.ensure_image(client)
+    except docker.errors.APIError as exc:
+        raise ServerStartError(f"--inferbench-docker-sim: cannot build {simimage.IMAGE}: "
+                               f"{redactor.text(str(exc))}") from None
 
 
 def create_and_start(client: DockerClient, image: str, kwargs: Mapping[str, object], node: str,
@@ -207,14 +234,22 @@ def run_kwargs(server: ServerConfig, spec: ServerSpec, ctx: StartContext,
     argv = spec.argv_for_port(port)
     environ = dict(os.environ)
     volumes, cache_env = hf_cache_mount(environ)
-    volumes.update(parse_mounts(",".join(spec.mounts), source=str(spec.launch_file)))
+    if settings.docker_sim:
+        # The simulator reads no model directory: a spec's mounts (often paths of the GPU box
+        # only) are left out, so the flow can be tried where they do not exist.
+        argv = sim_serve_argv(server.hardware, settings.time_scale, argv)
+        volumes.update(parse_mounts(simimage.mounts_value(), source="--inferbench-docker-sim"))
+    else:
+        volumes.update(parse_mounts(",".join(spec.mounts), source=str(spec.launch_file)))
     volumes.update(parse_mounts(environ.get(MOUNTS_ENV, "")))
     passed = {name: environ[name] for name in settings.pass_env if name in environ}
-    env = {**cache_env, **spec.env_dict, **passed}
+    env = {**cache_env, **spec.env_dict, **passed,
+           **(simimage.container_env() if settings.docker_sim else {})}
     kwargs: dict[str, object] = {}
     try:
-        preset = gpu.preset_for_node(spec.hardware, spec.gpu_count, settings.gpus,
-                                     server.node_name)
+        # The simulator computes on the CPU: no GPU is exposed, so none need be present.
+        preset = None if settings.docker_sim else gpu.preset_for_node(
+            spec.hardware, spec.gpu_count, settings.gpus, server.node_name)
     except gpu.GpuSpecError as exc:
         raise ServerStartError(str(exc)) from None
     if preset is not None:

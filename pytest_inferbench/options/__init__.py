@@ -78,6 +78,9 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
     ("pass-env", str, "NAMES", """comma-separated host variables passed to servers (default
         HF_TOKEN,HUGGING_FACE_HUB_TOKEN)"""),
     ("skip-pull", bool, None, "docker backend: never pull; the image must be present"),
+    ("docker-sim", bool, None, """docker backend: run the simulated server with the launch spec's
+        argv in each container, from a locally built image (inferbench-sim:local, no pull, no
+        GPU): the docker flow tried without the real image; its results are simulated"""),
     ("gates", str, "PATH", """SLO gates file (default: gates.yaml next to each recipe file, when
         present)"""),
     ("baseline", str, "PATH", "results JSON (summary.json or a directory) to compare against"),
@@ -148,6 +151,9 @@ def add_options(parser: pytest.Parser) -> None:
                   "each recipe file); --inferbench-launch-dir overrides it", default="")
     _addini(parser, "inferbench_include_deprecated", "also collect the retired master configs "
                   "in configs/deprecated/ (default: left out)", type="bool", default=False)
+    _addini(parser, "inferbench_docker_sim", "docker backend: run the simulated server in "
+                  "place of each image's server (as --inferbench-docker-sim)", type="bool",
+                  default=False)
     _addini(parser, "inferbench_keep_runs", "earlier runs' results directories kept beside the "
                   f"results directory; older ones are removed (default {run_dir.KEEP_RUNS})",
                   default="")
@@ -202,6 +208,12 @@ class Settings:
     request_rates: tuple[float, ...] = ()  # a sweep: each point once per rate
     git_timeout_s: float = GIT_TIMEOUT_S
     keep_runs: int = run_dir.KEEP_RUNS
+    docker_sim: bool = False  # docker backend: the simulator runs in every container
+
+    @property
+    def simulated(self) -> bool:
+        """Whether every server of the run is the simulator: its results are predictions."""
+        return REGISTRY[self.backend].simulated or self.docker_sim
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -274,6 +286,7 @@ class Settings:
                                        str(config.getini("inferbench_git_timeout")),
                                        GIT_TIMEOUT_S),
             keep_runs=_keep_runs(str(config.getini("inferbench_keep_runs"))),
+            docker_sim=_docker_sim(config, backend),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -283,6 +296,19 @@ class Settings:
                 include_deprecated=bool(config.getoption("inferbench_include_deprecated")
                                         or config.getini("inferbench_include_deprecated"))),
         )
+
+
+def _docker_sim(config: pytest.Config, backend: str) -> bool:
+    """`--inferbench-docker-sim` (or its ini key) is the docker backend's; with another backend
+    it would be silently ignored, and the results taken for what that backend measures."""
+    source = ("--inferbench-docker-sim" if config.getoption("inferbench_docker_sim")
+              else "ini inferbench_docker_sim = true" if config.getini("inferbench_docker_sim")
+              else None)
+    if source is not None and backend != "docker":
+        raise pytest.UsageError(f"{source} runs the simulator inside docker containers: it "
+                                f"needs --inferbench-backend docker (this run's backend: "
+                                f"{backend})")
+    return source is not None
 
 
 # Every inferbench option that takes a value, filled as the options are declared.

@@ -20,7 +20,6 @@ import pytest
 
 from .. import report
 from ..backends import reaper
-from ..options.backend_registry import backend_info
 from .collect import layout_lines
 
 if TYPE_CHECKING:
@@ -142,7 +141,7 @@ def header_lines(config: pytest.Config, settings: Settings) -> list[str]:
         return []
     activation.header_shown = True
     lines = [f"inferbench: backend {settings.backend}, results in {settings.results_dir}/"]
-    if backend_info(settings.backend).simulated:
+    if settings.simulated:
         lines.append("inferbench: SIMULATED results -- predictions of a performance model, "
                      "not measurements of real hardware")
     from ..evals.collect import threshold_tasks_not_run

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..options.backend_registry import backend_info
 from ..options.rules import (
     CONCURRENCY,
     PROMPTS_PER_CONC,
@@ -304,7 +303,7 @@ def inferbench_run(request: pytest.FixtureRequest) -> RunInfo:
     state = get_session_state(request.config)
     settings = state.settings
     return RunInfo(run_id=state.run_id, backend=settings.backend,
-                   simulated=backend_info(settings.backend).simulated,
+                   simulated=settings.simulated,
                    worker_id=state.start_context.worker_id, results_dir=settings.results_dir,
                    settings=settings)
 

@@ -275,9 +275,8 @@ def _simulator_problems(servers: Iterable[ServerConfig], settings: Settings) -> 
     """Runners whose hardware the simulator has no figures for: each would collect and then
     error at setup, so a simulating backend refuses them before the first start."""
     from ..backends import simulator_lacks_hardware
-    from ..options.backend_registry import backend_info
 
-    if not backend_info(settings.backend).simulated:
+    if not settings.simulated:
         return []
     problems: dict[str, None] = {}  # one line per entry, however many servers it has
     for server in servers:
@@ -293,9 +292,11 @@ def _simulator_problems(servers: Iterable[ServerConfig], settings: Settings) -> 
 
 def _mount_problems(mounts: Iterable[str], where: str, settings: Settings) -> list[str]:
     """Host paths of docker bind mounts that do not exist: the engine would create them, owned
-    by root. Only a local engine's host is this machine."""
+    by root. Only a local engine's host is this machine; the simulator (--inferbench-docker-sim)
+    mounts none of a launch spec's."""
     remote = os.environ.get("DOCKER_HOST", "").startswith(("tcp:", "ssh:"))
-    if settings.backend != "docker" or settings.docker_host or settings.docker_hosts or remote:
+    if (settings.backend != "docker" or settings.docker_sim or settings.docker_host
+            or settings.docker_hosts or remote):
         return []
     return [f"{where}: mounts: host path {mount.split(':')[0]} does not exist (the Docker "
             "Engine would create it, owned by root)"

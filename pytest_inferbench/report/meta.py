@@ -10,7 +10,6 @@ import time
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from ..options.backend_registry import backend_info
 from ..results.redact import Redactor
 from ..state import get_session_state
 
@@ -61,7 +60,7 @@ def run_metadata(
     config: pytest.Config, settings: Settings, points: Sequence[Row], started: float
 ) -> dict[str, object]:
     redactor = Redactor.from_env(settings.pass_env, urls=(settings.base_url,))
-    simulated = backend_info(settings.backend).simulated or any(
+    simulated = settings.simulated or any(
         p.get("simulated") is True for p in points
     )
     return {
