@@ -96,9 +96,11 @@ POOL_SIZE = 1 << 16
 # even over a few hundred verify steps (independent uniforms wander by ~1% there), as a pinned
 # acceptance length does on a real server; the order stays random, so no sequence is favoured.
 STRATA = 64
-# Bit-generator steps a pool takes: the slices' order (float32 keys, two to a step, which
-# sort twice as fast) and the offsets within them.
+# Bit-generator steps a pool takes: the slices' order (32-bit keys, two to a step) and the
+# offsets within them.
 UNIFORMS_PER_POOL = POOL_SIZE // 2 + POOL_SIZE
+_SLICE_BITS = STRATA.bit_length() - 1
+_SLICES = np.arange(STRATA, dtype=np.uint32)
 
 
 class AcceptanceSampler:
@@ -117,9 +119,16 @@ class AcceptanceSampler:
 
     def _fresh_pool(self) -> npt.NDArray[np.int8]:
         """The next POOL_SIZE counts (UNIFORMS_PER_POOL steps of the bit generator)."""
-        keys = self._rng.random((POOL_SIZE // STRATA, STRATA), dtype=np.float32)
-        order = keys.argsort(axis=1)
-        u = (order.reshape(-1) + self._rng.random(POOL_SIZE)) * (1.0 / STRATA)
+        # Each block's order: its slice indices sorted by one random key each. A key's 24 top
+        # bits (what a float32 uniform is made of) go above the slice index, so one plain sort
+        # of the packed words orders the slices (ties by index) and the low bits read the
+        # order back off: several times cheaper than an argsort of float keys, same order.
+        raw = self._rng.bit_generator.random_raw(POOL_SIZE // 2).view(np.uint32)
+        keys = ((raw >> np.uint32(8)) << np.uint32(_SLICE_BITS)).reshape(-1, STRATA)
+        keys |= _SLICES
+        keys.sort(axis=1)
+        keys &= np.uint32(STRATA - 1)
+        u = (keys.reshape(-1) + self._rng.random(POOL_SIZE)) * (1.0 / STRATA)
         counts = np.zeros(POOL_SIZE, np.int8)
         # How many of the cdf's k thresholds each uniform reaches (searchsorted's "right"
         # count), one comparison pass per threshold: k is small, and this is several times

@@ -7,6 +7,8 @@ and newly admitted requests; a paged KV cache of `block_size`-token blocks whose
 most recently admitted request is preempted and later recomputed. Each step's duration comes
 from `physics.StepCost`. The running set lives in numpy slot arrays so `stretch.advance()` can
 price and apply a whole stretch of identical decode steps at once.
+The block accounting (decode and prefill blocks, admissions, prefix-cache holds, releases) is
+`kv_blocks.KVBlocks`, which `Engine` inherits.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..recipe import golden
 from . import catalog
 from .acceptance import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
 from .config import EngineConfig
+from .kv_blocks import KVBlocks
 from .physics import EngineConfigError, PrefillTerms, StepCost, kv_capacity_tokens, shard_model
 from .prefix_cache import PrefixCache
 from .state import (
@@ -93,7 +96,7 @@ def _golden_al(architecture: str, spec: SpecConfig) -> float:
         return mtp
 
 
-class Engine:
+class Engine(KVBlocks):
     def __init__(self, config: EngineConfig, *, keep_traces: bool = False) -> None:
         self.config = config
         hw = catalog.hardware(config.hardware)
@@ -167,11 +170,6 @@ class Engine:
             if self.prefix_cache is not None else ())
         self.waiting.append(request_id)
 
-    @property
-    def prefix_block_size(self) -> int:
-        """The block size a request's `block_hashes` are cut in (0: no prefix cache)."""
-        return self.block_size if self.prefix_cache is not None else 0
-
     def abort_request(self, request_id: int) -> None:
         req = self.requests.pop(request_id, None)
         if req is None:
@@ -198,20 +196,6 @@ class Engine:
         return self.traces.pop(request_id)
 
     # ----------------------------------------------------------------- internals
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
-
-    def _release(self, slot: int, req: Request) -> None:
-        st = self.slots
-        self.free_blocks += int(st.blocks[slot] - st.shared[slot])
-        if req.held and self.prefix_cache is not None:
-            # Its cached blocks stay resident for whoever comes next, free unless pinned.
-            self.free_blocks += self.prefix_cache.release(req.block_hashes[:req.held])
-            req.held = 0
-        self.running.remove(slot)
-        self._run_cache = None
-        self.slots.free(slot)
-
     def _end_admission(self, req: Request) -> None:
         """Close the request's run of consecutive emitting steps into its trace."""
         s = req.slot
@@ -296,61 +280,7 @@ class Engine:
                              jitter_rng: np.random.Generator) -> None:
         self._sampler, self._jitter_rng = sampler, jitter_rng
 
-    def run_array(self) -> npt.NDArray[np.int64]:
-        """The running slots as an array (cached until the running set changes)."""
-        if self._run_cache is None:
-            self._run_cache = np.asarray(self.running, dtype=np.int64)
-        return self._run_cache
-
-    def note_usage(self) -> None:
-        """After a step or a stretch: evict cached blocks the allocations took the room of,
-        and note the peaks."""
-        if self.prefix_cache is not None:
-            self.prefix_cache.trim(self.free_blocks)
-        self.counters_state.note_usage(self.num_blocks - self.free_blocks, self.num_blocks,
-                                       len(self.waiting))
-
     # ----------------------------------------------------------------- one step
-    def _schedule_decode(self) -> tuple[npt.NDArray[np.int64], int]:
-        """Decode first, in admission order; preempt from the back when blocks run out."""
-        st = self.slots
-        q = self.k + 1
-        budget = self.config.max_num_batched_tokens
-        run = self.run_array()
-        dec = run[st.decoding[run]] if len(run) else run
-        # More decoders than the token budget holds: the first ones in admission order decode,
-        # the rest wait for a later step (the loop below does the same, one slot at a time).
-        head = dec if len(dec) * q <= budget else dec[:budget // q]
-        need = -(-(st.ctx[head] + q) // self.block_size) - st.blocks[head]
-        need = np.maximum(need, 0)
-        total = int(need.sum())
-        if total <= self.free_blocks:  # the common case: every decoder's blocks fit
-            self.free_blocks -= total
-            st.blocks[head] += need
-            return head, budget - len(head) * q
-        # Blocks run short: preempt from the back of the running set (the newest first) until
-        # the decoders in front fit. Scanning decoders in admission order and preempting the
-        # newest request while one does not fit leaves the longest prefix of the running set
-        # whose decoders' needs fit in the free blocks plus the blocks of everything behind it
-        # (the need of a prefix only grows and the blocks behind it only shrink as it grows).
-        bs = self.block_size
-        is_decoder = st.decoding[run]
-        counted = is_decoder & (np.cumsum(is_decoder) <= budget // q)  # within the budget
-        need_all = np.where(counted, np.maximum(-(-(st.ctx[run] + q) // bs) - st.blocks[run],
-                                                0), 0)
-        prefix_need = np.concatenate(([0], np.cumsum(need_all)))
-        # What preempting frees for sure: the blocks it owns (shared ones may stay pinned).
-        owned = st.blocks[run] - st.shared[run]
-        behind = np.concatenate((np.cumsum(owned[::-1])[::-1], [0]))
-        keep = int(np.flatnonzero(prefix_need <= self.free_blocks + behind)[-1])
-        for slot in run[keep:][::-1].tolist():
-            self._preempt(slot)  # newest first, each to the front of the waiting queue
-        decode = run[:keep][counted[:keep]]
-        need = need_all[:keep][counted[:keep]]
-        self.free_blocks -= int(need.sum())
-        st.blocks[decode] += need
-        return decode, budget - len(decode) * q
-
     def step(self) -> StepResult:
         """Schedule and run one iteration; returns its duration and what it emitted."""
         st = self.slots
@@ -362,25 +292,7 @@ class Engine:
             if budget <= 0:
                 break
             budget -= self._schedule_prefill(slot, budget, chunks)
-        while self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
-            req = self.requests[self.waiting[0]]
-            target = req.prompt_tokens + req.generated
-            if self._blocks_for(target if req.kv_ready else min(target, budget)
-                                ) > self.free_blocks:
-                break
-            self.waiting.popleft()
-            slot = st.admit(req.rid, target, req.generated)
-            req.slot = slot
-            if req.first_scheduled < 0:
-                req.first_scheduled = self.steps_done
-            self.running.append(slot)
-            self._run_cache = None
-            if req.kv_ready:
-                budget -= self._admit_with_kv(slot, req, chunks)
-            else:
-                if req.block_hashes:
-                    self._reuse_cached(slot, req)
-                budget -= self._schedule_prefill(slot, budget, chunks)
+        budget = self._admit_waiting(budget, chunks)
         if not len(decode) and not chunks and self.running:
             # Every running request is a chunked prefill stuck without blocks: free the
             # newest so the older ones can finish (vLLM preempts the same way).
@@ -419,65 +331,6 @@ class Engine:
         self.note_usage()
         return StepResult(duration, emitted, finished)
 
-    def _reuse_cached(self, slot: int, req: Request) -> None:
-        """Admission: take the leading prompt blocks the cache holds instead of computing them
-        (at least the last prompt token is computed, for its logits, as vLLM does)."""
-        cache = self.prefix_cache
-        assert cache is not None  # requests carry hashes only with a cache
-        st = self.slots
-        bs = self.block_size
-        cache.trim(self.free_blocks)  # what this step's allocations so far took the room of
-        hit = min(cache.match(req.block_hashes), (req.prompt_tokens - 1) // bs)
-        c = self.counters_state
-        c.prefix_queries += req.prompt_tokens
-        c.prefix_hits += hit * bs
-        if not hit:
-            return
-        self.free_blocks -= cache.acquire(req.block_hashes[:hit])
-        req.held = hit
-        st.blocks[slot] = st.shared[slot] = hit
-        st.ctx[slot] = st.prefilled[slot] = hit * bs
-
-    def _cache_prompt(self, slot: int, req: Request) -> None:
-        """Prefill done: its prompt's full blocks join the cache (a block another request
-        cached meanwhile is shared, and this one's copy freed)."""
-        cache = self.prefix_cache
-        assert cache is not None
-        new = req.block_hashes[req.held:]
-        if not new:
-            return
-        present, woken = cache.insert(new)
-        self.free_blocks += present - woken
-        self.slots.shared[slot] += len(new)
-        req.held += len(new)
-
-    def _admit_with_kv(self, slot: int, req: Request, chunks: list[tuple[int, int]]) -> int:
-        """Its KV arrived: hold the prompt's blocks, compute nothing, sample the first token
-        (a chunk of no tokens that completes the prefill). A later preemption recomputes."""
-        st = self.slots
-        tokens = int(st.target[slot])
-        blocks = self._blocks_for(tokens)
-        self.free_blocks -= blocks
-        st.blocks[slot] = blocks
-        st.ctx[slot] = st.prefilled[slot] = tokens
-        req.kv_ready = False
-        chunks.append((slot, 0))
-        return 1
-
-    def _schedule_prefill(self, slot: int, budget: int, chunks: list[tuple[int, int]]) -> int:
-        st = self.slots
-        done = int(st.prefilled[slot])
-        chunk = min(int(st.target[slot]) - done, budget)
-        fits = (int(st.blocks[slot]) + self.free_blocks) * self.block_size - done
-        chunk = min(chunk, fits)
-        if chunk <= 0:
-            return 0
-        need = self._blocks_for(done + chunk) - int(st.blocks[slot])
-        self.free_blocks -= need
-        st.blocks[slot] += need
-        chunks.append((slot, chunk))
-        return chunk
-
     def _price(self, decode: npt.NDArray[np.int64], chunks: list[tuple[int, int]]) -> float:
         st = self.slots
         w = self.window
@@ -489,23 +342,4 @@ class Engine:
         return self.cost.step_with(
             float(len(decode)), float(ctx.sum()),
             float(np.minimum(ctx, w).sum()) if w < ctx_cap else float(ctx.sum()), terms)
-
-    def can_admit(self) -> bool:
-        """Would the next step admit (part of) the first waiting request?"""
-        if not self.waiting or len(self.running) >= self.config.max_num_seqs:
-            return False
-        req = self.requests[self.waiting[0]]
-        budget = self.config.max_num_batched_tokens - len(self.running) * (self.k + 1)
-        if budget <= 0:
-            return False
-        target = req.prompt_tokens + req.generated
-        first = self._blocks_for(target if req.kv_ready else min(target, budget))
-        # Each running sequence grows by at most ceil(q / block_size) blocks per step.
-        if first + len(self.running) * self._blocks_for(self.k + 1) <= self.free_blocks:
-            return True
-        st = self.slots
-        run = self.run_array()
-        grow = int(np.maximum(-(-(st.ctx[run] + self.k + 1) // self.block_size) - st.blocks[run],
-                              0).sum())
-        return first + grow <= self.free_blocks
 
