@@ -19,6 +19,7 @@ import pytest
 
 from ..frameworks.specdecode import read_speculative_decoding
 from ..options.backend_registry import backend_info
+from ..results.build import WriteError
 from .files import finish_eval_dir
 from .gsm8k import EvalDataError
 from .lm_eval_runner import LmEvalError, run_lm_eval
@@ -105,14 +106,18 @@ def run_eval_item(
             else:
                 runner = run_lm_eval if settings.eval_runner == "lm-eval" else run_gsm8k_eval
                 result = runner(url, eval_job(server, spec, settings), settings.results_dir)
-    except (EvalDataError, ThresholdsError, LmEvalError) as exc:
-        pytest.fail(str(exc), pytrace=False)
-    finish_eval_dir(server, result, served_model(spec, server),
-                    simulated=backend_info(settings.backend).simulated,
-                    runner="builtin" if task == "gpqa" else settings.eval_runner)
+        finish_eval_dir(server, result, served_model(spec, server), simulated=settings.simulated,
+                        runner="builtin" if task == "gpqa" else settings.eval_runner)
+    except (EvalDataError, ThresholdsError, LmEvalError, WriteError) as exc:
+        # WriteError: a file of the eval that could not be written (a full disk), named.
+        failure = str(exc)
+    else:
+        failure = ""
+    if failure:  # failed outside the except clause: the report shows no exception chain
+        pytest.fail(failure, pytrace=False)
     item.user_properties.extend(p for p in result.properties() if p[0] != "eval_task")
     item.user_properties.append(("eval_threshold", threshold.value))
-    if backend_info(settings.backend).simulated:
+    if settings.simulated:
         item.user_properties.append(("simulated", True))
     failures = check_eval(result, threshold)
     if failures:
