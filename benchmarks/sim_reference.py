@@ -143,7 +143,7 @@ def error_table() -> dict[str, object]:
         got, regime = _predict(ref)
         metric = expected_error.METRIC_OF_KEY[ref.metric]
         errors.setdefault(regime, {}).setdefault(metric, []).append(abs(got / ref.measured - 1))
-    return expected_error.table_json(expected_error.figures(errors), f"{SOURCE}")
+    return expected_error.table_json(expected_error.figures(errors), SOURCE)
 
 
 def main(argv: list[str] | None = None) -> int:
