@@ -5,16 +5,24 @@ sweep), the server argv it states or implies, the load it ran, and the measured 
 simulator predicts the same metric under the same load; the table shows both and the error.
 Nothing here feeds back into the simulator: the errors are what they are.
 
+With `--write PATH` it also writes the expected error of a simulated point per regime (the
+median |error| of the reference rows and the calibration table in each, `sim/expected_error.py`)
+to PATH; the packaged table is this output, and a test checks that it still is:
+
     python benchmarks/sim_reference.py
+    python benchmarks/sim_reference.py --write pytest_inferbench/sim/expected_error.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
 from pytest_inferbench.results.metrics import summarize
-from pytest_inferbench.sim import calibration
+from pytest_inferbench.sim import calibration, expected_error
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.driver import simulate_point
 
@@ -100,17 +108,49 @@ REFERENCES = [
 ]
 
 
+# The calibration table (tests/sim/test_calibration.py), each of its numbers a row: in-sample
+# for the calibrated family, the only points there are of it. Its conc 4 TPOT and conc 64
+# throughput are the [atom] rows above, counted once.
+CALIBRATION_ROWS = [
+    Reference(f"MiniMax-M3 MXFP4, ATOM, 4xMI355X, conc {conc}", "atom", ATOM_M3,
+              calibration.HARDWARE, calibration.ISL, calibration.OSL, conc, 10 * conc, metric,
+              calibration.MEASURED[conc][index], 0.8, ATOM_ENV)
+    for conc in sorted(calibration.MEASURED)
+    for index, metric in enumerate(("mean_ttft_ms", "mean_tpot_ms", "output_throughput"))]
+SOURCE = "docs/simulator.md reference and calibration tables"
+
+
 def predict(ref: Reference) -> float:
+    return _predict(ref)[0]
+
+
+def _predict(ref: Reference) -> tuple[float, str]:
+    """The simulated metric and the row's regime."""
     config, _ = engine_config_from_argv(ref.argv, hardware=ref.hardware, env=dict(ref.env))
     per_conc = max(ref.prompts // ref.conc, 1)
     load = LoadSettings(prompts_per_conc=per_conc, range_ratio=ref.range_ratio)
     point = simulate_point(config, build_workload(ref.isl, ref.osl, ref.conc, load))
     s = summarize(point.records, duration_s=point.duration_s, num_prompts=per_conc * ref.conc,
                   max_concurrency=ref.conc, num_gpus=config.tp)
-    return float(s[ref.metric])
+    return float(s[ref.metric]), expected_error.regime(config, ref.isl, ref.osl, ref.conc)
 
 
-def main() -> int:
+def error_table() -> dict[str, object]:
+    """The expected-error data file's content, computed from the rows."""
+    rows = [ref for ref in REFERENCES if ref.source != "atom"] + CALIBRATION_ROWS
+    errors: dict[str, dict[str, list[float]]] = {}
+    for ref in rows:
+        got, regime = _predict(ref)
+        metric = expected_error.METRIC_OF_KEY[ref.metric]
+        errors.setdefault(regime, {}).setdefault(metric, []).append(abs(got / ref.measured - 1))
+    return expected_error.table_json(expected_error.figures(errors), SOURCE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", type=Path, metavar="PATH",
+                        help="also write the expected error per regime (JSON) to PATH")
+    args = parser.parse_args(argv)
     print("| point | source | metric | measured | simulated | error |")
     print("|---|---|---|---:|---:|---:|")
     errors = []
@@ -122,6 +162,9 @@ def main() -> int:
               f"{ref.measured:g} | {got:.4g} | {err:+.0%} |")
     errors.sort()
     print(f"\nmedian |error| {errors[len(errors) // 2]:.0%} over {len(errors)} points")
+    if args.write is not None:
+        args.write.write_text(json.dumps(error_table(), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.write}")
     return 0
 
 

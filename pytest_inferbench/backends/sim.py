@@ -4,7 +4,8 @@
 GPU into an `EngineConfig`, so a bad argv, an unknown model or weights that do not fit fail the
 server node's setup with a clear message. Every point runs on a fresh engine seeded from the
 load seed, so a point's numbers do not depend on which points ran before it. Results are
-simulated predictions and say so (`simulated=True` and a note).
+simulated predictions and say so (`simulated=True` and a note), each with the simulator's
+expected error in its regime (`sim.expected_error`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..loadgen.prompts import point_workload
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
-from ..sim import catalog
+from ..sim import catalog, expected_error
 from ..sim.acceptance import SpecConfigError
 from ..sim.args import ArgvError, engine_config_from_argv
 from ..sim.cluster import Cluster
@@ -92,11 +93,16 @@ class SimHandle(ServerHandle):
         self._notes_given = True
         self._log.append(f"{point.name}: {len(outcome.records)} requests in "
                          f"{outcome.duration_s:.1f} virtual s")
+        # How far off the prediction is expected to be, from the published points of its regime.
+        regime = expected_error.regime(self.config, point.isl, point.osl, point.conc,
+                                       multinode=self.deployment is not None)
+        expected = expected_error.expected_error(regime)
         return PointMeasurement(
             records=outcome.records, duration_s=outcome.duration_s, num_prompts=num,
             max_concurrency=point.conc, simulated=True, server_metrics=outcome.server_metrics,
             notes=tuple(notes), started_unix=started,
-            workload={**workload.describe(), "token_source": "words"})
+            workload={**workload.describe(), "token_source": "words"},
+            expected_error=expected, expected_error_label=expected_error.label(expected))
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._log[-lines:])

@@ -89,6 +89,20 @@ def _estimated(entry: Mapping[str, list[Row]]) -> bool:
     return any(r.get("token_counts_estimated") is True for r in entry["points"])
 
 
+def _error_lines(entry: Mapping[str, list[Row]]) -> list[str]:
+    """The expected error of the node's simulated points: one line, or where its points fall in
+    several regimes, one per regime with the points it covers."""
+    loads: dict[str, list[str]] = {}
+    for row in entry["points"]:
+        text = row.get("expected_error_label")
+        if isinstance(text, str):
+            loads.setdefault(text, []).append(
+                f"{row.get('isl', '?')}/{row.get('osl', '?')} conc {load_label(row)}")
+    if len(loads) == 1:
+        return list(loads)
+    return [f"{text}: {', '.join(points)}" for text, points in loads.items()]
+
+
 def _eval_line(row: Row) -> str:
     scores = []
     # Every filter of the task (GSM8K: strict-match, flexible-extract; GPQA: extract_abcd).
@@ -120,6 +134,7 @@ def terminal_tables(nodes: Mapping[str, Mapping[str, list[Row]]]) -> list[str]:
                 lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
                 if index == 0:
                     lines.append("  ".join("-" * w for w in widths))
+            lines += [f"  {line}" for line in _error_lines(entry)]
         lines += [f"  {_eval_line(r)}" for r in entry["evals"]]
     return lines
 
@@ -143,6 +158,7 @@ def markdown_tables(
             out.append("|" + "---:|" * len(shown))
             out += ["| " + " | ".join(_cells(r, shown)) + " |" for r in entry["points"]]
             out.append("")
+            out += [f"- {line}" for line in _error_lines(entry)]
         out += [f"- {_eval_line(r)}" for r in entry["evals"]]
         out.append("")
     return "\n".join(out) + "\n"

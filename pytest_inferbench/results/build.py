@@ -136,6 +136,9 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     result["server_metrics"] = server
     result["client_check"] = dict(measurement.client_check)
     result["notes"] = [*strings(result.get("notes")), *measurement.notes]
+    if measurement.expected_error:
+        result["expected_error"] = dict(measurement.expected_error)
+        result["expected_error_label"] = measurement.expected_error_label
     return PointRecord(result)
 
 

@@ -190,7 +190,7 @@ CATALOG: tuple[Metric | Fact, ...] = (
            columns=(Column("in flight", "achieved_concurrency"),)),
     *(Fact(name) for name in (
         "backend", "time_scale", "timings_meaningful", "image", "simulated",
-        "token_counts_estimated")),
+        "expected_error_label", "token_counts_estimated")),
     Metric("num_prompts", "requests of the point", "", inferencex="raw", junit=("num_prompts",)),
     Metric("max_concurrency", "requests the client keeps in flight at most", "",
            inferencex="raw"),

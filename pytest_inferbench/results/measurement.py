@@ -38,3 +38,7 @@ class PointMeasurement:
     # The simulated server's clock as it announced it (0: as fast as it can, timings are not
     # meaningful); None for real servers and the in-process simulator's virtual clock.
     time_scale: float | None = None
+    # A simulated point: the simulator's expected error in the point's regime, and the line
+    # that shows it (`sim.expected_error`); empty for measured points.
+    expected_error: Mapping[str, JSONValue] = field(default_factory=dict)
+    expected_error_label: str | None = None

@@ -10,10 +10,12 @@ server argv is that recipe's own command. The calibration test and the reference
 from __future__ import annotations
 
 HARDWARE = "MI355X"
+FRAMEWORK = "atom"  # a registry name (frameworks/entries/)
+MODEL = "amd/MiniMax-M3-MXFP4"
 ISL, OSL = 8192, 1024
 NUM_GPUS = 4
 ARGV = (
-    "python", "-m", "atom.entrypoints.openai_server", "--model", "amd/MiniMax-M3-MXFP4",
+    "python", "-m", "atom.entrypoints.openai_server", "--model", MODEL,
     "--tensor-parallel-size", "4", "--kv_cache_dtype", "fp8", "--block-size", "128",
     "--max-model-len", "32768", "--max-num-seqs", "128", "--max-num-batched-tokens", "32768",
     "--online_quant_config",

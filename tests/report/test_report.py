@@ -15,6 +15,7 @@ import pytest
 import pytest_inferbench.backends.sim
 import pytest_inferbench.report.plots  # noqa: F401
 from pytest_inferbench.results.measurement import SIMULATED_NOTE
+from pytest_inferbench.sim import expected_error
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +79,10 @@ def test_tables_summary_json_plots_and_junit(
     spec_point = points[(NODES[1], 2)]
     assert spec_point["golden_acceptance_length"] == 2.83  # k=3, thinking on
     assert spec_point["acceptance_length"] > 1.0
+    # The calibration set ran no speculation: the MTP node is not its family, the plain one is.
+    assert spec_point["expected_error"]["regime"].startswith(f"{expected_error.UNCALIBRATED},")
+    assert points[(NODES[0], 1)]["expected_error"]["regime"].startswith(
+        f"{expected_error.CALIBRATED},")
 
     # JUnit: the same numbers as the summary, as properties of each point's testcase.
     tree = ET.parse(project.path / "junit.xml")
@@ -100,7 +105,8 @@ def test_xdist_gives_the_same_summary(project: pytest.Pytester) -> None:
     parallel = project.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
     parallel.assert_outcomes(passed=3)
     assert summary_tables(parallel.outlines) == summary_tables(serial.outlines)
-    assert len(summary_tables(serial.outlines)) == 2 * 3 + 3  # titles, headers, rules, 3 rows
+    # titles, headers, rules, expected-error lines, 3 rows
+    assert len(summary_tables(serial.outlines)) == 2 * 4 + 3
 
 
 def test_gate_failure_is_one_line_and_shows_in_the_table(project: pytest.Pytester) -> None:
