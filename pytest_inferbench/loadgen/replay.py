@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from .client import ClientConfig, RawResponse, _RecordBuilder, make_http_client, send_raw
 from .prompts import Prompt
 from .replay_prompts import BlockText, marker, prompt_text, prompt_tokens
+from .workload import DEFAULT_REPLAY_DURATION_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -45,15 +46,14 @@ if TYPE_CHECKING:
     from ..results.metrics import RequestRecord
     from .trace_sessions import SessionTree, Turn
 
-# InferenceX's replay settings (§1.3 "Duration", §3.1 scenario locks and flags).
-DEFAULT_DURATION_S = 3600.0
+# InferenceX's idle caps (§3.1 scenario locks and flags, §3.4).
 SYSTEM_IDLE_CAP_S = 10.0
 TRACE_IDLE_CAP_S = 300.0
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    duration_s: float = DEFAULT_DURATION_S  # no request is sent after it
+    duration_s: float = DEFAULT_REPLAY_DURATION_S  # no request is sent after it
     system_idle_cap_s: float = SYSTEM_IDLE_CAP_S
     trace_idle_cap_s: float = TRACE_IDLE_CAP_S
     delay_scale: float = 1.0  # recorded end-to-start gaps are multiplied by it (1: as recorded)
