@@ -4,7 +4,7 @@ The shipped 3-trace corpus's prompts carry its cache structure exactly: the serv
 cache finds, over every request sent, the theoretical hits the trace implies and no more (the
 cache-bust marker keeps plays apart). With the server on its real clock, a stream's next turn
 leaves no earlier than the recorded end-to-start gap after the previous one ended, a joining
-root turn waits for its subagent, and the system idle cap shortens a long gap.
+root turn waits for its subagent, and either idle cap (system, per tree) shortens a long gap.
 """
 
 from __future__ import annotations
@@ -91,10 +91,14 @@ def _trace_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_gaps_joins_and_the_system_idle_cap_at_time_scale_1(tmp_path: Path) -> None:
-    cap = 1.0
+@pytest.mark.parametrize(("system_cap", "trace_cap"), [(1.0, 300.0), (100.0, 1.0)],
+                         ids=["system-cap", "trace-cap"])
+def test_gaps_joins_and_the_idle_caps_at_time_scale_1(tmp_path: Path, system_cap: float,
+                                                      trace_cap: float) -> None:
+    cap = min(system_cap, trace_cap)
     run, _ = _serve(tmp_path, _trace_file(tmp_path), 1,
-                    ReplayConfig(duration_s=3.0, system_idle_cap_s=cap), "1")
+                    ReplayConfig(duration_s=3.0, system_idle_cap_s=system_cap,
+                                 trace_idle_cap_s=trace_cap), "1")
     assert all(r.success for r in run.records)
     by_turn = {(q.session_id, q.turn): (q, r) for q, r in zip(run.requests, run.records,
                                                              strict=True) if q.play == 0}
@@ -110,6 +114,6 @@ def test_gaps_joins_and_the_system_idle_cap_at_time_scale_1(tmp_path: Path) -> N
     assert root1_sent >= sub_last.end_time  # the join waits for the subagent
     sub0 = by_turn[("gaps::sa:sa1", 0)][1]
     assert sub0.send_time >= by_turn[("gaps", 0)][1].end_time  # spawned by root turn 0
-    # The 6 s gap (nothing else in flight) is shortened by the system idle cap.
+    # The 6 s gap (nothing in flight in the tree, nor anywhere) is shortened by the cap.
     gap = by_turn[("gaps", 2)][1].send_time - by_turn[("gaps", 1)][1].end_time
     assert cap - 1e-3 <= gap < 6.0
