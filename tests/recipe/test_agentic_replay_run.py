@@ -24,7 +24,7 @@ def _point(pytester: pytest.Pytester) -> dict[str, object]:
     assert len(files) == 1, files
     data = json.loads(files[0].read_text(encoding="utf-8"))
     # vLLM's result keys at the top, the rest of the record under `inferbench`.
-    return {**data["inferbench"], **data}
+    return {**data, **data["inferbench"]}
 
 
 def test_an_agentic_point_replays_synthetic_traces_on_sim_server(
@@ -93,3 +93,23 @@ def test_a_replay_duration_out_of_range_is_a_usage_error(pytester: pytest.Pytest
                                 f"--inferbench-replay-duration={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*replay duration*expected a finite number of seconds > 0*"])
+
+
+def test_an_agentic_point_replays_against_an_external_server(pytester: pytest.Pytester,
+                                                             tmp_path: Path) -> None:
+    from pytest_inferbench.sim.server.launcher import launch
+
+    write(pytester.path)
+    server = launch(("vllm", "serve", "Qwen/Qwen3.5-397B-A17B-FP8", "--tensor-parallel-size",
+                     "8"), ("--hardware", "B200", "--time-scale", "0"), log_dir=tmp_path)
+    try:
+        server.wait_healthy(timeout_s=60)
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "--inferbench-backend=external",
+            f"--inferbench-base-url={server.base_url}", "--inferbench-replay-duration=0.5",
+            "--inferbench-no-plots", *TP8_CONC4)
+    finally:
+        server.stop()
+    result.assert_outcomes(passed=1)
+    point = _point(pytester)
+    assert point["backend"] == "external" and point["completed"] == point["num_prompts"] > 0
