@@ -94,17 +94,21 @@ class ReplayRun:
 
 
 class _Timers:
-    """Pending dispatch timers of every tree and the two idle caps that move them (§3.4)."""
+    """Pending dispatch timers of every tree and the two idle caps that move them (§3.4).
+
+    Timers are kept per tree, so a request's end touches its own tree's timers only; the system
+    cap, reached when nothing at all is in flight, moves every timer.
+    """
 
     def __init__(self, cfg: ReplayConfig, end: float) -> None:
         self.cfg = cfg
         self.end = end
-        self.timers: dict[int, list[float]] = {}  # timer id -> [tree, due]
+        self.timers: dict[int, dict[int, list[float]]] = {}  # tree -> timer id -> [due]
         self.in_flight: dict[int, int] = {}
         self.total = 0
         self.idle_since: dict[int, float] = {}  # trees with nothing in flight
         self.system_idle_since: float | None = None
-        self.changed = asyncio.Event()
+        self.changed: dict[int, asyncio.Event] = {}  # set when a tree's timers moved
         self._next = 0
 
     def begin(self, tree: int) -> None:
@@ -121,52 +125,55 @@ class _Timers:
             self.idle_since[tree] = now
         if not self.total:
             self.system_idle_since = now
-        self._cap()
+        self._cap(tree)
 
     def forget(self, tree: int) -> None:
         self.in_flight.pop(tree, None)
         self.idle_since.pop(tree, None)
+        self.timers.pop(tree, None)
+        self.changed.pop(tree, None)
 
-    def _cap(self) -> None:
-        shifted = False
-        for tree, since in self.idle_since.items():
-            own = [t for t in self.timers.values() if t[0] == tree]
-            if own and (shift := min(t[1] for t in own) - (since + self.cfg.trace_idle_cap_s)) > 0:
-                for t in own:
-                    t[1] -= shift
-                shifted = True
-        if not self.total and self.timers:
+    def _shift(self, tree: int, shift: float) -> None:
+        for timer in self.timers[tree].values():
+            timer[0] -= shift
+        event = self.changed.pop(tree, None)
+        if event is not None:  # its sleepers wake and read their new due times
+            event.set()
+
+    def _cap(self, tree: int) -> None:
+        own = self.timers.get(tree)
+        since = self.idle_since.get(tree)
+        if own and since is not None:
+            shift = min(t[0] for t in own.values()) - (since + self.cfg.trace_idle_cap_s)
+            if shift > 0:
+                self._shift(tree, shift)
+        if not self.total:
+            dues = [t[0] for timers in self.timers.values() for t in timers.values()]
             since = self.system_idle_since or time.perf_counter()
-            limit = since + self.cfg.system_idle_cap_s
-            if (shift := min(t[1] for t in self.timers.values()) - limit) > 0:
-                for t in self.timers.values():
-                    t[1] -= shift
-                shifted = True
-        if shifted:  # wake every sleeper to read its new due time
-            self.changed.set()
-            self.changed = asyncio.Event()
+            if dues and (shift := min(dues) - (since + self.cfg.system_idle_cap_s)) > 0:
+                for other in list(self.timers):
+                    self._shift(other, shift)
 
     async def sleep_until(self, tree: int, due: float) -> bool:
         """Wait for the timer (as the caps move it); False when the run's end came first."""
         key = self._next
         self._next += 1
-        self.timers[key] = [float(tree), due]
-        if tree not in self.in_flight or not self.in_flight[tree]:
+        timer = self.timers.setdefault(tree, {})[key] = [due]
+        if not self.in_flight.get(tree):
             self.idle_since.setdefault(tree, time.perf_counter())
-        self._cap()
+        self._cap(tree)
         try:
             while True:
                 now = time.perf_counter()
-                due = self.timers[key][1]
-                if due <= now:
+                if timer[0] <= now:
                     return True
                 if now >= self.end:
                     return False
-                changed = self.changed
+                changed = self.changed.setdefault(tree, asyncio.Event())
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(changed.wait(), min(due, self.end) - now)
+                    await asyncio.wait_for(changed.wait(), min(timer[0], self.end) - now)
         finally:
-            del self.timers[key]
+            del self.timers[tree][key]
 
 
 class Replayer:
