@@ -57,7 +57,8 @@ def create_session_state(config: pytest.Config,
                           request_rate=settings.request_rate, range_ratio=settings.range_ratio,
                           warmup=settings.warmup, stall_timeout_s=settings.stall_timeout_s,
                           point_timeout_s=settings.point_timeout_s,
-                          dataset=settings.dataset),
+                          dataset=settings.dataset, traces=settings.traces,
+                          replay_duration_s=settings.replay_duration_s),
         redactor=Redactor.from_env(settings.pass_env, urls=(settings.base_url,)),
     )
     config.stash[STATE_KEY] = state

@@ -15,8 +15,6 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ..loadgen.affinity import Pinning, pinned_to_one_cpu
 from ..loadgen.client import (
     APPROXIMATE_WORDS,
@@ -29,11 +27,12 @@ from ..loadgen.client import (
 from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
-from ..loadgen.selfcheck import LoopMonitor, verdict
+from ..loadgen.selfcheck import LoopMonitor, dispatch_delays, median_gaps, verdict
 from ..loadgen.tokenizer import count_tokens
 from ..loadgen.workload import DEFAULT_STALL_TIMEOUT_S
+from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from ..results.measurement import PointMeasurement
-from ..results.metrics import FloatArray, first_send
+from ..results.metrics import first_send
 from .base import LoadSettings, ServerHandle
 
 if TYPE_CHECKING:
@@ -49,29 +48,12 @@ if TYPE_CHECKING:
 
 
 
-def _median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float, float]:
-    """Median chunk ITL, TTFT and E2EL of the successful records (0 when there are none)."""
-    ok = [r for r in records if r.success and len(r.chunk_times)]
-    if not ok:
-        return 0.0, 0.0, 0.0
-    ttft = np.fromiter((r.chunk_times[0] - r.send_time for r in ok), np.float64, len(ok))
-    e2el = np.fromiter((r.end_time - r.send_time for r in ok), np.float64, len(ok))
-    gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
-    itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
-    return itl, float(np.median(ttft)), float(np.median(e2el))
-
-
 def _refused_continuous_usage(records: Sequence[RequestRecord]) -> bool:
     """Did every request fail with a 4xx about the stream options (a server without them)?"""
     return bool(records) and all(
         r.error.startswith("HTTP 4") and ("continuous_usage" in r.error
                                           or "stream_options" in r.error)
         for r in records)
-
-
-def _dispatch_delays(records: Sequence[RequestRecord]) -> FloatArray:
-    return np.asarray([r.send_time - r.dispatch_time for r in records
-                       if r.dispatch_time is not None], dtype=np.float64)
 
 
 def _prompt_token_check(workload: RenderedWorkload,
@@ -139,6 +121,10 @@ class HttpServerHandle(ServerHandle):
 
     def run_point(self, point: BenchPoint, load: LoadSettings,
                   progress: ProgressOutput | None = None) -> PointMeasurement:
+        if point.server.scenario == AGENTIC_SCENARIO:
+            from .http_replay import run_replay_point
+
+            return run_replay_point(self, point, load)
         tokenizer = self.tokenizer()
         cfg = self.client_config(point.conc, tokenizer, load.stall_timeout_s,
                                  load.point_timeout_s)
@@ -193,10 +179,10 @@ class HttpServerHandle(ServerHandle):
             if any(not r.success for r in run.records):
                 self.check_alive()
             after = await self._scrape(client, notes) if not before.error else before
-        median_itl, median_ttft, median_e2el = _median_gaps(run.records)
+        median_itl, median_ttft, median_e2el = median_gaps(run.records)
         check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
                         median_e2el_s=median_e2el,
-                        dispatch_delay_s=_dispatch_delays(run.records),
+                        dispatch_delay_s=dispatch_delays(run.records),
                         busy_s=sum(r.end_time - r.send_time for r in run.records),
                         origin_s=first_send(run.records))
         if self.time_scale == 0:

@@ -26,6 +26,9 @@ from ..results.metrics import FloatArray
 from ..util.aio import cancel_and_wait
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..results.metrics import RequestRecord
     from ..results.record import JSONValue
 
 DEFAULT_INTERVAL_S = 0.002  # short enough to land inside the stalls it is looking for
@@ -179,3 +182,20 @@ def _stalls(stats: LoopStats, origin_s: float) -> list[JSONValue]:
     if stalled.size > MAX_STALLS_LISTED:
         stalled = np.sort(stalled[np.argsort(lag[stalled])[-MAX_STALLS_LISTED:]])
     return [[float(due[i] - origin_s), float(lag[i]) * 1000] for i in stalled]
+
+
+def median_gaps(records: Sequence[RequestRecord]) -> tuple[float, float, float]:
+    """Median chunk ITL, TTFT and E2EL of the successful records (0 when there are none)."""
+    ok = [r for r in records if r.success and len(r.chunk_times)]
+    if not ok:
+        return 0.0, 0.0, 0.0
+    ttft = np.fromiter((r.chunk_times[0] - r.send_time for r in ok), np.float64, len(ok))
+    e2el = np.fromiter((r.end_time - r.send_time for r in ok), np.float64, len(ok))
+    gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
+    itl = float(np.median(np.concatenate(gaps))) if gaps else 0.0
+    return itl, float(np.median(ttft)), float(np.median(e2el))
+
+
+def dispatch_delays(records: Sequence[RequestRecord]) -> FloatArray:
+    return np.asarray([r.send_time - r.dispatch_time for r in records
+                       if r.dispatch_time is not None], dtype=np.float64)

@@ -34,6 +34,7 @@ from .datasets import RANDOM, DatasetError, DatasetSpec, text_prompts
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     import numpy.typing as npt
 
@@ -46,6 +47,8 @@ DEFAULT_RANGE_RATIO = 0.8  # InferenceX's RANDOM_RANGE_RATIO
 # A request that receives nothing for this long fails: long enough for a long prefill behind a
 # full queue, short enough that a stalled stream does not hold a point for a proxy's 15 min.
 DEFAULT_STALL_TIMEOUT_S = 300.0
+# InferenceX's agentic benchmark duration (agentic.md §1.3 "Duration").
+DEFAULT_REPLAY_DURATION_S = 3600.0
 _DISTINCT_WARMUP_STREAM = 1_000_003  # seed offset of the distinct warmups' lengths
 # numpy's RandomState takes seeds below 2**32; the warmup stream adds its offset to the seed.
 MAX_SEED = 2**32 - 1 - _DISTINCT_WARMUP_STREAM
@@ -64,6 +67,10 @@ class LoadSettings:
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     point_timeout_s: float | None = None  # deadline of one load (HTTP backends)
     dataset: DatasetSpec = RANDOM  # what the prompts are drawn from (`datasets.py`)
+    # Agentic-coding points (`replay.py`): the traces file (None: seeded synthetic traces) and
+    # the seconds of replay.
+    traces: Path | None = None
+    replay_duration_s: float = DEFAULT_REPLAY_DURATION_S
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.range_ratio <= 1.0:

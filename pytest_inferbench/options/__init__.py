@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from ..loadgen.datasets import RANDOM, DatasetError, DatasetSpec, parse_dataset, text_prompts
-from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S, WARMUP_MODES
+from ..loadgen.workload import (
+    DEFAULT_RANGE_RATIO,
+    DEFAULT_REPLAY_DURATION_S,
+    DEFAULT_STALL_TIMEOUT_S,
+    WARMUP_MODES,
+)
 from ..recipe.layout import BESIDE_RECIPES, Layout, discover
 from ..results import catalog, run_dir
 from .backend_registry import BACKENDS as REGISTRY
@@ -70,6 +75,10 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
     ("point-timeout", float, "S", """deadline of a point's load (and of its warmup): requests still
         open after S seconds fail, those not sent are not sent; the point keeps what was
         measured (default: none)"""),
+    ("traces", str, "PATH", """agentic-coding points replay the traces of this traces.jsonl file
+        (or of the one in this directory); default: seeded synthetic traces"""),
+    ("replay-duration", float, "S", """agentic-coding points: seconds of replay before no new
+        request is sent (default 3600, as InferenceX; ini inferbench_replay_duration)"""),
     ("docker-host", str, "URL", "Docker Engine to use (default: DOCKER_HOST or the local socket)"),
     ("docker-hosts", str, "H1,H2", "one Docker Engine per xdist worker, assigned in order"),
     ("gpus", str, "IDS", "GPU ids to split between xdist workers, e.g. 0-7"),
@@ -133,6 +142,7 @@ def add_options(parser: pytest.Parser) -> None:
     _addini(parser, "inferbench_recipes", "glob patterns of recipe files", type="linelist",
                   default=["*-master.yaml"])
     _addini(parser, "inferbench_backend", "default backend", default="sim")
+    _addini(parser, "inferbench_replay_duration", "agentic-coding replay seconds (default 3600)")
     _addini(parser, "inferbench_results", "results directory", default="inferbench-results")
     _addini(parser, "inferbench_eval_data", "GSM8K jsonl for eval items (per task: "
                   "gsm8k=PATH,gpqa=PATH)", default="")
@@ -209,6 +219,8 @@ class Settings:
     git_timeout_s: float = GIT_TIMEOUT_S
     keep_runs: int = run_dir.KEEP_RUNS
     docker_sim: bool = False  # docker backend: the simulator runs in every container
+    traces: Path | None = None  # agentic replay: None = seeded synthetic traces
+    replay_duration_s: float = DEFAULT_REPLAY_DURATION_S
 
     @property
     def simulated(self) -> bool:
@@ -287,6 +299,10 @@ class Settings:
                                        GIT_TIMEOUT_S),
             keep_runs=_keep_runs(str(config.getini("inferbench_keep_runs"))),
             docker_sim=_docker_sim(config, backend),
+            traces=_path(opt("inferbench_traces")),
+            replay_duration_s=_replay_duration(
+                _float(opt("inferbench_replay_duration")),
+                str(config.getini("inferbench_replay_duration"))),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -405,6 +421,17 @@ def _path(value: str | None) -> Path | None:
 
 def _float(value: str | None) -> float | None:
     return float(value) if value is not None else None
+
+
+def _replay_duration(option: float | None, ini: str) -> float:
+    """The option, else the ini value, else InferenceX's 3600 s; it must be > 0."""
+    duration = option if option is not None else _ini_seconds(
+        "inferbench_replay_duration", ini, DEFAULT_REPLAY_DURATION_S)
+    if not duration > 0 or math.isinf(duration):
+        raise pytest.UsageError(f"replay duration {duration:g} s: expected a finite number of "
+                                "seconds > 0 (--inferbench-replay-duration, "
+                                "inferbench_replay_duration)")
+    return duration
 
 
 def _ini_seconds(name: str, text: str, default: float) -> float:

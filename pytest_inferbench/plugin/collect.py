@@ -199,7 +199,8 @@ class BenchItem(pytest.Function):
             self.keywords["duplicate"] = "also at line " + ", ".join(map(str, point.repeated_at))
             self.extra_keyword_matches.add("duplicate")
         backend = get_session_state(self.config).settings.backend
-        reason = (replay_skip_reason(backend) if point.server.scenario == AGENTIC_SCENARIO
+        reason = (replay_skip_reason(backend, point.server.offloading)
+                  if point.server.scenario == AGENTIC_SCENARIO
                   else point.server.skip_reason) or unsupported_reason(
             backend, multinode=point.server.multinode)
         if reason:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import PurePath
 
 from ..results import catalog
 from ..results.measurement import SIMULATED_NOTE
@@ -43,9 +44,18 @@ def load_label(row: Row) -> str:
     return f"{row.get('conc', '?')} @{rate:g}/s"
 
 
+def shape_label(row: Row) -> str:
+    """`1024/1024`; an agentic replay's traces instead (`traces:synthetic`, `traces:FILE`)."""
+    source = row.get("agentic_traces")
+    if isinstance(source, str):
+        return "traces:" + ("synthetic" if source.startswith("synthetic") else
+                            PurePath(source).name)
+    return f"{row.get('isl', '?')}/{row.get('osl', '?')}"
+
+
 TableColumn = tuple[str, Callable[[Row], str]]  # (header, renderer of a row)
 LEADING: tuple[TableColumn, ...] = (
-    ("ISL/OSL", lambda row: f"{row.get('isl', '?')}/{row.get('osl', '?')}"),
+    ("ISL/OSL", shape_label),
     ("conc @rate", load_label),
 )
 TRAILING: tuple[TableColumn, ...] = (("verdict", lambda row: str(row.get("verdict"))),)

@@ -123,6 +123,8 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
         result["input_lens"] = [r.input_tokens for r in records]
         result["output_lens"] = [r.output_tokens if r.success else 0 for r in records]
     result["workload"] = dict(measurement.workload)
+    if measurement.workload.get("kind") == "agentic-replay":  # which traces it replayed
+        result["agentic_traces"] = measurement.workload.get("traces")
     result["token_counts_estimated"] = bool(measurement.workload.get("token_counts_estimated"))
     sources = ([] if isinstance(records, metrics.StepRecords)
                else sorted({r.token_source for r in records if r.token_source}))

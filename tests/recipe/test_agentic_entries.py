@@ -164,4 +164,5 @@ def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
                                 "-m", "inferbench(exp_name='qwen3.5_tp8_conc8_kvnone_spec-mtp')")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*agentic-coding: agentic trace replay is not implemented on "
-                                 "the sim backend yet (missing: the session-tree trace replayer*"])
+                                 "the sim backend yet (missing: the in-process replay on the "
+                                 "virtual clock; the sim-server backend replays over HTTP)*"])

@@ -1,0 +1,148 @@
+"""`run_point` of an agentic-coding point over HTTP: the trace replay (`loadgen/replay.py`).
+
+The traces are the file `--inferbench-traces` names, else the seeded synthetic ones
+(`loadgen/synthetic_traces.py`, default settings, seed 0); the result says which
+(`agentic_traces`). Like the fixed-length load: `/metrics` scraped before and after, the
+event-loop monitor and the client self-check, one `RequestRecord` per request. There is no
+warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not implemented), so
+every request of the replay is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from ..loadgen.affinity import pinned_to_one_cpu
+from ..loadgen.replay import ReplayConfig, replay
+from ..loadgen.selfcheck import LoopMonitor, dispatch_delays, median_gaps, verdict
+from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
+from ..loadgen.trace_sessions import sessions
+from ..loadgen.traces import TraceError, load_traces
+from ..results.measurement import PointMeasurement
+from ..results.metrics import first_send
+from .base import PointNotMeasuredError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..loadgen.client import ClientConfig
+    from ..loadgen.prompts import TextTokenizer
+    from ..loadgen.scrape import Snapshot
+    from ..loadgen.trace_sessions import SessionTree
+    from ..loadgen.workload import LoadSettings
+    from ..recipe.model import BenchPoint
+    from ..results.record import JSONValue
+
+SYNTHETIC_SEED = 0
+
+
+class HttpServerHandle(Protocol):
+    """What the replay reads of its server's handle (`http.HttpServerHandle`)."""
+
+    simulated: bool
+    time_scale: float | None
+    local_server_pid: int | None
+
+    def tokenizer(self) -> TextTokenizer | None: ...
+    def client_config(self, conc: int, tokenizer: TextTokenizer | None,
+                      stall_timeout_s: float = ..., point_timeout_s: float | None = ...
+                      ) -> ClientConfig: ...
+    def check_alive(self) -> None: ...
+    async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot: ...
+
+
+def replay_traces(path: Path | None) -> tuple[str, tuple[SessionTree, ...]]:
+    """(what the result calls the source, the session trees) of `path` or of the synthetic
+    traces; a bad file raises PointNotMeasuredError with every problem, file:line each."""
+    if path is None:
+        with tempfile.TemporaryDirectory(prefix="inferbench-traces-") as tmp:
+            settings = SyntheticTraceSettings(seed=SYNTHETIC_SEED)
+            traces = load_traces(write_synthetic_traces(Path(tmp), settings))
+        label = f"synthetic (seed {SYNTHETIC_SEED}, {len(traces)} traces)"
+    else:
+        try:
+            traces = load_traces(path)
+        except TraceError as exc:
+            raise PointNotMeasuredError(f"--inferbench-traces {path}:\n{exc}") from None
+        label = str(path)
+    trees = tuple(sessions(t) for t in traces)
+    trees = tuple(t for t in trees if t.streams.get(t.trace.id))  # a trace with no root turn
+    if not trees:
+        raise PointNotMeasuredError(f"--inferbench-traces {path}: no trace has a request")
+    return label, trees
+
+
+def run_replay_point(handle: HttpServerHandle, point: BenchPoint, load: LoadSettings
+                     ) -> PointMeasurement:
+    label, trees = replay_traces(load.traces)
+    cfg = handle.client_config(point.conc, handle.tokenizer(), load.stall_timeout_s,
+                               load.point_timeout_s)
+    # A simulated server's clock scales the recorded gaps with it (0: no waiting at all).
+    scale = handle.time_scale if handle.simulated and handle.time_scale is not None else 1.0
+    settings = ReplayConfig(duration_s=load.replay_duration_s, delay_scale=scale,
+                            seed=load.seed)
+    with pinned_to_one_cpu(handle.local_server_pid) as pinning:
+        measurement = asyncio.run(_measure(handle, point, cfg, trees, settings, label))
+    check = {**measurement.client_check, "client_cpu_pinned": pinning.cpu,
+             "client_cpu_choice": pinning.choice}
+    return dataclasses.replace(measurement, client_check=check)
+
+
+async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfig,
+                   trees: tuple[SessionTree, ...], settings: ReplayConfig, label: str
+                   ) -> PointMeasurement:
+    from ..loadgen.client import make_http_client
+    from ..loadgen.scrape import point_metrics
+
+    notes = [f"agentic replay of {label} traces for {settings.duration_s:g} s at "
+             f"{point.conc} lanes"]
+    if handle.simulated:
+        notes.append("simulated server: these numbers come from the simulator, not hardware")
+    async with make_http_client(cfg, 1) as client:
+        before = await handle._scrape(client, notes)
+        monitor = LoopMonitor()
+        gc.collect()
+        gc.freeze()
+        try:
+            monitor.start()
+            run = await replay(cfg, trees, point.conc, settings)
+            ran_at = time.time(), time.perf_counter()
+            stats = await monitor.stop()
+        finally:
+            gc.unfreeze()
+        if any(not r.success for r in run.records):
+            handle.check_alive()
+        after = await handle._scrape(client, notes) if not before.error else before
+    median_itl, median_ttft, median_e2el = median_gaps(run.records)
+    check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
+                    median_e2el_s=median_e2el, dispatch_delay_s=dispatch_delays(run.records),
+                    busy_s=sum(r.end_time - r.send_time for r in run.records),
+                    origin_s=first_send(run.records))
+    if handle.time_scale == 0:
+        check["not_applicable"] = ("the server streams as fast as it can (simulator at time "
+                                   "scale 0): its gaps are not timings to distort")
+    hit = sum(q.hit_blocks for q in run.requests)
+    total = sum(q.total_blocks for q in run.requests)
+    described: dict[str, JSONValue] = {
+        "kind": "agentic-replay", "traces": label, "trace_count": len(trees),
+        "lanes": point.conc, "duration_s": settings.duration_s,
+        "delay_scale": settings.delay_scale, "plays": run.plays,
+        "plays_completed": run.plays_completed,
+        # agentic.md §4.2: theoretical_prefix_cache_hit sum / count, over the requests sent.
+        "theoretical_cache_hit_rate": hit / total if total else None,
+        "token_source": cfg.text_token_source,
+        "token_counts_estimated": cfg.text_token_source.endswith("(approximate)"),
+    }
+    server = point_metrics(before, after) if not before.error else {
+        "scrape_error": before.error}
+    return PointMeasurement(
+        records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
+        max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,
+        client_check=check, notes=tuple(notes), started_unix=ran_at[0] - (ran_at[1] - run.start),
+        workload=described, time_scale=handle.time_scale)

@@ -1,0 +1,98 @@
+"""A replayed turn's prompt, synthesized from the trace's block hashes (agentic.md §2.3, §3.3).
+
+A trace holds no text, only each prompt's 64-token block hashes. A block's text is 64 filler
+words drawn from a seed of (trace id, hash id), so equal hashes give equal text and the prompt
+of every turn has the recorded cache structure: it starts with exactly the blocks it shares
+with what the tree sent before. The part of `in` past the blocks is seeded tail text of its
+own; a prompt shorter than its blocks ends inside its last block.
+
+Every play of a tree (root and subagents alike) opens its prompts with its own cache-bust
+marker `[rid:<12 hex>]` (§3.3 item 6): no cache is shared across lanes, recycled plays or runs.
+The marker takes the place of the stream's first words, so it costs no token:
+
+- completions: the prompt is `marker + stream[1:in]`, `in` tokens;
+- chat: one user message `marker + stream[2:in]`; the chat header stands for `stream[0]`, so
+  the rendered prompt's token j is stream token j for 2 <= j < in and every full block lies
+  where the trace puts it; the template's closing two tokens come past `in` (in + 2 tokens).
+
+The full history is re-sent every turn (§3.4 "Prompt building"): the stream of turn k holds all
+its blocks, those of earlier turns first. Unlike AIPerf it is one user message, not alternating
+user/assistant messages: the template tokens between messages would shift every later block.
+Words are the simulator's tokens exactly; for a real tokenizer the block lengths are approximate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+from .tokenizer import _WORDS
+
+if TYPE_CHECKING:
+    from .trace_sessions import Turn
+
+MARKER_HEX = 12
+# The chat template's tokens before the content (`<|im_start|>user`) and after it.
+CHAT_HEAD_TOKENS = 1
+CHAT_TAIL_TOKENS = 2
+
+
+def marker(run_id: str, play: int, lane: int, trace_id: str) -> str:
+    """The cache-bust marker of one play of a tree: one word, fresh per run, play and lane."""
+    digest = hashlib.sha256(f"{run_id}:{play}:{lane}:{trace_id}".encode()).hexdigest()
+    return f"[rid:{digest[:MARKER_HEX]}]"
+
+
+def _words(seed: str, n: int) -> list[str]:
+    """`n` filler words from `seed`: a word per digest byte, so two seeds' texts differ."""
+    out: list[str] = []
+    counter = 0
+    size = len(_WORDS)
+    while len(out) < n:
+        digest = hashlib.blake2b(f"{seed}:{counter}".encode(), digest_size=64).digest()
+        out.extend(_WORDS[b % size] for b in digest)
+        counter += 1
+    return out[:n]
+
+
+class BlockText:
+    """The words of a trace's blocks, drawn once per (trace, hash id)."""
+
+    def __init__(self, trace_id: str, block_size: int, seed: int = 0) -> None:
+        self.trace_id = trace_id
+        self.block_size = block_size
+        self.seed = seed
+        self._blocks: dict[int, list[str]] = {}
+
+    def block(self, hash_id: int) -> list[str]:
+        words = self._blocks.get(hash_id)
+        if words is None:
+            words = self._blocks[hash_id] = _words(f"{self.seed}:{self.trace_id}:{hash_id}",
+                                                   self.block_size)
+        return words
+
+    def stream(self, turn: Turn) -> list[str]:
+        """The turn's prompt as words: its blocks, cut or extended to its `in` tokens."""
+        r = turn.request
+        words: list[str] = []
+        for h in r.hash_ids:
+            if len(words) >= r.input_length:
+                break
+            words.extend(self.block(h))
+        if len(words) < r.input_length:  # past the hashed blocks: this turn's own tail
+            words.extend(_words(f"{self.seed}:{self.trace_id}:{turn.session_id}:{turn.index}",
+                                r.input_length - len(words)))
+        return words[:r.input_length]
+
+
+def prompt_text(words: list[str], rid: str, *, chat: bool) -> str:
+    """The text sent for a turn's word stream under the marker `rid` (see the module doc)."""
+    skip = 1 + CHAT_HEAD_TOKENS if chat else 1
+    return rid + "\n\n" + " ".join(words[skip:])
+
+
+def prompt_tokens(input_length: int, *, chat: bool) -> int:
+    """The prompt tokens the simulator counts for a turn of `input_length` tokens."""
+    if chat:
+        return max(input_length, CHAT_HEAD_TOKENS + 1) + CHAT_TAIL_TOKENS
+    return max(input_length, 1)

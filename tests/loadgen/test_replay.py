@@ -1,0 +1,119 @@
+"""The agentic trace replay against the real simulated server over HTTP (agentic.md §2.3, §3).
+
+The shipped 3-trace corpus's prompts carry its cache structure exactly: the server's prefix
+cache finds, over every request sent, the theoretical hits the trace implies and no more (the
+cache-bust marker keeps plays apart). With the server on its real clock, a stream's next turn
+leaves no earlier than the recorded end-to-start gap after the previous one ended, a joining
+root turn waits for its subagent, and either idle cap (system, per tree) shortens a long gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from pytest_inferbench.loadgen.client import CHAT_ENDPOINT, ClientConfig
+from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayRun, replay
+from pytest_inferbench.loadgen.trace_sessions import sessions
+from pytest_inferbench.loadgen.traces import load_traces
+from pytest_inferbench.sim.server.launcher import launch
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
+MODEL = "amd/MiniMax-M3-MXFP4"
+BLOCK = 16  # divides the traces' 64-token blocks: every trace block is whole engine blocks
+
+
+def _serve(tmp_path: Path, traces: Path, conc: int, settings: ReplayConfig,
+           time_scale: str) -> tuple[ReplayRun, dict[str, float]]:
+    argv = ("vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(BLOCK))
+    server = launch(argv, ("--hardware", "MI355X", "--time-scale", time_scale),
+                    log_dir=tmp_path)
+    try:
+        server.wait_healthy(timeout_s=60)
+        trees = [sessions(t) for t in load_traces(traces)]
+        cfg = ClientConfig(base_url=server.base_url, model=MODEL, endpoint=CHAT_ENDPOINT,
+                           concurrency=conc)
+        run = asyncio.run(replay(cfg, trees, conc, settings))
+        metrics = httpx.get(server.base_url + "/metrics", timeout=30).text
+    finally:
+        server.stop()
+    counters = {}
+    for line in metrics.splitlines():  # `name{labels} value`: the two counters
+        name = line.split("{")[0]
+        if name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+            counters[name] = float(line.rsplit(" ", 1)[1])
+    return run, counters
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="the shared agentic corpus is not here")
+def test_corpus_prompts_hit_exactly_the_theoretical_blocks(tmp_path: Path) -> None:
+    run, counters = _serve(tmp_path, CORPUS, 3, ReplayConfig(duration_s=1.0, delay_scale=0.0),
+                           "0")
+    assert run.records and all(r.success for r in run.records)
+    # Every trace was played through at least once, every stream turn by turn.
+    assert {q.trace_id for q in run.requests} == {"syn-linear-001", "syn-subagent-002",
+                                                  "syn-idle-003"}
+    assert run.plays_completed >= 3
+    # The server looked up every prompt token sent and found exactly the blocks the trace says
+    # an earlier request of the same play sent: none of another lane's or play's.
+    assert counters["vllm:prefix_cache_queries_total"] == sum(r.input_tokens for r in run.records)
+    expected = sum(q.hit_blocks * q.block_size for q in run.requests)
+    assert expected > 0
+    assert counters["vllm:prefix_cache_hits_total"] == expected
+    # max_tokens is the recorded output length, met under ignore_eos.
+    assert [r.output_tokens for r in run.records] == [q.output_length for q in run.requests]
+
+
+def _trace_file(tmp_path: Path) -> Path:
+    """A root of three turns with gaps of 0.4 s and 6 s, and a subagent spawned by turn 0 and
+    joined by turn 1 (the subagent's own turns 0.3 s apart)."""
+    def req(t: float, blocks: Sequence[int], api: float) -> dict[str, object]:
+        return {"t": t, "type": "n", "model": "x", "in": 64 * len(blocks), "out": 4,
+                "hash_ids": list(blocks), "api_time": api}
+    trace = {"id": "gaps", "models": ["x"], "block_size": 64, "hash_id_scope": "local",
+             "requests": [
+                 req(0.0, [0, 1], 0.1),
+                 {"t": 0.2, "type": "subagent", "agent_id": "sa1", "subagent_type": "Subagent",
+                  "status": "completed", "models": ["x"], "duration_ms": 500,
+                  "requests": [req(0.2, [0, 5], 0.1), req(0.6, [0, 5, 6], 0.1)]},
+                 req(0.5, [0, 1, 2], 0.1),
+                 req(6.6, [0, 1, 2, 3], 0.1)]}
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("system_cap", "trace_cap"), [(1.0, 300.0), (100.0, 1.0)],
+                         ids=["system-cap", "trace-cap"])
+def test_gaps_joins_and_the_idle_caps_at_time_scale_1(tmp_path: Path, system_cap: float,
+                                                      trace_cap: float) -> None:
+    cap = min(system_cap, trace_cap)
+    run, _ = _serve(tmp_path, _trace_file(tmp_path), 1,
+                    ReplayConfig(duration_s=3.0, system_idle_cap_s=system_cap,
+                                 trace_idle_cap_s=trace_cap), "1")
+    assert all(r.success for r in run.records)
+    by_turn = {(q.session_id, q.turn): (q, r) for q, r in zip(run.requests, run.records,
+                                                             strict=True) if q.play == 0}
+    assert len(by_turn) == 5 and run.plays_completed >= 1
+    for (session, turn), (q, r) in by_turn.items():
+        if q.previous_end is None:
+            continue
+        assert q.delay_s is not None
+        # Never earlier than the recorded gap (capped at the system cap) after the end.
+        assert r.send_time - q.previous_end >= min(q.delay_s, cap) - 1e-3, (session, turn)
+    root1_sent = by_turn[("gaps", 1)][1].send_time
+    sub_last = by_turn[("gaps::sa:sa1", 1)][1]
+    assert root1_sent >= sub_last.end_time  # the join waits for the subagent
+    sub0 = by_turn[("gaps::sa:sa1", 0)][1]
+    assert sub0.send_time >= by_turn[("gaps", 0)][1].end_time  # spawned by root turn 0
+    # The 6 s gap (nothing in flight in the tree, nor anywhere) is shortened by the cap.
+    gap = by_turn[("gaps", 2)][1].send_time - by_turn[("gaps", 1)][1].end_time
+    assert cap - 1e-3 <= gap < 6.0
