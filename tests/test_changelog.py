@@ -169,12 +169,17 @@ def test_an_untouched_entry_with_an_odd_link_is_never_rejudged(pytester: pytest.
     pr_run.assert_outcomes(passed=4)  # the history and the three entries
     # Without a base every entry is held to the schema alone, as InferenceX's parser holds it.
     pytester.runpytest(*gate).assert_outcomes(passed=3)
-    # The same link on an entry the branch adds fails, naming it.
+    # The same link on an entry the branch adds is a link to PR 2305's page, which InferenceX's
+    # sweep validator accepts; a link that is not a PR's fails, naming it.
     (repo / "perf-changelog.yaml").write_text(OLD_ENTRY + "\n" + ODD_LINK_ENTRY + "\n"
                                               + ODD_LINK_ENTRY)
+    pytester.runpytest(*gate, "--inferbench-changelog-base", "main").assert_outcomes(passed=4)
+    (repo / "perf-changelog.yaml").write_text(
+        OLD_ENTRY + "\n" + ODD_LINK_ENTRY + "\n"
+        + changelog_entry(["minimaxm3-fp4-mi355x-atom"], "Add the MTP variant", "2305/../1"))
     added_run = pytester.runpytest(*gate, "--inferbench-changelog-base", "main")
     added_run.assert_outcomes(passed=3, failed=1)
-    added_run.stdout.fnmatch_lines(["*pr-link '*/pull/2305/changes' is not a canonical PR URL*"])
+    added_run.stdout.fnmatch_lines(["*pr-link '*/pull/2305/../1' is not a link to a PR*"])
 
 
 @pytest.mark.parametrize("fields, problem", [

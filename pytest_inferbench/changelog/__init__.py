@@ -17,6 +17,10 @@ import yaml
 from ..util.yamllines import YamlSyntaxError, compose, load_data
 
 PR_URL = re.compile(r"https://github\.com/SemiAnalysisAI/InferenceX/pull/(\d+)")
+# A link to a PR's page, one of its tabs included (`.../pull/2305/changes`): what an added entry
+# may name. InferenceX's sweep validator accepts any such link; its stricter canonical form is
+# required of history corrections only (`history`), as there.
+PR_PAGE_URL = re.compile(r"https://github\.com/SemiAnalysisAI/InferenceX/pull/(\d+)(?:/[a-z-]+)?")
 PLACEHOLDERS = ("XXX", "https://github.com/SemiAnalysisAI/InferenceX/pull/XXX")
 FIELDS = (
     "config-keys",
@@ -186,7 +190,7 @@ def check_entry(
     entry: ChangelogEntry, known_keys: set[str], pr_number: int | None, added: bool
 ) -> list[str]:
     """Everything wrong with one entry, one line each. Only entries the branch added are held
-    to live config keys and to a canonical link (of PR N with `--inferbench-pr N`), as
+    to live config keys and to a link of a PR (PR N with `--inferbench-pr N`), as
     InferenceX's validator holds only the lines a change adds: history is never re-judged."""
     where = f"entry at line {entry.line}"
     failures = list(entry.problems)
@@ -202,10 +206,10 @@ def check_entry(
         elif key not in known_keys:
             failures.append(f"{where}: config key {key!r} not found in master configs")
     link = entry.pr_link
-    found = PR_URL.fullmatch(link)
+    found = PR_PAGE_URL.fullmatch(link)
     if link and not found and link not in PLACEHOLDERS:
         failures.append(
-            f"{where}: pr-link {link!r} is not a canonical PR URL "
+            f"{where}: pr-link {link!r} is not a link to a PR "
             "(https://github.com/SemiAnalysisAI/InferenceX/pull/N) or XXX"
         )
     if pr_number is not None and found and int(found.group(1)) != pr_number:

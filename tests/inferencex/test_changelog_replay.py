@@ -165,14 +165,7 @@ def test_replayed_history_passes_the_gate_wherever_inferencex_does(
                        for c, v, g, failed, _, err in rows)
     print(report)
     assert all(v for _, v, _, _, _, _ in rows), report  # each replayed PR is one it accepted
-    # The one disagreement: a new entry's link must be canonical (InferenceX's own rule for
-    # new entries, which its PR workflow leaves unchecked), so the gate fails the commit that
-    # adds the entry whose link ends in `/changes`, with that reason alone.
-    disagree = [(c, failed, out) for c, v, g, failed, out, _ in rows if v and not g]
-    for commit, failed, out in disagree:
-        assert not CANONICAL.fullmatch(str(commit.entry.get("pr-link", ""))), report
-        assert len(failed) == 1 and "is not a canonical PR URL" in out, report
-    assert len(disagree) <= 1, report
-    # Every other commit passes, those after it included: history is never re-judged.
-    agreed = {c.sha for c, _, _ in disagree}
-    assert all(g for c, _, g, _, _, _ in rows if c.sha not in agreed), report
+    # The gate passes every one of them, the entry whose link ends in `/changes` and the
+    # commits after it included: an added entry may link a PR's page, and history is never
+    # re-judged.
+    assert all(g for _, _, g, _, _, _ in rows), report
