@@ -12,7 +12,6 @@ timeout and the client options. No shell strings anywhere.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -23,6 +22,19 @@ import yaml
 
 from ..util import yamllines
 from .model import max_model_len
+from .spec_values import LaunchSpecError as LaunchSpecError
+from .spec_values import (
+    check_keys,
+    deep_merge,
+    fill_placeholders,
+    fill_placeholders_in,
+    read_count,
+    read_files,
+    read_port,
+    read_seconds,
+    read_str_dict,
+    read_str_list,
+)
 
 if TYPE_CHECKING:
     from .model import Parallelism, ServerConfig
@@ -30,8 +42,6 @@ if TYPE_CHECKING:
 PORT_PLACEHOLDER = "{port}"
 
 
-class LaunchSpecError(Exception):
-    """A launch spec is missing or malformed; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -178,17 +188,17 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     except yamllines.YamlSyntaxError as exc:
         raise LaunchSpecError(f"{path}: YAML syntax error at line {exc.line}: {exc.problem}"
                               ) from None
-    data = _check_keys(path, "", read, LAUNCH_KEYS)
-    command = _str_list(path, "command", data.get("command", []))
-    args = _str_list(path, "args", data.get("args", []))
-    env = _str_dict(path, "env", data.get("env", {}))
-    mounts = tuple(_str_list(path, "mounts", data.get("mounts", [])))
+    data = check_keys(path, "", read, LAUNCH_KEYS)
+    command = read_str_list(path, "command", data.get("command", []))
+    args = read_str_list(path, "args", data.get("args", []))
+    env = read_str_dict(path, "env", data.get("env", {}))
+    mounts = tuple(read_str_list(path, "mounts", data.get("mounts", [])))
     for mount in mounts:
         parts = mount.split(":")
         if len(parts) not in (2, 3) or not all(parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
             raise LaunchSpecError(f"{path}: mounts: {mount!r} (expected host:container[:ro|rw])")
-    files = _files(path, "files", data.get("files", {}))
-    client = _check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
+    files = read_files(path, "files", data.get("files", {}))
+    client = check_keys(path, "client", data.get("client", {}), CLIENT_KEYS)
     on = _overlays_on(server.parallel, server)
     overlay_args, client = _apply_overlays(path, "overlays", data.get("overlays", {}), on, env,
                                            files, client)
@@ -200,7 +210,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
               "{max_model_len}": str(context),
               "{mtp_tokens}": str(speculative_tokens(server))}
     roles = _roles(path, data, command, env, values, server, files)
-    filled = {name: _fill_tree(content, values) for name, content in files.items()}
+    filled = {name: fill_placeholders_in(content, values) for name, content in files.items()}
     serve_role = str(data.get("serve-role", "router")) if roles else ""
     if roles and serve_role not in {r.name for r in roles}:
         raise LaunchSpecError(f"{path}: serve-role: {serve_role!r} is not one of the roles "
@@ -208,8 +218,8 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     if not command and not roles:
         raise LaunchSpecError(f"{path}: command: empty (expected the server program as a list)")
     argv = (next(r.argv for r in roles if r.name == serve_role) if roles
-            else tuple(_fill(a, values) for a in (*command, *args)))
-    timeout = startup_timeout_override or _seconds(path, data.get("startup-timeout", 1800))
+            else tuple(fill_placeholders(a, values) for a in (*command, *args)))
+    timeout = startup_timeout_override or read_seconds(path, data.get("startup-timeout", 1800))
     health_path = data.get("health-path", "/health")
     if not isinstance(health_path, str) or not health_path.startswith("/"):
         raise LaunchSpecError(f"{path}: health-path: {health_path!r} (expected a URL path "
@@ -227,11 +237,11 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         image=str(data.get("image") or server.image),
         argv=argv,
         env=tuple(sorted(env.items())),
-        port=_port(path, data.get("port", 8888)),
+        port=read_port(path, data.get("port", 8888)),
         health_path=health_path,
         startup_timeout_s=timeout,
         gpu_count=server.gpus,
-        served_model=_fill(str(data.get("served-model", "{model}")), values),
+        served_model=fill_placeholders(str(data.get("served-model", "{model}")), values),
         hardware=server.hardware,
         framework=server.framework,
         client=ClientOptions(
@@ -242,7 +252,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         mounts=mounts,
         roles=roles,
         serve_role=serve_role,
-        nodes=_count(path, "nodes", data.get("nodes", 0), minimum=0),
+        nodes=read_count(path, "nodes", data.get("nodes", 0), minimum=0),
         files=tuple((fname, yaml.safe_dump(content, sort_keys=False))
                     for fname, content in filled.items()),
         override_file=override,
@@ -268,16 +278,16 @@ def _apply_overlays(path: Path, where: str, value: object, on: dict[str, bool],
                     env: dict[str, str], files: dict[str, dict[str, object]],
                     client: dict[str, object]) -> tuple[list[str], dict[str, object]]:
     """The active overlays' argv words; their env and files go into `env` and `files`."""
-    overlays = _check_keys(path, where, value, OVERLAY_NAMES)
+    overlays = check_keys(path, where, value, OVERLAY_NAMES)
     words: list[str] = []
     for name in (name for name in OVERLAY_NAMES if on[name]):
-        overlay = _check_keys(path, f"{where}.{name}", overlays.get(name, {}), OVERLAY_KEYS)
-        words += _str_list(path, f"{where}.{name}.args", overlay.get("args", []))
-        env.update(_str_dict(path, f"{where}.{name}.env", overlay.get("env", {})))
-        for fname, content in _files(path, f"{where}.{name}.files",
+        overlay = check_keys(path, f"{where}.{name}", overlays.get(name, {}), OVERLAY_KEYS)
+        words += read_str_list(path, f"{where}.{name}.args", overlay.get("args", []))
+        env.update(read_str_dict(path, f"{where}.{name}.env", overlay.get("env", {})))
+        for fname, content in read_files(path, f"{where}.{name}.files",
                                      overlay.get("files", {})).items():
-            files[fname] = _deep_merge(files.get(fname, {}), content)
-        client = {**client, **_check_keys(path, f"{where}.{name}.client",
+            files[fname] = deep_merge(files.get(fname, {}), content)
+        client = {**client, **check_keys(path, f"{where}.{name}.client",
                                           overlay.get("client", {}), CLIENT_KEYS)}
     return words, client
 
@@ -308,10 +318,10 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
     specs = []
     for name, body in roles.items():
         where = f"roles.{name}"
-        role = _check_keys(path, where, body, ROLE_KEYS)
+        role = check_keys(path, where, body, ROLE_KEYS)
         worker = getattr(server, str(name)) if name in WORKER_ROLES else None
         role_values, on = values, _overlays_on(server.parallel, server)
-        count = _count(path, f"{where}.count", role.get("count", 1))
+        count = read_count(path, f"{where}.count", role.get("count", 1))
         if worker is not None:
             if "count" in role:
                 raise LaunchSpecError(f"{path}: {where}.count: the recipe's num-worker of the "
@@ -322,21 +332,21 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
             p = worker.parallel
             role_values = {**values, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.gpus)}
             on = _overlays_on(p, server)
-        role_env = {**env, **_str_dict(path, f"{where}.env", role.get("env", {}))}
+        role_env = {**env, **read_str_dict(path, f"{where}.env", role.get("env", {}))}
         extra, _ = _apply_overlays(path, f"{where}.overlays", role.get("overlays", {}), on,
                                    role_env, files, {})
         extra += _setting_args(path, where, role.get("settings", {}),
                                server if worker is not None else None)
-        words = (_str_list(path, f"{where}.command", role["command"]) if "command" in role
+        words = (read_str_list(path, f"{where}.command", role["command"]) if "command" in role
                  else command)
-        words = words + _str_list(path, f"{where}.args", role.get("args", [])) + extra
+        words = words + read_str_list(path, f"{where}.args", role.get("args", [])) + extra
         if not words:
             raise LaunchSpecError(f"{path}: {where}: no command (give one here or at the top)")
         specs.append(RoleSpec(
             name=str(name), count=count,
-            argv=tuple(_fill(w, role_values) for w in words),
+            argv=tuple(fill_placeholders(w, role_values) for w in words),
             env=tuple(sorted(role_env.items())),
-            srun_args=tuple(_str_list(path, f"{where}.srun-args", role.get("srun-args", [])))))
+            srun_args=tuple(read_str_list(path, f"{where}.srun-args", role.get("srun-args", [])))))
     return tuple(specs)
 
 
@@ -351,89 +361,6 @@ def _setting_args(path: Path, where: str, settings: object, server: ServerConfig
     words: list[str] = []
     for word in dict.fromkeys(named):
         if word in settings:
-            setting = _check_keys(path, f"{where}.settings.{word}", settings[word], ("args",))
-            words += _str_list(path, f"{where}.settings.{word}.args", setting.get("args", []))
+            setting = check_keys(path, f"{where}.settings.{word}", settings[word], ("args",))
+            words += read_str_list(path, f"{where}.settings.{word}.args", setting.get("args", []))
     return words
-
-
-def _fill_tree(value: object, values: dict[str, str]) -> object:
-    """Placeholders in a config file's string values (`num_nextn_predict_layers:
-    '{mtp_tokens}'`); a value that is a placeholder alone becomes a number when it is one."""
-    if isinstance(value, dict):
-        return {k: _fill_tree(v, values) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fill_tree(v, values) for v in value]
-    if isinstance(value, str):
-        filled = _fill(value, values)
-        if filled != value and filled.isdigit():
-            return int(filled)
-        return filled
-    return value
-
-
-def _port(path: Path, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise LaunchSpecError(f"{path}: port: {value!r} (expected an integer within [1, 65535])")
-    return value
-
-
-def _seconds(path: Path, value: object) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value <= 0):
-        raise LaunchSpecError(f"{path}: startup-timeout: {value!r} (expected a finite number of "
-                              "seconds > 0)")
-    return float(value)
-
-
-def _count(path: Path, where: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise LaunchSpecError(f"{path}: {where}: {value!r} (expected an integer >= {minimum})")
-    return value
-
-
-def _files(path: Path, where: str, value: object) -> dict[str, dict[str, object]]:
-    if not isinstance(value, dict) or not all(
-            isinstance(k, str) and "/" not in k and k not in {".", ".."} and isinstance(v, dict)
-            for k, v in value.items()):
-        raise LaunchSpecError(f"{path}: {where}: expected a mapping of plain file names to "
-                              "YAML mappings (the file's content)")
-    return dict(value)
-
-
-def _deep_merge(base: dict[str, object], extra: dict[str, object]) -> dict[str, object]:
-    out = dict(base)
-    for key, value in extra.items():
-        old = out.get(key)
-        out[key] = (_deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict)
-                    else value)
-    return out
-
-
-def _fill(word: str, values: dict[str, str]) -> str:
-    # Plain replacement of known placeholders only: JSON arguments keep their braces.
-    for placeholder, value in values.items():
-        word = word.replace(placeholder, value)
-    return word
-
-
-def _check_keys(path: Path, where: str, value: object, allowed: tuple[str, ...]
-                ) -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise LaunchSpecError(f"{path}: {where or '<top level>'}: expected a mapping")
-    unknown = sorted(set(value) - set(allowed))
-    if unknown:
-        raise LaunchSpecError(f"{path}: {where + '.' if where else ''}{unknown[0]}: unknown key "
-                              f"(expected one of: {', '.join(allowed)})")
-    return value
-
-
-def _str_list(path: Path, where: str, value: object) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-        raise LaunchSpecError(f"{path}: {where}: expected a list of strings (argv words)")
-    return [str(v) for v in value]
-
-
-def _str_dict(path: Path, where: str, value: object) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise LaunchSpecError(f"{path}: {where}: expected a mapping of names to values")
-    return {str(k): str(v) for k, v in value.items()}
