@@ -71,7 +71,10 @@ def test_docker_sim_runs_the_docker_flow_on_the_simulator_image_and_says_simulat
     assert sorted(p["conc"] for p in points) == [1, 2]
     assert all(p["simulated"] is True for p in points), points
     aggs = list((pytester.path / "results" / "points").glob("agg_*.json"))
-    assert len(aggs) == 2
+    # At time scale 0 a point's TPOT can be 0, which InferenceX's process_result.py divides by:
+    # that point's agg file is left unwritten (README), its raw file is not.
+    assert 1 <= len(aggs) <= 2
+    assert len(list((pytester.path / "results" / "points").glob("minimaxm3*.json"))) == 2
     assert all(json.loads(a.read_text())["inferbench"] == {"simulated": True} for a in aggs)
 
     events = container_events(docker_client, meta["run_id"], started)
