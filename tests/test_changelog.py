@@ -90,8 +90,8 @@ def test_entry_problems(tmp_path: Path) -> None:
         f"{where}:1: description must be a non-empty list of lines",
         "entry at line 1: config key 'nosuch-key' not found in master configs",
         "entry at line 1: no config keys matched the wildcard pattern 'gptoss-*' in master configs",
-        "entry at line 1: pr-link 'https://github.com/someone/fork/pull/3' is not a canonical "
-        "PR URL (https://github.com/SemiAnalysisAI/InferenceX/pull/N) or XXX",
+        "entry at line 1: pr-link 'https://github.com/someone/fork/pull/3' is not a link to a "
+        "PR (https://github.com/SemiAnalysisAI/InferenceX/pull/N) or XXX",
     ]
 
 
