@@ -72,8 +72,9 @@ def test_docker_sim_runs_the_docker_flow_on_the_simulator_image_and_says_simulat
     assert all(p["simulated"] is True for p in points), points
     aggs = list((pytester.path / "results" / "points").glob("agg_*.json"))
     # At time scale 0 a point's TPOT can be 0, which InferenceX's process_result.py divides by:
-    # that point's agg file is left unwritten (README), its raw file is not.
-    assert 1 <= len(aggs) <= 2
+    # that point's agg file is left unwritten (README), its raw file is not; those written say
+    # simulated.
+    assert len(aggs) <= 2
     assert len(list((pytester.path / "results" / "points").glob("minimaxm3*.json"))) == 2
     assert all(json.loads(a.read_text())["inferbench"] == {"simulated": True} for a in aggs)
 
