@@ -1,8 +1,8 @@
 """The changelog's history rule, as InferenceX's `utils/validate_perf_changelog.py` enforces it.
 
 Existing entries are immutable byte for byte, except pr-link-only corrections to a canonical
-link (which may not be mixed with additions). New entries go at the end, after exactly one empty
-line (spaces on it allowed), one empty line between them, and the file ends with one newline.
+link (which may not be mixed with additions). New entries go at the end, each after at least one
+empty line (spaces on it allowed), and the file ends with one newline.
 A changed, deleted, reformatted or inserted-in-the-middle entry fails with one line naming it.
 """
 
@@ -17,9 +17,10 @@ from ..util.yamllines import load_data
 from . import PR_URL
 
 ENTRY_START = re.compile(rb"(?m)^- config-keys:")
-# The end of the previous entry, then one empty line. A line of spaces counts as empty: its
-# history has such separators, added by changes its own workflow accepted.
-ONE_BLANK_LINE = re.compile(rb"\S[^\n]*\n *\n\Z")
+# The end of the previous entry, then empty lines. A line of spaces counts as empty, and more
+# than one is accepted: InferenceX's history has a line of spaces followed by an empty line
+# before several entries, added by changes its sweep validator accepted.
+BLANK_LINES = re.compile(rb"\S[^\n]*\n(?: *\n)+\Z")
 TRAILING_EMPTY_LINES = re.compile(rb"(?:\n *)+\Z")
 
 
@@ -115,9 +116,9 @@ def _separation(base_raw: bytes, head_raw: bytes, head: list[object], starts: li
                 first_added: int) -> list[str]:
     failures = []
     for i in range(first_added, len(head)):
-        if i > 0 and not ONE_BLANK_LINE.search(head_raw[:starts[i]]):
+        if i > 0 and not BLANK_LINES.search(head_raw[:starts[i]]):
             failures.append(f"{_name(head[i], head_raw, starts[i])}: must follow the previous "
-                            "entry after exactly one empty line")
+                            "entry after an empty line")
     if not head_raw.startswith(base_raw.rstrip(b"\n")):
         failures.append("perf-changelog.yaml: the historical bytes changed; restore them "
                         "byte for byte and append at the end")

@@ -139,7 +139,8 @@ def test_replayed_history_passes_the_gate_wherever_inferencex_does(
         history: tuple[Path, list[Commit]], pytester: pytest.Pytester,
         monkeypatch: pytest.MonkeyPatch) -> None:
     repo, commits = history
-    judged = sample(commits)
+    # INFERBENCH_REPLAY_ALL=1 judges all of them (minutes: each validator run generates a matrix).
+    judged = commits if os.environ.get("INFERBENCH_REPLAY_ALL") == "1" else sample(commits)
     worktrees = [repo.parent / f"pr{number}" for number in range(len(judged))]
     for worktree, commit in zip(worktrees, judged, strict=True):
         git(repo, "worktree", "add", "-q", "--detach", str(worktree), commit.sha)
@@ -164,8 +165,11 @@ def test_replayed_history_passes_the_gate_wherever_inferencex_does(
                        f"{failed} {err[-300:] if not v else ''}"
                        for c, v, g, failed, _, err in rows)
     print(report)
-    assert all(v for _, v, _, _, _, _ in rows), report  # each replayed PR is one it accepted
+    # The sample's PRs are all ones it accepted (with INFERBENCH_REPLAY_ALL=1 one of the 50 names
+    # a config that is retired in this tree, which both then refuse).
+    accepted = [row for row in rows if row[1]]
+    assert accepted and (len(accepted) == len(rows) or judged is commits), report
     # The gate passes every one of them, the entry whose link ends in `/changes` and the
     # commits after it included: an added entry may link a PR's page, and history is never
     # re-judged.
-    assert all(g for _, _, g, _, _, _ in rows), report
+    assert all(g for _, _, g, _, _, _ in accepted), report
