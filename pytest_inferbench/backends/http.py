@@ -27,12 +27,11 @@ from ..loadgen.client import (
 from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
-from ..loadgen.selfcheck import LoopMonitor, dispatch_delays, median_gaps, verdict
+from ..loadgen.selfcheck import LoopMonitor, point_verdict
 from ..loadgen.tokenizer import count_tokens
 from ..loadgen.workload import DEFAULT_STALL_TIMEOUT_S
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from ..results.measurement import PointMeasurement
-from ..results.metrics import first_send
 from .base import LoadSettings, ServerHandle
 
 if TYPE_CHECKING:
@@ -179,15 +178,7 @@ class HttpServerHandle(ServerHandle):
             if any(not r.success for r in run.records):
                 self.check_alive()
             after = await self._scrape(client, notes) if not before.error else before
-        median_itl, median_ttft, median_e2el = median_gaps(run.records)
-        check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
-                        median_e2el_s=median_e2el,
-                        dispatch_delay_s=dispatch_delays(run.records),
-                        busy_s=sum(r.end_time - r.send_time for r in run.records),
-                        origin_s=first_send(run.records))
-        if self.time_scale == 0:
-            check["not_applicable"] = ("the server streams as fast as it can (simulator at time "
-                                       "scale 0): its gaps are not timings to distort")
+        check = point_verdict(stats, run.records, time_scale=self.time_scale)
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
         check["client_cpu_pinned"] = pinning.cpu
         check["client_cpu_choice"] = pinning.choice

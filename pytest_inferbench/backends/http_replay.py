@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..loadgen.affinity import pinned_to_one_cpu
 from ..loadgen.replay import ReplayConfig, replay
-from ..loadgen.selfcheck import LoopMonitor, dispatch_delays, median_gaps, verdict
+from ..loadgen.selfcheck import LoopMonitor, point_verdict
 from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
 from ..loadgen.trace_sessions import sessions
 from ..loadgen.traces import TraceError, load_traces
 from ..results.measurement import PointMeasurement
-from ..results.metrics import first_send
 from .base import PointNotMeasuredError
 
 if TYPE_CHECKING:
@@ -119,14 +118,7 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
         if any(not r.success for r in run.records):
             handle.check_alive()
         after = await handle._scrape(client, notes) if not before.error else before
-    median_itl, median_ttft, median_e2el = median_gaps(run.records)
-    check = verdict(stats, median_itl_s=median_itl, median_ttft_s=median_ttft,
-                    median_e2el_s=median_e2el, dispatch_delay_s=dispatch_delays(run.records),
-                    busy_s=sum(r.end_time - r.send_time for r in run.records),
-                    origin_s=first_send(run.records))
-    if handle.time_scale == 0:
-        check["not_applicable"] = ("the server streams as fast as it can (simulator at time "
-                                   "scale 0): its gaps are not timings to distort")
+    check = point_verdict(stats, run.records, time_scale=handle.time_scale)
     hit = sum(q.hit_blocks for q in run.requests)
     total = sum(q.total_blocks for q in run.requests)
     described: dict[str, JSONValue] = {
