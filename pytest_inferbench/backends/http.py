@@ -31,7 +31,7 @@ from ..loadgen.selfcheck import LoopMonitor, point_verdict
 from ..loadgen.tokenizer import count_tokens
 from ..loadgen.workload import DEFAULT_STALL_TIMEOUT_S
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
-from ..results.measurement import PointMeasurement
+from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import LoadSettings, ServerHandle
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class HttpServerHandle(ServerHandle):
                        pinning: Pinning, output: ProgressOutput) -> PointMeasurement:
         notes: list[str] = []
         if self.simulated:
-            notes.append("simulated server: these numbers come from the simulator, not hardware")
+            notes.append(SIMULATED_NOTE)
         async with make_http_client(cfg, 1) as client, connection_slots(cfg) as slots:
             warm = await run_load(slots, cfg, workload.warmup)
             if cfg.continuous_usage and _refused_continuous_usage(warm.records):

@@ -24,7 +24,7 @@ from ..loadgen.selfcheck import LoopMonitor, point_verdict
 from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
 from ..loadgen.trace_sessions import sessions
 from ..loadgen.traces import TraceError, load_traces
-from ..results.measurement import PointMeasurement
+from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import PointNotMeasuredError
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     notes = [f"agentic replay of {label} traces for {settings.duration_s:g} s at "
              f"{point.conc} lanes"]
     if handle.simulated:
-        notes.append("simulated server: these numbers come from the simulator, not hardware")
+        notes.append(SIMULATED_NOTE)
     async with make_http_client(cfg, 1) as client:
         before = await handle._scrape(client, notes)
         monitor = LoopMonitor()

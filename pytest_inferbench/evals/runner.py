@@ -114,9 +114,14 @@ def eval_max_tokens(context_length: int) -> int:
     return min(budget, MAX_EVAL_OUTPUT)
 
 
+def _server_of(target: ServerConfig | BenchPoint) -> ServerConfig:
+    """The server an eval runs against: the node's, or the point's (a Python test's)."""
+    return target.server if isinstance(target, BenchPointType) else target
+
+
 def plan_eval(target: ServerConfig | BenchPoint, spec: ServerSpec | None) -> EvalPlan:
     conc, isl, osl = eval_point(target)
-    server = target.server if isinstance(target, BenchPointType) else target
+    server = _server_of(target)
     context = max_model_len(isl, osl)
     if spec is not None:
         try:
@@ -198,7 +203,7 @@ def eval_job(target: ServerConfig | BenchPoint, spec: ServerSpec | None,
     """Read the eval data and plan the eval; raises EvalDataError when the data is unusable."""
     if settings.eval_data is None:
         raise ValueError("an eval needs settings.eval_data")
-    server = target.server if isinstance(target, BenchPointType) else target
+    server = _server_of(target)
     pool, items = split_shots(settings.eval_data, settings.eval_limit)
     return EvalJob(server, pool, items, served_model(spec, server), plan_eval(target, spec))
 
@@ -233,7 +238,7 @@ def gpqa_job(target: ServerConfig | BenchPoint, spec: ServerSpec | None,
     """Read the GPQA data and plan the eval; raises EvalDataError when the data is unusable."""
     if settings.eval_data_gpqa is None:
         raise ValueError("a GPQA eval needs settings.eval_data_gpqa")
-    server = target.server if isinstance(target, BenchPointType) else target
+    server = _server_of(target)
     docs = gpqa.expand_docs(gpqa.load_rows(settings.eval_data_gpqa), settings.eval_limit)
     return GpqaJob(server, docs, served_model(spec, server), plan_eval(target, spec))
 
