@@ -24,15 +24,24 @@ class BackendInfo:
     class_name: str
     simulated: bool  # its results are predictions of a performance model, not measurements
     multinode: bool = False  # it runs multinode entries (disaggregated or aggregated)
+    agentic: bool = False  # it replays agentic-coding traces (`loadgen/replay.py`, over HTTP)
+    # What it lacks to replay them, where that is more than the wiring: said in the skip reason.
+    agentic_missing: str | None = None
+    kv_offload: bool = True  # its servers offload KV to CPU DRAM when the launch says so
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
-    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True),
-    BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True),
+    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, kv_offload=False,
+                agentic_missing="the in-process replay on the virtual clock; the sim-server "
+                "backend replays over HTTP"),
+    # The simulator has no CPU-DRAM tier yet.
+    BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True,
+                kv_offload=False),
     BackendInfo("docker", "docker", "DockerBackend", simulated=False),
     BackendInfo("process", "process", "ProcessBackend", simulated=False),
     # A running server is one endpoint whatever stands behind it: a deployment's router too.
-    BackendInfo("external", "external", "ExternalBackend", simulated=False, multinode=True),
+    BackendInfo("external", "external", "ExternalBackend", simulated=False, multinode=True,
+                agentic=True),
     BackendInfo("slurm", "slurm.backend", "SlurmBackend", simulated=False),
 )}
 
@@ -44,9 +53,20 @@ def backend_info(name: str) -> BackendInfo:
     return info
 
 
-def unsupported_reason(backend: str, *, multinode: bool) -> str | None:
-    """Why a backend cannot run a server node (a skip reason), or None when it can."""
-    if multinode and not backend_info(backend).multinode:
+def unsupported_reason(backend: str, *, multinode: bool, agentic: bool = False,
+                       offloading: str = "none") -> str | None:
+    """Why a backend cannot run a server node (a skip reason), or None when it can: an
+    agentic-coding node needs the trace replay (and, offloading KV, a server that does)."""
+    info = backend_info(backend)
+    if agentic and not info.agentic:
+        lacks = info.agentic_missing and f"missing: {info.agentic_missing}"
+        runs = ", ".join(name for name, other in BACKENDS.items() if other.agentic)
+        return (f"agentic-coding: agentic trace replay is not implemented on the {backend} "
+                f"backend yet ({lacks or f'it runs on: {runs}'})")
+    if agentic and offloading != "none" and not info.kv_offload:
+        return (f"agentic-coding: kv-offloading {offloading} is not simulated yet (missing: a "
+                "CPU-DRAM KV-offload tier in the simulator)")
+    if multinode and not info.multinode:
         runs = ", ".join(name for name, info in BACKENDS.items() if info.multinode)
         return f"multinode: not supported by the {backend} backend yet (runs on: {runs})"
     return None

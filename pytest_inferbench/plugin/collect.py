@@ -19,7 +19,6 @@ from ..backends.base import ServerDiedError, ServerStartError
 from ..loadgen.prompts import MissingExtraError
 from ..options.backend_registry import unsupported_reason
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
-from ..recipe.agentic import replay_skip_reason
 from ..recipe.launch import LaunchSpecError
 from ..recipe.schema import RecipeError, load_recipe
 from ..state import get_session_state
@@ -199,10 +198,10 @@ class BenchItem(pytest.Function):
             self.keywords["duplicate"] = "also at line " + ", ".join(map(str, point.repeated_at))
             self.extra_keyword_matches.add("duplicate")
         backend = get_session_state(self.config).settings.backend
-        reason = (replay_skip_reason(backend, point.server.offloading)
-                  if point.server.scenario == AGENTIC_SCENARIO
-                  else point.server.skip_reason) or unsupported_reason(
-            backend, multinode=point.server.multinode)
+        agentic = point.server.scenario == AGENTIC_SCENARIO
+        reason = (None if agentic else point.server.skip_reason) or unsupported_reason(
+            backend, multinode=point.server.multinode, agentic=agentic,
+            offloading=point.server.offloading)
         if reason:
             self.add_marker(pytest.mark.skip(reason=reason))
 

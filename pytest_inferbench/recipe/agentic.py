@@ -30,8 +30,6 @@ RUNNERS_FILE = "runners.yaml"
 MAX_AVAILABLE_CPU_DRAM_MIB = 2_861_022
 BYTES_PER_MIB = 1024 * 1024
 BYTES_PER_GB = 1_000_000_000
-# The backends whose points replay traces over HTTP (`loadgen/replay.py`).
-REPLAY_BACKENDS = ("sim-server", "external")
 
 
 # What these functions read of `model.ServerConfig` (which asks them for its agentic names).
@@ -190,24 +188,3 @@ def marker_fields(server: ServerConfig, conc: int) -> dict[str, object]:
         "total_cpu_dram_gb": server.total_cpu_dram_gb,
         "exp_name": exp_name(server, conc),
     }
-
-
-def replay_skip_reason(backend: str, offloading: str = "none") -> str | None:
-    """Why an agentic point does not run on `backend`; None where it runs.
-
-    The HTTP replay runs against sim-server and external servers; the simulator as a server has
-    no CPU-DRAM tier yet, so its `kv-offloading: dram` points skip. The in-process simulator
-    has no replay on its virtual clock yet; the backends that start real servers are not
-    wired to it yet.
-    """
-    if backend == "sim":
-        return ("agentic-coding: agentic trace replay is not implemented on the sim backend "
-                "yet (missing: the in-process replay on the virtual clock; the sim-server "
-                "backend replays over HTTP)")
-    if backend not in REPLAY_BACKENDS:
-        return (f"agentic-coding: agentic trace replay is not implemented on the {backend} "
-                f"backend yet (it runs on: {', '.join(REPLAY_BACKENDS)})")
-    if backend == "sim-server" and offloading != "none":
-        return (f"agentic-coding: kv-offloading {offloading} is not simulated yet (missing: a "
-                "CPU-DRAM KV-offload tier in the simulator)")
-    return None

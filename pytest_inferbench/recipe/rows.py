@@ -35,7 +35,8 @@ WORKER_KEYS = ("num-worker", "tp", "ep", "dp-attn", "additional-settings", "hard
 # `offloading` is the older agentic key; `kv-offloading` (with a backend) replaced it.
 OFFLOADING_VALUES = ("none", "cpu", "ssd", "lmcache", "lmcache-mp", "hicache")
 KV_OFFLOADING_VALUES = ("none", "dram")
-# Parsed and valid, but not run: the backend-specific wording is `agentic.replay_skip_reason`.
+# Parsed and valid, but not run: the backend-specific wording is
+# `options.backend_registry.unsupported_reason`.
 AGENTIC_SKIP = "agentic-coding: agentic trace replay is not implemented yet"
 IMAGE_VERSION = "image:"
 
