@@ -99,15 +99,24 @@ def _check_nesting(text: str | bytes) -> None:
     brackets) would crash the interpreter, not raise. Its parser keeps its own stack, so
     the events are read flat, at about a third of what composing costs."""
     depth = 0
-    for event in yaml.parse(text, Loader=_LOADER):
-        if isinstance(event, _OPENS):
-            depth += 1
-            if depth > MAX_DEPTH:
-                mark = event.start_mark
-                raise YamlSyntaxError(mark.line + 1 if mark else 1,
-                                      f"nested deeper than {MAX_DEPTH} levels")
-        elif isinstance(event, _CLOSES):
-            depth -= 1
+    try:
+        for event in yaml.parse(text, Loader=_LOADER):
+            if isinstance(event, _OPENS):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    raise YamlSyntaxError(mark.line + 1 if mark else 1,
+                                          f"nested deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, _CLOSES):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        # Newer libyaml builds have a limit of their own, which their scanner may reach before
+        # the parser hands over the events that reach ours: the same problem, in our words.
+        if "maximum nesting depth" not in str(exc.problem):
+            raise
+        mark = exc.problem_mark or exc.context_mark
+        raise YamlSyntaxError(mark.line + 1 if mark else 1,
+                              f"nested deeper than {MAX_DEPTH} levels") from None
 
 
 def _children(node: Node) -> list[Node]:
