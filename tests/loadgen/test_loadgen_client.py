@@ -15,6 +15,7 @@ from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.loadgen.client import ClientConfig, Timeouts, connection_slots, run_load
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.loadgen.workload import build_workload
+from pytest_inferbench.results.measurement import SIMULATED_NOTE
 from pytest_inferbench.results.metrics import summarize
 from pytest_inferbench.sim.server.launcher import running_sim_server
 
@@ -52,7 +53,7 @@ def test_token_accounting_is_exact(fast_server: SimServer, helpers: types.Module
     assert s["mean_tokens_per_chunk"] > 1.5  # EAGLE3 sends several tokens per step
     assert m.server_metrics["acceptance_length"] > 1.5
     assert m.server_metrics["acceptance_length_source"] in ("atom:mtp_*", "/debug/mtp_stats")
-    assert m.simulated and any("simulated" in n for n in m.notes)
+    assert m.simulated and SIMULATED_NOTE in m.notes  # the one wording, as the sim backend's
 
 
 def test_chat_endpoint_without_client_template(fast_server: SimServer,
