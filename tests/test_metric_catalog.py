@@ -85,7 +85,8 @@ def expected_ttst(records: list[RequestRecord]) -> list[float]:
 def test_summarize_reads_every_metric_of_the_catalog() -> None:
     """What summarize writes is what the catalog declares (the AL keys come from the server)."""
     summary = summarize([], duration_s=1.0, num_prompts=0, max_concurrency=1, num_gpus=1)
-    server_side = {"acceptance_length", "client_tokens_per_chunk"}
+    server_side = {"acceptance_length", "client_tokens_per_chunk",
+                   "client_minus_server_median_ttft_ms", "client_minus_server_median_itl_ms"}
     assert set(summary) | server_side == set(catalog.all_record_keys())
 
 

@@ -1,7 +1,8 @@
 """`run_point` for every server reached over HTTP (docker, process, external, sim-server).
 
-One point: warmup (excluded), `/metrics` scrape, the measured load with the event-loop monitor
-and the progress line, a second scrape, then the self-check verdict. Subclasses add how the
+One point: warmup (excluded), then the measured load with its progress line inside the measured
+phase's bracket (`measured.py`: scrapes before and after, event-loop monitor, KV usage sampled
+during the load), then the self-check verdict. Subclasses add how the
 server is started, watched and stopped; when requests fail, `check_alive()` turns a dead
 server into `ServerDiedError` with its log tail instead of a page of failed requests.
 """
@@ -10,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import os
-import time
 from typing import TYPE_CHECKING
 
 from ..loadgen.affinity import Pinning, pinned_to_one_cpu
 from ..loadgen.client import (
     APPROXIMATE_WORDS,
     ClientConfig,
+    LoadRun,
     Timeouts,
     connection_slots,
     make_http_client,
@@ -26,18 +26,16 @@ from ..loadgen.client import (
 )
 from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
-from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
-from ..loadgen.selfcheck import LoopMonitor, point_verdict
+from ..loadgen.selfcheck import point_verdict
 from ..loadgen.tokenizer import count_tokens
 from ..loadgen.workload import DEFAULT_STALL_TIMEOUT_S
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import LoadSettings, ServerHandle
+from .measured import measured_phase
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-
-    import httpx
 
     from ..loadgen.prompts import RenderedWorkload, TextTokenizer
     from ..recipe.launch import ServerSpec
@@ -133,13 +131,6 @@ class HttpServerHandle(ServerHandle):
             return asyncio.run(self._measure(point, cfg, workload, pinning,
                                              progress or default_output()))
 
-    async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot:
-        try:
-            return await scrape(client, simulated=self.simulated)
-        except MissingPrometheusParser as exc:
-            notes.append(str(exc))
-            return Snapshot(error=str(exc))
-
     async def _measure(self, point: BenchPoint, cfg: ClientConfig, workload: RenderedWorkload,
                        pinning: Pinning, output: ProgressOutput) -> PointMeasurement:
         notes: list[str] = []
@@ -156,34 +147,28 @@ class HttpServerHandle(ServerHandle):
             if warm_failed:
                 self.check_alive()
                 notes.append(f"warmup: {warm_failed}/{len(warm.records)} requests failed")
-            before = await self._scrape(client, notes)
             progress = Progress.to(output, f"{point.server.node_name} {point.name}",
                                    len(workload.prompts))
-            monitor = LoopMonitor()
-            gc.collect()
-            gc.freeze()  # long-lived objects out of the collector's way: shorter GC pauses
-            try:
-                monitor.start()
+            measured_cfg = cfg
+
+            async def load() -> LoadRun:
                 progress.start()
-                run = await run_load(slots, cfg, workload.prompts,
-                                     send_offsets=workload.send_offsets,
-                                     on_record=progress.on_record,
-                                     on_read=progress.on_read if progress.enabled else None,
-                                     chains=workload.workload.chains())
-                ran_at = time.time(), time.perf_counter()
-                stats = await monitor.stop()
-                await progress.stop()
-            finally:
-                gc.unfreeze()
-            if any(not r.success for r in run.records):
-                self.check_alive()
-            after = await self._scrape(client, notes) if not before.error else before
+                try:
+                    return await run_load(slots, measured_cfg, workload.prompts,
+                                          send_offsets=workload.send_offsets,
+                                          on_record=progress.on_record,
+                                          on_read=progress.on_read if progress.enabled
+                                          else None,
+                                          chains=workload.workload.chains())
+                finally:
+                    await progress.stop()
+
+            phase = await measured_phase(self, client, notes, load)
+        run, stats, ran_at, server = phase.run, phase.loop, phase.ran_at, phase.server_metrics
         check = point_verdict(stats, run.records, time_scale=self.time_scale)
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
         check["client_cpu_pinned"] = pinning.cpu
         check["client_cpu_choice"] = pinning.choice
-        server = point_metrics(before, after) if not before.error else {
-            "scrape_error": before.error}
         described = {**workload.workload.describe(), "token_source": workload.token_source,
                      "token_counts_estimated": cfg.text_token_source == APPROXIMATE_WORDS}
         return PointMeasurement(

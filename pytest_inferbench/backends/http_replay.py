@@ -2,8 +2,9 @@
 
 The traces are the file `--inferbench-traces` names, else the seeded synthetic ones
 (`loadgen/synthetic_traces.py`, default settings, seed 0); the result says which
-(`agentic_traces`). Like the fixed-length load: `/metrics` scraped before and after, the
-event-loop monitor and the client self-check, one `RequestRecord` per request. There is no
+(`agentic_traces`). Like the fixed-length load: the measured phase's bracket (`measured.py`:
+scrapes, event-loop monitor, KV usage sampled during the replay), the client self-check, one
+`RequestRecord` per request. There is no
 warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not implemented), so
 every request of the replay is measured.
 """
@@ -12,27 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..loadgen.affinity import pinned_to_one_cpu
 from ..loadgen.replay import ReplayConfig, replay
-from ..loadgen.selfcheck import LoopMonitor, point_verdict
+from ..loadgen.selfcheck import point_verdict
 from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
 from ..loadgen.trace_sessions import sessions
 from ..loadgen.traces import TraceError, load_traces
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import PointNotMeasuredError
+from .measured import measured_phase
 
 if TYPE_CHECKING:
-    import httpx
-
     from ..loadgen.client import ClientConfig
     from ..loadgen.prompts import TextTokenizer
-    from ..loadgen.scrape import Snapshot
     from ..loadgen.trace_sessions import SessionTree
     from ..loadgen.workload import LoadSettings
     from ..recipe.model import BenchPoint
@@ -53,7 +50,6 @@ class HttpServerHandle(Protocol):
                       stall_timeout_s: float = ..., point_timeout_s: float | None = ...
                       ) -> ClientConfig: ...
     def check_alive(self) -> None: ...
-    async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot: ...
 
 
 def replay_traces(path: Path | None) -> tuple[str, tuple[SessionTree, ...]]:
@@ -97,27 +93,15 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
                    trees: tuple[SessionTree, ...], settings: ReplayConfig, label: str
                    ) -> PointMeasurement:
     from ..loadgen.client import make_http_client
-    from ..loadgen.scrape import point_metrics
 
     notes = [f"agentic replay of {label} traces for {settings.duration_s:g} s at "
              f"{point.conc} lanes"]
     if handle.simulated:
         notes.append(SIMULATED_NOTE)
     async with make_http_client(cfg, 1) as client:
-        before = await handle._scrape(client, notes)
-        monitor = LoopMonitor()
-        gc.collect()
-        gc.freeze()
-        try:
-            monitor.start()
-            run = await replay(cfg, trees, point.conc, settings)
-            ran_at = time.time(), time.perf_counter()
-            stats = await monitor.stop()
-        finally:
-            gc.unfreeze()
-        if any(not r.success for r in run.records):
-            handle.check_alive()
-        after = await handle._scrape(client, notes) if not before.error else before
+        phase = await measured_phase(handle, client, notes,
+                                     lambda: replay(cfg, trees, point.conc, settings))
+    run, stats, ran_at, server = phase.run, phase.loop, phase.ran_at, phase.server_metrics
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
     hit = sum(q.hit_blocks for q in run.requests)
     total = sum(q.total_blocks for q in run.requests)
@@ -131,8 +115,6 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
         "token_source": cfg.text_token_source,
         "token_counts_estimated": cfg.text_token_source.endswith("(approximate)"),
     }
-    server = point_metrics(before, after) if not before.error else {
-        "scrape_error": before.error}
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,

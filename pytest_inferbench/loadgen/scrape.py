@@ -6,21 +6,28 @@ reported as read after the point. Acceptance length = 1 + accepted / verificatio
 (performance-model.md §A7): vLLM `spec_decode_num_accepted_tokens` / `spec_decode_num_drafts`;
 ATOM `mtp_accepted_tokens` / sum of `mtp_decode_steps`, or the same from `/debug/mtp_stats`.
 Which names to read is each framework's registry entry (`frameworks/entries/`): its
-`metrics`, `acceptance` and `debug_stats`; the frameworks are tried in the registry's order.
+`metrics`, `acceptance`, `debug_stats` and `latency_histograms`; the frameworks are tried in the
+registry's order. The latency histograms named there are kept bucket by bucket, and their
+difference over the point summarized (`results/server_latency.py`). KV-cache usage is a gauge:
+read after the point it says nothing of the point (the server is idle by then), so it is
+sampled during the point (`loadgen/server_sampler.py`) and stated as its peak and mean.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import httpx
 
 from ..frameworks import registry
+from ..results import server_latency
 from ..results.record import number
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
     from ..results.record import JSONValue, Record
 
 SCRAPE_TIMEOUT_S = 10.0
@@ -40,30 +47,87 @@ class Snapshot:
     # The simulated server's own self-check (`/debug/inferbench/info`): how far its step
     # deliveries fell behind its model's clock, cumulative since it started.
     delivery_lag: dict[str, float] | None = None
+    # The latency histograms some framework's registry entry names, summed over label sets.
+    histograms: dict[str, Histogram] = field(default_factory=dict)
 
 
-def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, float]]:
-    """Counter samples (`*_total`) and gauge samples, each summed over label sets."""
+@dataclass(frozen=True)
+class Histogram:
+    """One histogram as scraped: cumulative counts per upper bound, count and sum."""
+
+    buckets: tuple[tuple[float, float], ...]
+    count: float
+    total: float
+
+
+@dataclass(frozen=True)
+class Exposition:
+    """What one `/metrics` text says: counters and gauges summed over label sets, histograms."""
+
+    counters: dict[str, float]
+    gauges: dict[str, float]
+    histograms: dict[str, Histogram]
+
+
+def _families(text: str) -> Iterable[Metric]:
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError as exc:
         raise MissingPrometheusParser(
             "reading server /metrics needs prometheus_client, a dependency of "
             "pytest-inferbench: reinstall it (pip install -e .)") from exc
+    return text_string_to_metric_families(text)
+
+
+def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Counter samples (`*_total`) and gauge samples, each summed over label sets."""
+    parsed = parse_exposition(text)
+    return parsed.counters, parsed.gauges
+
+
+def histogram_names() -> frozenset[str]:
+    """Every latency histogram a framework's registry entry names."""
+    return frozenset(name for f in registry.frameworks() for name in f.latency_histograms.values())
+
+
+def parse_exposition(text: str) -> Exposition:
+    """Counters (`*_total`), gauges and the registry's latency histograms of one scrape."""
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    wanted = histogram_names()
+    histograms: dict[str, Histogram] = {}
+    for family in _families(text):
+        if family.type == "histogram":
+            if family.name in wanted:
+                histograms[family.name] = _histogram(family)
+            continue
         if family.type == "counter":
             target = counters
         elif family.type in ("gauge", "untyped", "unknown"):
             target = gauges
         else:
-            continue  # histogram and summary series are the server's, not a point delta
+            continue  # summaries: no framework's registry entry reads one
         for sample in family.samples:
             if family.type == "counter" and not sample.name.endswith("_total"):
                 continue  # `_created` timestamps
             target[sample.name] = target.get(sample.name, 0.0) + float(sample.value)
-    return counters, gauges
+    return Exposition(counters, gauges, histograms)
+
+
+def _histogram(family: Metric) -> Histogram:
+    """A histogram family summed over its label sets (an engine or a model each), bound by
+    bound."""
+    buckets: dict[float, float] = {}
+    count = total = 0.0
+    for sample in family.samples:
+        if sample.name.endswith("_bucket"):
+            le = float(sample.labels.get("le", "+Inf"))
+            buckets[le] = buckets.get(le, 0.0) + float(sample.value)
+        elif sample.name.endswith("_count"):
+            count += float(sample.value)
+        elif sample.name.endswith("_sum"):
+            total += float(sample.value)
+    return Histogram(tuple(sorted(buckets.items())), count, total)
 
 
 async def scrape(client: httpx.AsyncClient, simulated: bool = False) -> Snapshot:
@@ -75,7 +139,8 @@ async def scrape(client: httpx.AsyncClient, simulated: bool = False) -> Snapshot
         return Snapshot(error=f"/metrics: {type(exc).__name__}: {exc}")
     if response.status_code != 200:
         return Snapshot(error=f"/metrics: HTTP {response.status_code}")
-    counters, gauges = parse_metrics(response.text)
+    parsed = parse_exposition(response.text)
+    counters, gauges = parsed.counters, parsed.gauges
     mtp: Record | None = None
     endpoint = next((f.debug_stats for f in registry.frameworks() if f.debug_stats and any(
         name.startswith(f.metric_prefix) for name in (*counters, *gauges))), None)
@@ -87,7 +152,8 @@ async def scrape(client: httpx.AsyncClient, simulated: bool = False) -> Snapshot
         except (httpx.HTTPError, ValueError):
             mtp = None
     lag = await _delivery_lag(client) if simulated else None
-    return Snapshot(counters=counters, gauges=gauges, mtp_stats=mtp, delivery_lag=lag)
+    return Snapshot(counters=counters, gauges=gauges, mtp_stats=mtp, delivery_lag=lag,
+                    histograms=parsed.histograms)
 
 
 async def _delivery_lag(client: httpx.AsyncClient) -> dict[str, float] | None:
@@ -133,8 +199,11 @@ def _mtp_al(before: Record | None, after: Record | None) -> float | None:
     return 1.0 + d_acc / d_steps if d_steps > 0 else None
 
 
-def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
-    """Counter deltas, gauges after, acceptance length, KV usage and preemptions."""
+def point_metrics(before: Snapshot, after: Snapshot,
+                  sampled: Mapping[str, JSONValue] | None = None) -> dict[str, JSONValue]:
+    """Counter deltas, gauges after, acceptance length, latency histograms over the point,
+    what was sampled during it (`sampled`: KV usage, `server_sampler.GaugeSamples.describe`)
+    and preemptions."""
     out: dict[str, JSONValue] = {}
     if before.error or after.error:
         out["scrape_error"] = before.error or after.error
@@ -169,13 +238,64 @@ def point_metrics(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
     if before.delivery_lag is not None and after.delivery_lag is not None:
         out["delivery_lag"] = lag_during(before.delivery_lag, after.delivery_lag)
 
-    gauges = [g for f in registry.frameworks() for g in f.kv_usage_gauges]
-    usage = next((after.gauges[g] for g in gauges if g in after.gauges), None)
-    if usage is not None:
-        out["kv_cache_usage"] = usage
+    latency = latency_histograms(before, after)
+    if latency:
+        out["latency_histograms"] = latency
+    if sampled:
+        out.update(sampled)
     counters = [c for f in registry.frameworks() if (c := f.preemption_counter)]
     preempted = next((d for c in counters
                       if (d := _delta(before.counters, after.counters, c)) is not None), None)
     if preempted is not None:
         out["preemptions"] = preempted
     return out
+
+
+def latency_histograms(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
+    """The first framework's latency histograms (in the registry's order) that the server
+    exports, each as its difference over the point (`results/server_latency.summary`)."""
+    for framework in registry.frameworks():
+        names = framework.latency_histograms
+        if not names or not any(name in after.histograms for name in names.values()):
+            continue
+        out: dict[str, JSONValue] = {}
+        for quantity, name in names.items():
+            hist = after.histograms.get(name)
+            if hist is None:
+                continue
+            earlier = before.histograms.get(name, Histogram((), 0.0, 0.0))
+            diff = server_latency.delta(earlier.buckets, hist.buckets,
+                                        (earlier.count, hist.count),
+                                        (earlier.total, hist.total))
+            out[quantity] = server_latency.summary(name, diff)
+        return out
+    return {}
+
+
+def kv_usage_gauges() -> tuple[str, ...]:
+    """Every KV-cache usage gauge name the registry knows, in its order."""
+    return tuple(g for f in registry.frameworks() for g in f.kv_usage_gauges)
+
+
+def read_gauge(text: str, names: tuple[str, ...]) -> tuple[str, float] | None:
+    """The first of `names` that `text` exports, as (name, value); a gauge with several label
+    sets (one per engine of a data-parallel server) is their mean: each is a share of its own
+    engine's cache, and a sum would pass 1."""
+    found: dict[str, list[float]] = {}
+    for family in _families(_lines_of(text, names)):
+        if family.name in names and family.type in ("gauge", "untyped", "unknown"):
+            found[family.name] = [float(s.value) for s in family.samples]
+    for name in names:
+        values = found.get(name)
+        if values:
+            return name, sum(values) / len(values)
+    return None
+
+
+def _lines_of(text: str, names: tuple[str, ...]) -> str:
+    """The lines of `text` that speak of `names` (their samples, HELP and TYPE): a real
+    server's page holds hundreds of histogram series, and the parser need not read them to find
+    one gauge."""
+    heads = tuple(f"{name}{{" for name in names) + tuple(f"{name} " for name in names) + tuple(
+        f"# {kind} {name} " for name in names for kind in ("HELP", "TYPE"))
+    return "".join(line for line in text.splitlines(keepends=True) if line.startswith(heads))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import metrics
+from . import metrics, server_latency
 from .agg_file import ENV_KEY
 from .file_names import bounded
 from .record import PointRecord, mapping, number, strings
@@ -136,6 +136,13 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
         result["acceptance_length_source"] = server.get("acceptance_length_source")
         result["client_tokens_per_chunk"] = summary["mean_tokens_per_chunk"]
     result["server_metrics"] = server
+    latency = mapping(server.get("latency_histograms"))
+    if latency:  # the server exports latency histograms: how the client's view compares
+        compared = server_latency.client_vs_server(summary, latency)
+        result["client_vs_server_ms"] = dict(compared)
+        for quantity in ("ttft", "itl"):
+            result[f"client_minus_server_median_{quantity}_ms"] = compared.get(
+                f"median_{quantity}_ms")
     result["client_check"] = dict(measurement.client_check)
     result["notes"] = [*strings(result.get("notes")), *measurement.notes]
     if measurement.expected_error:

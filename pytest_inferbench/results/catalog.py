@@ -264,6 +264,15 @@ CATALOG: tuple[Metric | Fact, ...] = (
            baseline=("acceptance_length",)),
     Metric("client_tokens_per_chunk", "tokens per chunk as the client saw them (a speculative "
            "server's AL check)", ""),
+    # A server's own latency histograms over the point (`server_latency.py`): the client's
+    # median minus the server's median estimate, which is off by at most the width of the
+    # bucket that holds it.
+    Metric("client_minus_server_median_ttft_ms", "client median TTFT minus the server's "
+           "(its TTFT histogram over the point, median interpolated in its bucket)", "ms",
+           timing=True, junit=("client_minus_server_median_ttft_ms",)),
+    Metric("client_minus_server_median_itl_ms", "client median ITL minus the server's "
+           "(its inter-token latency histogram over the point)", "ms", timing=True,
+           junit=("client_minus_server_median_itl_ms",)),
     *(Fact(name) for name in ("golden_acceptance_length", "synthetic_acceptance_length")),
 )
 

@@ -121,7 +121,10 @@ def test_acceptance_length_from_vllm_counter_deltas() -> None:
     assert out["acceptance_length"] == pytest.approx(1 + 2000 / 1000)
     assert out["acceptance_length_source"] == "vllm:spec_decode_*"
     assert out["acceptance_rate"] == pytest.approx(2000 / 3000)
-    assert out["kv_cache_usage"] == pytest.approx(0.4)
+    # The gauge as read after the point is kept as read; KV usage is what was sampled during
+    # the point (none here), not this.
+    assert out["gauges"]["vllm:kv_cache_usage_perc"] == pytest.approx(0.4)
+    assert not any(key.startswith("kv_cache_usage") for key in out)
     assert out["counter_deltas"]["vllm:spec_decode_num_drafts_total"] == pytest.approx(1000)
 
 

@@ -1,0 +1,93 @@
+"""The measured phase of a point over HTTP, one bracket for the fixed-length load and the replay.
+
+Around the load: a `/metrics` scrape before, the event-loop monitor, the collector's long-lived
+objects frozen (shorter GC pauses while requests are timed), the server's KV usage sampled while
+the load runs, and after it a dead server turned into its error (`check_alive`) before a
+second scrape. What the two scrapes and the samples say becomes the point's server metrics.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
+from ..loadgen.selfcheck import LoopMonitor
+from ..loadgen.server_sampler import GaugeSampler
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    import httpx
+
+    from ..loadgen.selfcheck import LoopStats
+    from ..results.metrics import RequestRecord
+    from ..results.record import JSONValue
+
+
+class Run(Protocol):
+    """What the bracket reads of a load's outcome (`client.LoadRun`, `replay.ReplayRun`)."""
+
+    @property
+    def records(self) -> Sequence[RequestRecord]: ...
+
+
+class Server(Protocol):
+    simulated: bool
+
+    def check_alive(self) -> None: ...
+
+
+R = TypeVar("R", bound=Run)
+
+
+@dataclass(frozen=True)
+class Phase(Generic[R]):
+    run: R
+    loop: LoopStats
+    # time.time() and time.perf_counter() read together right after the load: the one way
+    # from the load's perf_counter stamps to wall time.
+    ran_at: tuple[float, float]
+    server_metrics: dict[str, JSONValue]
+
+
+async def scrape_noting(client: httpx.AsyncClient, simulated: bool,
+                        notes: list[str]) -> Snapshot:
+    """A scrape whose missing parser becomes a note of the point, not its failure."""
+    try:
+        return await scrape(client, simulated=simulated)
+    except MissingPrometheusParser as exc:
+        notes.append(str(exc))
+        return Snapshot(error=str(exc))
+
+
+async def measured_phase(server: Server, client: httpx.AsyncClient, notes: list[str],
+                         load: Callable[[], Awaitable[R]]) -> Phase[R]:
+    """Run `load()` inside the bracket; `client` is the scrape client, not the load's pool."""
+    before = await scrape_noting(client, server.simulated, notes)
+    # A server without /metrics has no gauge to sample either.
+    sampler = GaugeSampler(client) if not before.error else None
+    monitor = LoopMonitor()
+    gc.collect()
+    gc.freeze()  # long-lived objects out of the collector's way: shorter GC pauses
+    try:
+        monitor.start()
+        if sampler is not None:
+            sampler.start()
+        try:
+            run = await load()
+        finally:
+            kv = await sampler.stop() if sampler is not None else None
+        ran_at = time.time(), time.perf_counter()
+        stats = await monitor.stop()
+    finally:
+        gc.unfreeze()
+    if any(not r.success for r in run.records):
+        server.check_alive()
+    if before.error:
+        return Phase(run, stats, ran_at, {"scrape_error": before.error})
+    after = await scrape_noting(client, server.simulated, notes)
+    sampled = kv.describe("kv_cache_usage") if kv is not None else None
+    return Phase(run, stats, ran_at, point_metrics(before, after, sampled))
