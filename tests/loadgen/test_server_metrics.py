@@ -4,11 +4,13 @@ the simulated server under the vLLM persona (which exports vLLM's TTFT/ITL/E2E h
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
@@ -16,7 +18,7 @@ from pytest_inferbench.backends.base import LoadSettings
 from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.backends.http_replay import run_replay_point
 from pytest_inferbench.frameworks import registry
-from pytest_inferbench.loadgen.scrape import Snapshot, parse_exposition, point_metrics
+from pytest_inferbench.loadgen.scrape import Snapshot, parse_exposition, point_metrics, scrape
 from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
 from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.report import result_properties
@@ -182,3 +184,29 @@ def test_kv_usage_is_sampled_during_an_agentic_replay(vllm_server: SimServer) ->
     assert peak is not None and mean is not None
     assert 0 < mean <= peak <= 1
     assert mapping(mapping(metrics["latency_histograms"])["ttft"])["count"] == len(m.records)
+
+
+def test_sglang_histograms_are_read_under_its_registry_names() -> None:
+    """The names are the registry entry's: the SGLang persona exports its own, and the scraper
+    finds them without naming a framework."""
+    sglang = registry.get("sglang")
+    argv = ("python", "-m", "sglang.launch_server", "--model-path", MODEL, "--port", "30000",
+            "--tp", "4")
+    requests = 3
+
+    async def measure(base_url: str) -> dict[str, object]:
+        async with httpx.AsyncClient(base_url=base_url) as client:
+            before = await scrape(client)
+            for _ in range(requests):
+                response = await client.post("/v1/completions", json={
+                    "model": MODEL, "prompt": "a b c d", "max_tokens": 8, "ignore_eos": True,
+                    "stream": True})
+                assert response.status_code == 200
+            return dict(point_metrics(before, await scrape(client)))
+
+    with running_sim_server(argv, ["--time-scale", "0"]) as server:
+        metrics = asyncio.run(measure(server.base_url))
+    latency = mapping(metrics["latency_histograms"])  # type: ignore[arg-type]
+    for quantity, name in sglang.latency_histograms.items():
+        assert mapping(latency[quantity])["metric"] == name
+    assert mapping(latency["ttft"])["count"] == requests

@@ -1,10 +1,12 @@
-"""Server-side latency histograms (vLLM persona), measured on the simulated server's clock.
+"""Server-side latency histograms (the vLLM and SGLang personas), measured on the simulated
+server's clock.
 
 vLLM exports `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds` (one
 observation per output chunk after the first, i.e. per engine iteration) and
 `vllm:e2e_request_latency_seconds` with these bucket edges. The simulator observes the same
 quantities from each finished request's trace, so a client can compare its own view with the
-server's.
+server's. SGLang exports the same three under its own names (its registry entry's
+`latency_histograms`); the simulator gives them vLLM's bucket edges.
 """
 
 from __future__ import annotations
