@@ -31,8 +31,11 @@ class GaugeSamples:
     count: int
     total: float
     peak: float | None
-    failed: int  # scrapes that failed, timed out or lacked the gauge
+    failed: int  # scrapes that failed or timed out
     interval_s: float
+    # A page was read and held none of the names: the server does not export the gauge, and
+    # the sampling stopped there.
+    not_exported: bool = False
 
     def describe(self, key: str) -> dict[str, JSONValue]:
         """`<key>_peak`, `<key>_mean` (None without a sample), the sample count and source."""
@@ -42,7 +45,8 @@ class GaugeSamples:
             f"{key}_samples": self.count,
             f"{key}_failed_samples": self.failed,
             f"{key}_gauge": self.gauge,
-            f"{key}_sampled": f"during the point, every {self.interval_s:g} s",
+            f"{key}_sampled": "not exported by the server" if self.not_exported
+            else f"during the point, every {self.interval_s:g} s",
         }
 
 
@@ -61,6 +65,7 @@ class GaugeSampler:
         self._total = 0.0
         self._peak: float | None = None
         self._failed = 0
+        self._not_exported = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="inferbench-gauge-sampler")
@@ -70,12 +75,12 @@ class GaugeSampler:
         await cancel_and_wait(self._task)
         self._task = None
         return GaugeSamples(self._gauge, self._count, self._total, self._peak, self._failed,
-                            self._interval_s)
+                            self._interval_s, self._not_exported)
 
     async def _run(self) -> None:
         # The first sample a quarter interval in, so a point shorter than the interval gets one.
         await asyncio.sleep(self._interval_s / 4)
-        while True:
+        while not self._not_exported:
             await self._sample()
             await asyncio.sleep(self._interval_s)
 
@@ -91,9 +96,10 @@ class GaugeSampler:
         try:
             found = await asyncio.to_thread(read_gauge, response.text, self._names)
         except (ValueError, MissingPrometheusParser):  # a page that is no exposition
-            found = None
-        if found is None:
             self._failed += 1
+            return
+        if found is None:
+            self._not_exported = True
             return
         self._gauge, value = found
         self._count += 1
