@@ -149,16 +149,14 @@ class HttpServerHandle(ServerHandle):
                 notes.append(f"warmup: {warm_failed}/{len(warm.records)} requests failed")
             progress = Progress.to(output, f"{point.server.node_name} {point.name}",
                                    len(workload.prompts))
-            measured_cfg = cfg
 
             async def load() -> LoadRun:
                 progress.start()
                 try:
-                    return await run_load(slots, measured_cfg, workload.prompts,
+                    return await run_load(slots, cfg, workload.prompts,
                                           send_offsets=workload.send_offsets,
                                           on_record=progress.on_record,
-                                          on_read=progress.on_read if progress.enabled
-                                          else None,
+                                          on_read=progress.on_read if progress.enabled else None,
                                           chains=workload.workload.chains())
                 finally:
                     await progress.stop()
