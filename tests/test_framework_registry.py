@@ -8,6 +8,7 @@ import json
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -163,12 +164,25 @@ def test_every_framework_runs_on_the_simulated_server_and_its_metrics_are_scrape
         pytester: pytest.Pytester) -> None:
     names = registry.names()
     write_recipes(pytester.path, {name: registry.get(name).programs[0] for name in names})
-    result = pytester.runpytest_subprocess(*RUN_OPTIONS, "--inferbench-backend", "sim-server")
+    result = pytester.runpytest_subprocess(*RUN_OPTIONS, "--inferbench-backend", "sim-server",
+                                           "--junitxml=junit.xml")
     result.assert_outcomes(passed=len(names))
     records = raw_records(pytester.path)
     assert sorted(records) == names
+    junit = ElementTree.parse(pytester.path / "junit.xml")
+    properties = {case.get("classname", ""): {p.get("name") for p in case.iter("property")}
+                  for case in junit.iter("testcase")}
     for name, raw in records.items():
         persona = registry.get(registry.get(name).persona)
+        # A persona with latency histograms: the server's view over the point, compared with
+        # the client's in the record and in its JUnit properties.
+        record = point_record(raw)
+        histograms = record["server_metrics"].get("latency_histograms")  # type: ignore[union-attr]
+        assert bool(histograms) == bool(persona.latency_histograms), name
+        if histograms:
+            assert "median_ttft_ms" in record["client_vs_server_ms"], name  # type: ignore[operator]
+            assert any("client_minus_server_median_ttft_ms" in props
+                       for node, props in properties.items() if f"-{name}-" in node), name
         counters, gauges = exposed(persona)
         server: dict[str, Any] = point_record(raw)["server_metrics"]  # type: ignore[assignment]
         assert set(server["counter_deltas"]) >= counters and counters, name
