@@ -19,6 +19,10 @@ from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.backends.http_replay import run_replay_point
 from pytest_inferbench.frameworks import registry
 from pytest_inferbench.loadgen.scrape import Snapshot, parse_exposition, point_metrics, scrape
+from pytest_inferbench.loadgen.synthetic_traces import (
+    SyntheticTraceSettings,
+    write_synthetic_traces,
+)
 from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
 from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.report import result_properties
@@ -172,12 +176,15 @@ def test_kv_usage_is_sampled_while_the_load_runs(
     assert "kv_cache_usage" not in metrics  # no longer the idle server's gauge after the point
 
 
-def test_kv_usage_is_sampled_during_an_agentic_replay(vllm_server: SimServer) -> None:
+def test_kv_usage_is_sampled_during_an_agentic_replay(vllm_server: SimServer,
+                                                      tmp_path: Path) -> None:
     spec, server = vllm_point("agentic-coding")
     handle = HttpServerHandle(base_url=vllm_server.base_url, spec=spec, simulated=True,
                               time_scale=1.0)
     point = dataclasses.replace(server.points()[0], conc=4)
-    m = run_replay_point(handle, point, LoadSettings(replay_duration_s=2.0))
+    # No think time between turns: every lane has a request in flight whenever it is sampled.
+    traces = write_synthetic_traces(tmp_path, SyntheticTraceSettings(seed=0, think_time_s=0))
+    m = run_replay_point(handle, point, LoadSettings(replay_duration_s=2.0, traces=traces))
     assert m.records and all(r.success for r in m.records)
     metrics = m.server_metrics
     peak, mean = number(metrics["kv_cache_usage_peak"]), number(metrics["kv_cache_usage_mean"])
