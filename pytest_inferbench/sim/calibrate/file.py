@@ -232,7 +232,7 @@ def load(path: Path, shown: str | None = None) -> Calibration:
         raise CalibrationFileError(f"{name}: cannot read the calibration file: "
                                    f"{exc.strerror or exc}") from None
     except yamllines.YamlSyntaxError as exc:
-        raise _fail(name, exc.line, exc.problem) from None
+        raise _fail(name, exc.line, f"not YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = int(mark.line) + 1 if mark is not None else 1

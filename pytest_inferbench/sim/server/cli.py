@@ -42,7 +42,7 @@ PROG = "python -m pytest_inferbench.sim serve"
 DEFAULT_PORT = 8000
 DEFAULT_HARDWARE_ENV = "INFERBENCH_SIM_HARDWARE"
 _SWITCHES = {"--never-ready"}
-_VALUED = {"--hardware", "--persona", "--time-scale", "--seed", "--eval-oracle",
+_VALUED = {"--hardware", "--persona", "--time-scale", "--seed", "--eval-oracle", "--calibration",
            "--eval-accuracy", "--fail-after-requests", "--error-rate", "--truncate-rate",
            "--startup-delay", "--stall-after-tokens", "--host", "--port", "--port-file",
            "--log-level", "--prefill-workers", "--decode-workers", "--router",
@@ -314,6 +314,9 @@ def banner(config: ServeConfig, host: str, port: int, stack: EventStack) -> str:
         # Ends in the port: launchers and log readers take the port from this line.
         f"inferbench-sim: listening on http://{host}:{port}",
     ]
+    calibration = dict(config.info or {}).get("calibration")
+    if calibration:
+        lines.insert(2, f"inferbench-sim: {calibration}")
     if isinstance(deployment, dict):
         lines.insert(2, f"inferbench-sim: deployment {deployment['topology']} "
                         f"({deployment['gpus']} GPUs), router {deployment['router']}")
