@@ -51,16 +51,20 @@ def render(report: Report) -> list[str]:
     lines = [f"{hardware}, {framework}, {model}: {len(report.points)} measured points, "
              f"fit in {report.fit.iterations} iterations"]
     for knob in KNOBS:
-        lines.append(f"  {knob.name:<20} {profile[knob.name]:.4g} -> {fitted[knob.name]:.4g}"
-                     f"   [{knob.lower:g}, {knob.upper:g}] {knob.meaning}")
-    lines.append("  point (source)                        metric      measured  uncalibrated"
-                 "  fitted  left out")
+        value = fitted[knob.name]
+        # Within rounding of a bound: the points pushed it there (docs: how to read it).
+        at_bound = min(abs(value / knob.lower - 1), abs(value / knob.upper - 1)) < 1e-6
+        lines.append(f"  {knob.name:<20} {profile[knob.name]:.4g} -> {value:.4g}"
+                     f"{' (at its bound)' if at_bound else ''}   [{knob.lower:g}, "
+                     f"{knob.upper:g}] {knob.meaning}")
+    lines.append(f"  {'point / metric':<24} {'measured':>9}  {'uncalibrated':>12}  "
+                 f"{'fitted':>7}  {'left out':>8}")
     for p in report.points:
+        lines.append(f"  {p.point.label} ({p.point.source})")
         for metric, measured in p.point.values:
             left = None if p.left_out is None else p.left_out[metric]
-            lines.append(f"  {p.point.label + ' (' + p.point.source + ')':<37} "
-                         f"{METRIC_LABELS[metric]:<10} {measured:>9.4g}  "
-                         f"{_pct(p.uncalibrated[metric]):>12}  {_pct(p.fitted[metric]):>6}  "
+            lines.append(f"    {METRIC_LABELS[metric]:<22} {measured:>9.4g}  "
+                         f"{_pct(p.uncalibrated[metric]):>12}  {_pct(p.fitted[metric]):>7}  "
                          f"{_pct(left):>8}")
     for kind, name in (("uncalibrated", "uncalibrated"), ("fitted", "fitted (in sample)"),
                        ("left_out", "leave-one-out")):
