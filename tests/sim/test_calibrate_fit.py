@@ -3,6 +3,7 @@ sweep (CSV), the fit recovering knobs from points made with them, and bad input.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,9 @@ from pytest_inferbench.sim.calibrate.fit import errors, fit, predict, profile_of
 from pytest_inferbench.sim.calibrate.knobs import KNOBS, to_values
 from pytest_inferbench.sim.calibrate.points import MeasuredPoint, read_csv
 from pytest_inferbench.sim.physics import Efficiency
+from pytest_inferbench.testing.recipes import master_entry
 
+REPO = Path(__file__).resolve().parents[2]
 SWEEP = Path(__file__).parent / "data" / "atom_minimax_m3_sweep.csv"
 # The 4 measured values the calibration sees: both ends of the sweep, decode and throughput at
 # the top, decode and TTFT at the bottom.
@@ -142,3 +145,27 @@ def test_the_command_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> N
         assert done.returncode == 2 and says in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     assert precious.read_text() == "shopping: [milk]\n"
+
+
+def test_csv_rows_may_name_a_recipe_server_node_instead_of_an_argv(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    key = "minimaxm3-fp4-mi355x-atom"
+    (tmp_path / "bench-master.yaml").write_text(
+        master_entry(key, ("{ tp: 4, conc-list: [4, 64] }",), isl=8192, osl=1024))
+    (tmp_path / "launch").mkdir()
+    shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml", tmp_path / "launch")
+    points = tmp_path / "points.csv"
+    points.write_text("server,hardware,isl,osl,conc,metric,value\n"
+                      f"{key}-tp4,,8192,1024,4,tpot,7.5\n"  # the node name; its hardware
+                      f"{key},MI355X,8192,1024,64,throughput,2433\n")  # its only node's key
+    out = tmp_path / "c.yaml"
+    recipe = str(tmp_path / "bench-master.yaml")
+    assert run([str(points), "--recipe", recipe, "-o", str(out)]) == 0
+    (entry,) = calibration_file.load(out).entries
+    assert entry.key == ("MI355X", "atom", "amd/MiniMax-M3-MXFP4") and entry.points == 2
+    points.write_text("server,hardware,isl,osl,conc,metric,value\n"
+                      "no-such-node,,8192,1024,4,tpot,7.5\n")
+    capsys.readouterr()
+    assert run([str(points), "--recipe", recipe, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{points}:2: no server node 'no-such-node' in the recipes; known: {key}" in err, err

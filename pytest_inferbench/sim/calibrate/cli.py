@@ -13,7 +13,7 @@ from ...results.build import WriteError
 from . import file as calibration_file
 from .fit import Report, calibrate
 from .knobs import KNOBS, to_values
-from .points import MeasuredPoint, MeasurementsError, read_inputs
+from .points import MeasuredPoint, MeasurementsError, Recipes, read_inputs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,7 +30,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
                    help="a results directory of a run on real servers, a point's result JSON, "
                         "a summary.json, or a CSV of published points (server,hardware,isl,osl,"
-                        "conc,metric,value[,prompts,range_ratio,env])")
+                        "conc,metric,value[,prompts,range_ratio,env]; server: an argv, or a "
+                        "server node of a --recipe)")
+    p.add_argument("--recipe", type=Path, action="append", default=[], metavar="FILE",
+                   help="a master config whose server nodes CSV rows may name instead of an "
+                        "argv (its launch specs: launch/ beside it, or --launch-dir)")
+    p.add_argument("--launch-dir", type=Path, default=None, metavar="DIR",
+                   help="directory of the recipes' launch specs")
     p.add_argument("-o", "--output", type=Path, default=Path(DEFAULT_OUTPUT), metavar="FILE",
                    help=f"the calibration file to write (default {DEFAULT_OUTPUT})")
     return p
@@ -92,7 +98,8 @@ def run(argv: Sequence[str]) -> int:
         if args.output.exists():
             # Only a calibration file is replaced; its entries for other setups stay.
             kept = calibration_file.load(args.output).entries
-        points = read_inputs(args.inputs)
+        recipes = Recipes(args.recipe, args.launch_dir) if args.recipe else None
+        points = read_inputs(args.inputs, recipes)
     except (MeasurementsError, calibration_file.CalibrationFileError) as exc:
         print(f"calibrate: error: {exc}", file=sys.stderr)
         if isinstance(exc, calibration_file.CalibrationFileError):

@@ -7,7 +7,10 @@ CSV (one metric a row; `#` lines are comments, e.g. the source):
 
     server,hardware,isl,osl,conc,metric,value[,prompts][,range_ratio][,env]
 
-`server` is the server argv as one shell line; `metric` ttft / tpot / itl / throughput (or
+`server` is the server argv as one shell line, or a server node of a recipe (the node name the
+plugin prints, e.g. `minimaxm3-fp4-mi355x-atom-tp4`, or a config key with one node) when
+`Recipes` are given: its launch spec's argv, env and files, and its hardware (the `hardware`
+cell may then be empty); `metric` ttft / tpot / itl / throughput (or
 the result keys mean_ttft_ms, mean_tpot_ms, mean_itl_ms, output_throughput: ms and output
 tokens/s); `prompts` the number of requests (default 10 x conc), `range_ratio` the random
 range ratio (default 0.8, InferenceX's), `env` the server's `NAME=VALUE` words.
@@ -19,9 +22,12 @@ import csv
 import json
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...loadgen.workload import DEFAULT_RANGE_RATIO
+from ...recipe.launch import LaunchSpecError, resolve
+from ...recipe.schema import RecipeError, load_recipe
 from ...results.point_files import point_record
 from .. import catalog
 from ..acceptance import SpecConfigError
@@ -30,9 +36,9 @@ from ..expected_error import METRIC_OF_KEY, METRICS
 from ..physics import EngineConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from pathlib import Path
+    from collections.abc import Iterable, Mapping, Sequence
 
+    from ...recipe.model import ServerConfig
     from ...results.record import JSONValue
     from ..config import EngineConfig
 
@@ -69,11 +75,60 @@ class MeasuredPoint:
         return f"{self.isl}/{self.osl} conc {self.conc}"
 
 
-def _config(where: str, argv: list[str], hardware: str, env: Mapping[str, str],
-            framework: str | None) -> EngineConfig:
+@dataclass(frozen=True)
+class Server:
+    """How a measured server ran: what the simulator reads to simulate it."""
+
+    argv: tuple[str, ...]
+    hardware: str
+    env: tuple[tuple[str, str], ...] = ()
+    framework: str | None = None
+    files: tuple[tuple[str, str], ...] = ()
+
+
+class Recipes:
+    """Server nodes of recipe files, so that a CSV row may name one instead of its argv."""
+
+    def __init__(self, paths: Sequence[Path], launch_dir: Path | None = None) -> None:
+        self.nodes: dict[str, list[ServerConfig]] = {}
+        self.launch_dir = launch_dir
+        for path in paths:
+            try:
+                servers = load_recipe(path).servers
+            except (RecipeError, OSError) as exc:
+                raise MeasurementsError(f"{path}: {exc}") from None
+            for server in servers:
+                for name in {server.node_name, server.config_key}:
+                    self.nodes.setdefault(name, []).append(server)
+
+    def server(self, where: str, name: str, hardware: str) -> Server:
+        found = self.nodes.get(name, [])
+        if len(found) != 1:
+            known = sorted({s.node_name for nodes in self.nodes.values() for s in nodes})
+            if found:
+                raise MeasurementsError(
+                    f"{where}: config key {name!r} has {len(found)} server nodes; name one: "
+                    f"{', '.join(sorted(s.node_name for s in found))}")
+            raise MeasurementsError(f"{where}: no server node {name!r} in the recipes; known: "
+                                    f"{', '.join(known[:20]) or 'none'}")
+        node = found[0]
+        if hardware and hardware.lower() != node.hardware.lower():
+            raise MeasurementsError(f"{where}: hardware {hardware!r}, but {name} runs on "
+                                    f"{node.hardware}")
+        launch_dir = self.launch_dir or Path(node.source).resolve().parent / "launch"
+        try:
+            spec = resolve(node, launch_dir)
+        except LaunchSpecError as exc:
+            raise MeasurementsError(f"{where}: {exc}") from None
+        return Server(spec.argv, node.hardware, spec.env, spec.framework or node.framework,
+                      spec.files)
+
+
+def _config(where: str, server: Server) -> EngineConfig:
     try:
-        config, _ = engine_config_from_argv(argv, hardware=hardware, env=dict(env),
-                                            framework=framework)
+        config, _ = engine_config_from_argv(
+            list(server.argv), hardware=server.hardware, env=dict(server.env),
+            framework=server.framework, files=dict(server.files))
     except (ArgvError, catalog.CatalogError, SpecConfigError, EngineConfigError,
             ValueError) as exc:
         raise MeasurementsError(f"{where}: the simulator cannot read this server: {exc}") from None
@@ -100,7 +155,7 @@ def _positive_float(where: str, name: str, text: str) -> float:
     return value
 
 
-def read_csv(path: Path) -> list[MeasuredPoint]:
+def read_csv(path: Path, recipes: Recipes | None = None) -> list[MeasuredPoint]:
     """The points of a CSV file: rows of the same server and load are one point."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -121,9 +176,9 @@ def read_csv(path: Path) -> list[MeasuredPoint]:
         raise MeasurementsError(
             f"{path}:{header_line}: {what}; the columns are {','.join(CSV_COLUMNS)} and "
             f"optionally {','.join(CSV_OPTIONAL)}")
-    # Rows of one server and load: (argv, hardware, env, isl, osl, conc, prompts, range ratio).
-    groups: dict[tuple[tuple[str, ...], str, tuple[tuple[str, str], ...], int, int, int, int,
-                       float], tuple[str, EngineConfig, dict[str, float]]] = {}
+    # Rows of one server and load: (server, isl, osl, conc, prompts, range ratio).
+    groups: dict[tuple[Server, int, int, int, int, float],
+                 tuple[str, EngineConfig, dict[str, float]]] = {}
     for n, line in rows[1:]:
         where = f"{path}:{n}"
         cells = next(csv.reader([line]))
@@ -148,26 +203,35 @@ def read_csv(path: Path) -> list[MeasuredPoint]:
                 raise MeasurementsError(f"{where}: range_ratio must be within (0, 1], "
                                         f"got {ratio:g}")
         try:
-            argv = shlex.split(row["server"])
             env_words = shlex.split(row.get("env") or "")
+            words = shlex.split(row["server"])
         except ValueError as exc:
             raise MeasurementsError(f"{where}: the server or env column: {exc}") from None
         bad = next((w for w in env_words if "=" not in w), None)
         if bad is not None:
             raise MeasurementsError(f"{where}: env words are NAME=VALUE, got {bad!r}")
         env = tuple((name, value) for name, _, value in (w.partition("=") for w in env_words))
-        if not argv:
-            raise MeasurementsError(f"{where}: empty server argv")
-        group = (tuple(argv), row["hardware"], env, isl, osl, conc, prompts, ratio)
+        if not words:
+            raise MeasurementsError(f"{where}: empty server")
+        if len(words) == 1 and recipes is not None:
+            named = recipes.server(where, words[0], row["hardware"])
+            server = Server(named.argv, named.hardware, named.env + env, named.framework,
+                            named.files)
+        elif not row["hardware"]:
+            raise MeasurementsError(f"{where}: no hardware (a server argv needs it; a recipe's "
+                                    "server node brings its own)")
+        else:
+            server = Server(tuple(words), row["hardware"], env)
+        group = (server, isl, osl, conc, prompts, ratio)
         if group not in groups:
-            groups[group] = (where, _config(where, argv, row["hardware"], dict(env), None), {})
+            groups[group] = (where, _config(where, server), {})
         first, _, values = groups[group]
         if metric in values:
             raise MeasurementsError(f"{where}: a second {metric} for the point of {first}")
         values[metric] = value
-    return [MeasuredPoint(first, config, env, isl, osl, conc, prompts, ratio,
+    return [MeasuredPoint(first, config, server.env, isl, osl, conc, prompts, ratio,
                           tuple(values.items()))
-            for (_, _, env, isl, osl, conc, prompts, ratio), (first, config, values)
+            for (server, isl, osl, conc, prompts, ratio), (first, config, values)
             in groups.items()]
 
 
@@ -203,7 +267,7 @@ def point_of_record(where: str, record: Mapping[str, JSONValue]) -> MeasuredPoin
     if not values:
         raise MeasurementsError(f"{where}: the result has none of "
                                 f"{', '.join(KEY_OF_METRIC.values())}")
-    config = _config(where, [str(a) for a in argv], hardware, {}, framework)
+    config = _config(where, Server(tuple(str(a) for a in argv), hardware, (), framework))
     return MeasuredPoint(
         where, config, (), int(numbers["isl"] or 0), int(numbers["osl"] or 0),
         int(numbers["conc"] or 0), int(numbers["num_prompts"] or 0),
@@ -246,11 +310,12 @@ def read_results(path: Path) -> list[MeasuredPoint]:
     return out
 
 
-def read_inputs(paths: Iterable[Path]) -> list[MeasuredPoint]:
+def read_inputs(paths: Iterable[Path], recipes: Recipes | None = None) -> list[MeasuredPoint]:
     """Every point of the given CSV files, result files and run directories."""
     points: list[MeasuredPoint] = []
     for path in paths:
         if not path.exists():
             raise MeasurementsError(f"{path}: no such file or directory")
-        points += read_csv(path) if path.suffix.lower() == ".csv" else read_results(path)
+        points += (read_csv(path, recipes) if path.suffix.lower() == ".csv"
+                   else read_results(path))
     return points
