@@ -5,7 +5,9 @@ GPU into an `EngineConfig`, so a bad argv, an unknown model or weights that do n
 server node's setup with a clear message. Every point runs on a fresh engine seeded from the
 load seed, so a point's numbers do not depend on which points ran before it. Results are
 simulated predictions and say so (`simulated=True` and a note), each with the simulator's
-expected error in its regime (`sim.expected_error`).
+expected error in its regime (`sim.expected_error`). With `--inferbench-sim-calibration`, a
+single-node server the file has an entry for runs on its knobs, its points say so in a note and
+carry the calibration's leave-one-out error instead (`sim.calibrate`).
 """
 
 from __future__ import annotations
