@@ -130,7 +130,8 @@ class SimHandle(ServerHandle):
 def load_calibration(settings: Settings) -> calibration_file.Calibration | None:
     """The run's calibration file (`--inferbench-sim-calibration`), or None; a file that
     cannot be used is a `CalibrationFileError` naming it and the line."""
-    path = settings.sim_calibration
+    # Scripts and tests that start the backend alone give no settings (options=None).
+    path = getattr(settings, "sim_calibration", None)
     return None if path is None else calibration_file.load(path)
 
 
