@@ -14,8 +14,8 @@ from .base import Backend
 if TYPE_CHECKING:
     from ..options import Settings
 
-__all__ = ["BACKENDS", "BackendInfo", "backend_info", "get_backend", "simulator_lacks_hardware",
-           "sweep_stale"]
+__all__ = ["BACKENDS", "BackendInfo", "backend_info", "get_backend", "sim_calibration_problem",
+           "simulator_lacks_hardware", "sweep_stale"]
 
 
 def get_backend(name: str) -> Backend:
@@ -39,6 +39,13 @@ def simulator_lacks_hardware(hardware: str) -> str | None:
     except catalog.CatalogError as exc:
         return str(exc)
     return None
+
+
+def sim_calibration_problem(settings: Settings) -> str | None:
+    """Why the run's simulator calibration file cannot be used, or None."""
+    from .sim import calibration_problem
+
+    return calibration_problem(settings)
 
 
 def sweep_stale(settings: Settings) -> list[str]:

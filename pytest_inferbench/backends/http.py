@@ -77,6 +77,9 @@ class HttpServerHandle(ServerHandle):
         self.base_url = base_url.rstrip("/")
         self.spec = spec
         self.simulated = simulated
+        # What every point's record says about this server besides the client's own notes
+        # (the simulated server's calibration).
+        self.server_notes: tuple[str, ...] = ()
         # The simulator's announced clock; 0: it streams on no clock at all.
         self.time_scale = time_scale
         # The leader of a local server's process group (process, sim-server), whose bound
@@ -136,6 +139,7 @@ class HttpServerHandle(ServerHandle):
         notes: list[str] = []
         if self.simulated:
             notes.append(SIMULATED_NOTE)
+        notes += self.server_notes
         async with make_http_client(cfg, 1) as client, connection_slots(cfg) as slots:
             warm = await run_load(slots, cfg, workload.warmup)
             if cfg.continuous_usage and _refused_continuous_usage(warm.records):

@@ -5,7 +5,9 @@ GPU into an `EngineConfig`, so a bad argv, an unknown model or weights that do n
 server node's setup with a clear message. Every point runs on a fresh engine seeded from the
 load seed, so a point's numbers do not depend on which points ran before it. Results are
 simulated predictions and say so (`simulated=True` and a note), each with the simulator's
-expected error in its regime (`sim.expected_error`).
+expected error in its regime (`sim.expected_error`). With `--inferbench-sim-calibration`, a
+single-node server the file has an entry for runs on its knobs, its points say so in a note and
+carry the calibration's leave-one-out error instead (`sim.calibrate`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from ..sim import catalog, expected_error
 from ..sim.acceptance import SpecConfigError
 from ..sim.args import ArgvError, engine_config_from_argv
+from ..sim.calibrate import file as calibration_file
 from ..sim.cluster import Cluster
 from ..sim.cluster_driver import simulate_deployment_point
 from ..sim.config import EngineConfig
@@ -37,6 +40,7 @@ from .base import Backend, PointNotMeasuredError, ServerHandle, ServerStartError
 
 if TYPE_CHECKING:
     from ..loadgen.progress import ProgressOutput
+    from ..options import Settings
     from ..recipe.launch import ClientOptions, ServerSpec
     from ..recipe.model import BenchPoint, ServerConfig
     from .base import LoadSettings, StartContext
@@ -49,14 +53,18 @@ class SimHandle(ServerHandle):
     base_url = None
 
     def __init__(self, name: str, config: EngineConfig, ignored: list[str],
-                 client: ClientOptions, deployment: Deployment | None = None) -> None:
+                 client: ClientOptions, deployment: Deployment | None = None,
+                 calibration: calibration_file.Calibration | None = None) -> None:
         self.name = name
         self.config = config
         self.deployment = deployment  # a multinode server: its pools, router and transfer
         self.client = client  # the launch spec's client options shape the workload
         self.ignored = ignored
+        self.calibration = calibration
         self._notes_given = False
         self._log: list[str] = [f"{name}: {SIMULATED_NOTE}", f"engine config: {config}"]
+        if calibration is not None:
+            self._log.append(calibration.note(config))
         if deployment is not None:
             self._log.append(f"deployment {deployment.topology}, router {deployment.router}: "
                              + "; ".join(f"{p.role} {p.config}" for p in deployment.pools))
@@ -88,15 +96,23 @@ class SimHandle(ServerHandle):
                 f"{point.name}: the simulated server rejects a request of this point (a real "
                 f"server answers it with HTTP 400): {exc}") from None
         notes = [SIMULATED_NOTE]
+        if self.calibration is not None:
+            notes.append(self.calibration.note(self.config))
         if self.ignored and not self._notes_given:
             notes.append("ignored by the simulator: " + " ".join(self.ignored))
         self._notes_given = True
         self._log.append(f"{point.name}: {len(outcome.records)} requests in "
                          f"{outcome.duration_s:.1f} virtual s")
         # How far off the prediction is expected to be, from the published points of its regime.
-        regime = expected_error.regime(self.config, point.isl, point.osl, point.conc,
-                                       multinode=self.deployment is not None)
-        expected = expected_error.expected_error(regime)
+        # A calibrated single node: its calibration's own leave-one-out figures.
+        entry = (self.calibration.entry_for(self.config)
+                 if self.calibration is not None and self.deployment is None else None)
+        if entry is not None and self.config.calibration is not None:
+            expected = calibration_file.expected_error(entry, self.config.calibration)
+        else:
+            regime = expected_error.regime(self.config, point.isl, point.osl, point.conc,
+                                           multinode=self.deployment is not None)
+            expected = expected_error.expected_error(regime)
         return PointMeasurement(
             records=outcome.records, duration_s=outcome.duration_s, num_prompts=num,
             max_concurrency=point.conc, simulated=True, server_metrics=outcome.server_metrics,
@@ -109,6 +125,24 @@ class SimHandle(ServerHandle):
 
     def stop(self) -> None:
         """Nothing to release: the engine lives only during run_point."""
+
+
+def load_calibration(settings: Settings) -> calibration_file.Calibration | None:
+    """The run's calibration file (`--inferbench-sim-calibration`), or None; a file that
+    cannot be used is a `CalibrationFileError` naming it and the line."""
+    # Scripts and tests that start the backend alone give no settings (options=None).
+    path = getattr(settings, "sim_calibration", None)
+    return None if path is None else calibration_file.load(path)
+
+
+def calibration_problem(settings: Settings) -> str | None:
+    """Why the run's calibration file cannot be used, or None (preflight asks before any
+    server starts)."""
+    try:
+        load_calibration(settings)
+    except calibration_file.CalibrationFileError as exc:
+        return f"--inferbench-sim-calibration: {exc}"
+    return None
 
 
 class SimBackend(Backend):
@@ -124,11 +158,15 @@ class SimBackend(Backend):
             config, ignored = engine_config_from_argv(
                 spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
                 framework=spec.framework or server.framework, files=dict(spec.files))
+            calibration = load_calibration(ctx.options)
+            if calibration is not None:
+                config = calibration.apply(config)
             Engine(config)  # weights that do not fit, unknown dtypes: fail at setup
         except CONFIG_ERRORS as exc:
             raise ServerStartError(f"{server.node_name}: simulator cannot start "
                                    f"({spec.launch_file}): {exc}") from None
-        return SimHandle(server.node_name, config, ignored, spec.client)
+        return SimHandle(server.node_name, config, ignored, spec.client,
+                         calibration=calibration)
 
     def _start_deployment(self, server: ServerConfig, spec: ServerSpec) -> SimHandle:
         """A multinode server: one engine config per worker pool from its role's argv, the

@@ -43,5 +43,29 @@ class SimServerBackend(Backend):
 
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
-        return start_sim_server(server.node_name, server.hardware, spec, ctx,
-                                time_scale=ctx.options.time_scale)
+        path = ctx.options.sim_calibration
+        if path is None:
+            return start_sim_server(server.node_name, server.hardware, spec, ctx,
+                                    time_scale=ctx.options.time_scale)
+        handle = start_sim_server(server.node_name, server.hardware, spec, ctx,
+                                  time_scale=ctx.options.time_scale,
+                                  simulator_args=("--calibration", str(path.resolve())))
+        handle.server_notes = (calibration_note(server, spec, ctx),)
+        return handle
+
+
+def calibration_note(server: ServerConfig, spec: ServerSpec, ctx: StartContext) -> str:
+    """What the points of a calibrated simulated server say about its calibration (the server
+    itself applies it; this reads the same argv to say which entry)."""
+    from ..sim.args import engine_config_from_argv
+    from .sim import CONFIG_ERRORS, load_calibration
+
+    calibration = load_calibration(ctx.options)
+    assert calibration is not None  # the caller checked the path; preflight read the file
+    try:
+        config, _ = engine_config_from_argv(
+            spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
+            framework=spec.framework or server.framework, files=dict(spec.files))
+    except CONFIG_ERRORS as exc:  # the server started, so this does not happen; say so
+        return f"sim calibration {calibration.path}: the server argv cannot be read: {exc}"
+    return calibration.note(config)

@@ -81,6 +81,7 @@ class Settings:
     docker_sim: bool = False  # docker backend: the simulator runs in every container
     traces: Path | None = None  # agentic replay: None = seeded synthetic traces
     replay_duration_s: float = DEFAULT_REPLAY_DURATION_S
+    sim_calibration: Path | None = None  # the simulator's calibration file (None: the profiles)
 
     @property
     def simulated(self) -> bool:
@@ -163,6 +164,7 @@ class Settings:
             replay_duration_s=_replay_duration(
                 _float(opt("inferbench_replay_duration")),
                 str(config.getini("inferbench_replay_duration"))),
+            sim_calibration=_sim_calibration(config, opt("inferbench_sim_calibration")),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
                 recipe_dirs=list(config.getini("inferbench_recipe_dirs")),
@@ -251,6 +253,15 @@ def parse_goodput(text: str | None) -> tuple[tuple[str, float], ...]:
                 f"{', '.join(allowed)} and MS a number >= 0 (e.g. 'ttft:2000 tpot:50')")
         slos[name] = limit
     return tuple(slos.items())
+
+
+def _sim_calibration(config: pytest.Config, option: str | None) -> Path | None:
+    """The option's path as given (relative to the working directory), else the ini key's,
+    relative to the rootdir; None when neither names one."""
+    if option:
+        return Path(option)
+    ini = str(config.getini("inferbench_sim_calibration"))
+    return config.rootpath / ini if ini else None
 
 
 def _path(value: str | None) -> Path | None:

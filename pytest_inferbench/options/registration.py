@@ -49,6 +49,9 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
         own"""),
     ("time-scale", float, "S", """sim-server clock: 1.0 = real time, 0 = as fast as possible
         (default 1.0)"""),
+    ("sim-calibration", str, "FILE", """sim and sim-server backends: price steps with the knobs of
+        this calibration file (`python -m pytest_inferbench.sim calibrate`) where it has an
+        entry for a server's hardware, framework and model (ini inferbench_sim_calibration)"""),
     ("base-url", str, "URL", "external backend: benchmark this already running server"),
     ("launch-dir", str, "DIR", """directory of launch specs (default: launch/ next to each recipe
         file)"""),
@@ -125,6 +128,8 @@ def add_options(parser: pytest.Parser) -> None:
     _addini(parser, "inferbench_recipes", "glob patterns of recipe files", type="linelist",
                   default=["*-master.yaml"])
     _addini(parser, "inferbench_backend", "default backend", default="sim")
+    _addini(parser, "inferbench_sim_calibration", "calibration file of the simulated backends, "
+                  "relative to the rootdir (as --inferbench-sim-calibration)", default="")
     _addini(parser, "inferbench_replay_duration", "agentic-coding replay seconds (default 3600)")
     _addini(parser, "inferbench_results", "results directory", default="inferbench-results")
     _addini(parser, "inferbench_eval_data", "GSM8K jsonl for eval items (per task: "

@@ -248,6 +248,7 @@ def check_files(servers: Iterable[ServerConfig], settings: Settings) -> list[str
                 problems += [m for m in _mount_problems(spec.mounts, str(path), settings)
                              if once(("mount", m))]
     problems += _simulator_problems(servers, settings)
+    problems += _calibration_problems(settings)
     if servers and settings.eval_data is not None and settings.eval_data.is_file():
         from ..evals.gsm8k import EvalDataError, load_items
 
@@ -288,6 +289,20 @@ def _simulator_problems(servers: Iterable[ServerConfig], settings: Settings) -> 
                      f"{server.runner!r}: the {settings.backend} backend cannot simulate it: "
                      f"{lack}"] = None
     return list(problems)
+
+
+def _calibration_problems(settings: Settings) -> list[str]:
+    """A calibration file that cannot be used, or given to a backend that does not simulate."""
+    if settings.sim_calibration is None:
+        return []
+    if settings.backend not in ("sim", "sim-server") or settings.docker_sim:
+        return [f"--inferbench-sim-calibration {settings.sim_calibration}: only the sim and "
+                f"sim-server backends use a calibration, this run's backend is "
+                f"{settings.backend}{' (docker-sim)' if settings.docker_sim else ''}"]
+    from ..backends import sim_calibration_problem
+
+    problem = sim_calibration_problem(settings)
+    return [] if problem is None else [problem]
 
 
 def _mount_problems(mounts: Iterable[str], where: str, settings: Settings) -> list[str]:

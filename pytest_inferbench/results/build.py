@@ -70,6 +70,9 @@ def identity(point: BenchPoint, *, spec: ServerSpec | None, backend: str,
         "backend": backend,
         "image": image,
         "simulated": simulated,
+        # The server's argv as its launch spec gives it ({port} unfilled): what
+        # `python -m pytest_inferbench.sim calibrate` simulates a measured point with.
+        "server_argv": list(spec.argv) if spec else None,
         "result_filename": env["RESULT_FILENAME"],
         ENV_KEY: dict(env),
         "recipe": f"{s.source}:{point.line}",

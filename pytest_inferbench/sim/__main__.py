@@ -1,5 +1,6 @@
 """`python -m pytest_inferbench.sim serve ...` (also the `inferbench-sim` script and a container
-entrypoint): the simulated engine served over OpenAI-compatible HTTP. See `sim/server/cli.py`."""
+entrypoint): the simulated engine served over OpenAI-compatible HTTP. See `sim/server/cli.py`.
+`... calibrate ...` fits the simulator to measurements (`sim/calibrate/cli.py`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ if TYPE_CHECKING:
 
 USAGE = ("usage: python -m pytest_inferbench.sim serve [SIMULATOR OPTIONS] [--] <server argv>\n"
          "       python -m pytest_inferbench.sim serve --help\n"
-         "       python -m pytest_inferbench.sim route --port P --workers HOST:PORT,...")
+         "       python -m pytest_inferbench.sim route --port P --workers HOST:PORT,...\n"
+         "       python -m pytest_inferbench.sim calibrate INPUT... [-o FILE]")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,6 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .server.router import route
 
         return route(words[1:])
+    if words and words[0] == "calibrate":
+        from .calibrate.cli import run
+
+        return run(words[1:])
     if words and words[0] in ("-h", "--help"):
         print(USAGE)
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .acceptance import SpecConfig
+from .physics import Efficiency
 
 __all__ = ["EngineConfig", "SpecConfig"]
 
@@ -34,6 +35,10 @@ class EngineConfig:
     spec: SpecConfig | None = None
     jitter: float = 0.0  # sigma of a multiplicative lognormal per-step jitter (0 = none)
     seed: int = 0
+    # A calibration's knobs in place of the framework profile's (`sim/calibrate/`); None: the
+    # profile's. `calibration` names where they came from, for logs and records.
+    efficiency: Efficiency | None = None
+    calibration: str | None = None
 
     def __post_init__(self) -> None:
         checks = [

@@ -181,6 +181,32 @@ class PrefillTerms:
 
 
 @dataclass(frozen=True)
+class Efficiency:
+    """The named knobs a calibration fits (`sim/calibrate/`): what the roofline cannot derive
+    and a framework's profile otherwise gives.
+
+    - step_overhead_s: fixed cost of every engine step (launches, scheduling, sampling)
+    - hbm_efficiency: achieved fraction of the chip's peak HBM bandwidth
+    - compute_efficiency: achieved fraction of the chip's dense peak FLOP/s (this chip's own,
+      not rescaled by `achievable_flops` as a profile's is)
+    """
+
+    step_overhead_s: float
+    hbm_efficiency: float
+    compute_efficiency: float
+
+
+def profile_efficiency(hw: Hardware, fw: Framework) -> Efficiency:
+    """The knobs as the framework's profile sets them on this chip (no calibration)."""
+    # The framework's compute efficiency was fitted on one chip; scale it by how much of its
+    # peak each chip realizes relative to that one.
+    return Efficiency(
+        step_overhead_s=fw.step_overhead_s, hbm_efficiency=fw.hbm_efficiency,
+        compute_efficiency=fw.compute_efficiency * hw.achievable_flops
+        / fw.calibration_achievable_flops)
+
+
+@dataclass(frozen=True)
 class StepCost:
     target: ModelOnGpus
     draft: ModelOnGpus | None
@@ -197,16 +223,16 @@ class StepCost:
 
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
-              hw: Hardware, fw: Framework, dp_attn: bool = False) -> StepCost:
-        # The framework's compute efficiency was fitted on one chip; scale it by how much of
-        # its peak each chip realizes relative to that one.
-        eta = fw.compute_efficiency * hw.achievable_flops / fw.calibration_achievable_flops
-        return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=fw.step_overhead_s,
+              hw: Hardware, fw: Framework, dp_attn: bool = False,
+              efficiency: Efficiency | None = None) -> StepCost:
+        """`efficiency`: a calibration's knobs in place of the profile's."""
+        eff = efficiency if efficiency is not None else profile_efficiency(hw, fw)
+        return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=eff.step_overhead_s,
                    allreduce_latency_s=fw.allreduce_latency_s,
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
                    link_bytes_per_s=hw.link_bytes_per_s,
-                   mem_bytes_per_s=fw.hbm_efficiency * hw.hbm_bytes_per_s, eta_flops=eta,
-                   dp_attn=dp_attn)
+                   mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
+                   eta_flops=eff.compute_efficiency, dp_attn=dp_attn)
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -366,5 +392,6 @@ def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_ut
     return int(free // per_token)
 
 
-__all__ = ["EngineConfigError", "ModelOnGpus", "PrefillTerms", "StepCost", "kv_capacity_tokens",
-           "served_dtypes", "shard_model", "windowed_sum"]
+__all__ = ["Efficiency", "EngineConfigError", "ModelOnGpus", "PrefillTerms", "StepCost",
+           "kv_capacity_tokens", "profile_efficiency", "served_dtypes", "shard_model",
+           "windowed_sum"]

@@ -42,7 +42,7 @@ PROG = "python -m pytest_inferbench.sim serve"
 DEFAULT_PORT = 8000
 DEFAULT_HARDWARE_ENV = "INFERBENCH_SIM_HARDWARE"
 _SWITCHES = {"--never-ready"}
-_VALUED = {"--hardware", "--persona", "--time-scale", "--seed", "--eval-oracle",
+_VALUED = {"--hardware", "--persona", "--time-scale", "--seed", "--eval-oracle", "--calibration",
            "--eval-accuracy", "--fail-after-requests", "--error-rate", "--truncate-rate",
            "--startup-delay", "--stall-after-tokens", "--host", "--port", "--port-file",
            "--log-level", "--prefill-workers", "--decode-workers", "--router",
@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=_non_negative, default=1.0,
                    help="1.0 = real time, 0.5 = twice as fast, 0 = as fast as possible")
     p.add_argument("--seed", type=int, default=None, help="engine and fault seed (default 0)")
+    p.add_argument("--calibration", type=Path, default=None, metavar="FILE",
+                   help="price steps with this calibration file's knobs where it has an entry "
+                        "for the server (`python -m pytest_inferbench.sim calibrate`)")
     p.add_argument("--eval-oracle", type=Path, default=None, metavar="FILE",
                    help="GSM8K jsonl or GPQA rows (.csv or jsonl): answer their questions "
                         "with --eval-accuracy")
@@ -206,8 +209,17 @@ def serve_config(options: argparse.Namespace, server_argv: Sequence[str]) -> Ser
             list(server_argv), hardware=options.hardware, env=dict(os.environ))
         if options.seed is not None:
             engine_config = dataclasses.replace(engine_config, seed=options.seed)
+        calibration_note = None
+        if options.calibration is not None:
+            from ..calibrate.file import load as load_calibration
+
+            calibration = load_calibration(options.calibration)
+            engine_config = calibration.apply(engine_config)
+            calibration_note = calibration.note(engine_config)
         engine: EngineLike
         info: dict[str, object] = {"engine": _engine_facts(engine_config)}
+        if calibration_note is not None:
+            info["calibration"] = calibration_note
         if options.prefill_workers:
             from .deployment import serve_deployment
 
@@ -302,6 +314,9 @@ def banner(config: ServeConfig, host: str, port: int, stack: EventStack) -> str:
         # Ends in the port: launchers and log readers take the port from this line.
         f"inferbench-sim: listening on http://{host}:{port}",
     ]
+    calibration = dict(config.info or {}).get("calibration")
+    if calibration:
+        lines.insert(2, f"inferbench-sim: {calibration}")
     if isinstance(deployment, dict):
         lines.insert(2, f"inferbench-sim: deployment {deployment['topology']} "
                         f"({deployment['gpus']} GPUs), router {deployment['router']}")
