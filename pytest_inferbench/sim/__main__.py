@@ -4,6 +4,7 @@ entrypoint): the simulated engine served over OpenAI-compatible HTTP. See `sim/s
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,19 @@ USAGE = ("usage: python -m pytest_inferbench.sim serve [SIMULATOR OPTIONS] [--] 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader of our output went away (`... | head`): no traceback; the rest of the
+        # output goes nowhere instead of failing again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _dispatch(words: list[str]) -> int:
     if words and words[0] == "route":
         from .server.router import route
 

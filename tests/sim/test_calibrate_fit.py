@@ -169,3 +169,17 @@ def test_csv_rows_may_name_a_recipe_server_node_instead_of_an_argv(
     assert run([str(points), "--recipe", recipe, "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"{points}:2: no server node 'no-such-node' in the recipes; known: {key}" in err, err
+
+
+def test_a_reader_that_stops_early_loses_no_fit_and_sees_no_traceback(tmp_path: Path) -> None:
+    """`calibrate ... | head -0`: the pipe is closed before the report is printed."""
+    out = tmp_path / "calib.yaml"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "pytest_inferbench.sim", "calibrate", str(SWEEP), "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert command.stdout is not None and command.stderr is not None
+    command.stdout.close()
+    stderr = command.stderr.read().decode()
+    command.wait(timeout=120)
+    assert "Traceback" not in stderr, stderr
+    assert calibration_file.load(out).entries

@@ -110,17 +110,21 @@ def run(argv: Sequence[str]) -> int:
     for point in points:
         by_key.setdefault(point.key, []).append(point)
     entries = []
+    lines: list[str] = []
     for group in by_key.values():
         report = calibrate(group)
-        print("\n".join(render(report)))
+        lines.extend(render(report))
         entries.append(entry_of(report))
     fitted = {e.key for e in entries}
     merged = [e for e in kept if e.key not in fitted] + entries
+    # Written before anything is printed: a reader that stops early (`| head`) loses no fit.
     try:
         calibration_file.write(args.output, merged)
     except WriteError as exc:
+        print("\n".join(lines))
         print(f"calibrate: error: {exc}", file=sys.stderr)
         return 2
+    print("\n".join(lines))
     print(f"wrote {args.output} ({len(entries)} fitted, {len(merged) - len(entries)} kept); "
           f"use it with --inferbench-sim-calibration {args.output}")
     return 0
