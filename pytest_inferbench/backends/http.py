@@ -33,6 +33,14 @@ from ..loadgen.workload import DEFAULT_STALL_TIMEOUT_S
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import LoadSettings, ServerHandle
+from .gpu_power import (
+    NO_TOOL_REASON,
+    NOT_LOCAL_REASON,
+    SIMULATED_SERVER_REASON,
+    GpuPowerMonitor,
+    is_local,
+    unsampled,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -43,6 +51,7 @@ if TYPE_CHECKING:
     from ..recipe.launch import ServerSpec
     from ..recipe.model import BenchPoint
     from ..results.metrics import RequestRecord
+    from ..results.power import PowerReading
     from ..results.record import JSONValue
 
 
@@ -140,6 +149,14 @@ class HttpServerHandle(ServerHandle):
             notes.append(str(exc))
             return Snapshot(error=str(exc))
 
+    def _power_monitor(self) -> GpuPowerMonitor | str:
+        """A GPU power sampler for the measured phase, or why there is none."""
+        if self.simulated:
+            return SIMULATED_SERVER_REASON
+        if not is_local(self.base_url):
+            return NOT_LOCAL_REASON
+        return GpuPowerMonitor.start() or NO_TOOL_REASON
+
     async def _measure(self, point: BenchPoint, cfg: ClientConfig, workload: RenderedWorkload,
                        pinning: Pinning, output: ProgressOutput) -> PointMeasurement:
         notes: list[str] = []
@@ -162,6 +179,7 @@ class HttpServerHandle(ServerHandle):
             monitor = LoopMonitor()
             gc.collect()
             gc.freeze()  # long-lived objects out of the collector's way: shorter GC pauses
+            sampler = self._power_monitor()  # sampling before the load starts: window covered
             try:
                 monitor.start()
                 progress.start()
@@ -173,8 +191,16 @@ class HttpServerHandle(ServerHandle):
                 ran_at = time.time(), time.perf_counter()
                 stats = await monitor.stop()
                 await progress.stop()
+            except BaseException:
+                if isinstance(sampler, GpuPowerMonitor):
+                    sampler.stop()
+                raise
             finally:
                 gc.unfreeze()
+            started_unix = ran_at[0] - (ran_at[1] - run.start)
+            power: PowerReading = (
+                sampler.reading(started_unix, started_unix + run.duration_s)
+                if isinstance(sampler, GpuPowerMonitor) else unsampled(sampler))
             if any(not r.success for r in run.records):
                 self.check_alive()
             after = await self._scrape(client, notes) if not before.error else before
@@ -190,5 +216,5 @@ class HttpServerHandle(ServerHandle):
             records=run.records, duration_s=run.duration_s, num_prompts=len(workload.prompts),
             max_concurrency=point.conc, simulated=self.simulated, server_metrics=server,
             client_check=check, notes=tuple(notes),
-            started_unix=ran_at[0] - (ran_at[1] - run.start), workload=described,
-            time_scale=self.time_scale)
+            started_unix=started_unix, workload=described, time_scale=self.time_scale,
+            power=power)
