@@ -1,0 +1,201 @@
+"""GPU power of a measured point: a real backend's HTTP client samples the GPU tool on PATH
+during the measured phase, and InferenceX's own scripts agree with what the plugin wrote.
+
+The server is the real simulated server in real time (time scale 1) reached as a real server
+is (`HttpServerHandle`, not simulated). The one stand-in is `nvidia-smi` (there is no GPU
+here): a script that accepts only InferenceX's exact query and, as `-l 1` does, prints the CSV
+header once and one row per GPU every second until it is stopped, in nvidia-smi's format.
+The point's files then go through the current InferenceX tree's `process_result.py`, which
+calls its `aggregate_power.py` on the plugin's GPU-metrics CSV and raw file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_inferbench.backends.base import LoadSettings
+from pytest_inferbench.backends.gpu_power import amd_rows, is_local
+from pytest_inferbench.backends.http import HttpServerHandle
+from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
+from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
+from pytest_inferbench.results.build import build_result
+from pytest_inferbench.results.point_files import (
+    GPU_METRICS_DIR,
+    point_paths,
+    write_point_files,
+)
+from pytest_inferbench.results.power import window_power
+from pytest_inferbench.sim.server.launcher import running_sim_server
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pytest_inferbench.results.measurement import PointMeasurement
+    from pytest_inferbench.results.record import PointRecord
+    from pytest_inferbench.sim.server.launcher import SimServer
+
+REPO = Path(__file__).resolve().parents[2]
+UTILS = REPO.parent / "shared" / "inferencex-0801" / "utils"
+needs_tree = pytest.mark.skipif(not (UTILS / "aggregate_power.py").is_file(),
+                                reason=f"no current InferenceX tree at {UTILS.parent}")
+
+MODEL = "amd/MiniMax-M3-MXFP4"
+ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", MODEL,
+        "--server-port", "8888", "-tp", "2", "--block-size", "128",
+        "--max-model-len", "32768", "--max-num-seqs", "256", "--kv_cache_dtype", "fp8")
+# InferenceX's benchmark_lib.sh start_gpu_monitor, word for word.
+INFERENCEX_QUERY = ["--query-gpu=timestamp,index,power.draw,temperature.gpu,clocks.current.sm,"
+                    "clocks.current.memory,utilization.gpu,utilization.memory",
+                    "--format=csv", "-l", "1"]
+GPU_WATTS = (400.0, 300.0)  # what the stand-in's two GPUs draw, sample after sample
+
+STAND_IN = textwrap.dedent('''\
+    #!{python}
+    """nvidia-smi as InferenceX runs it; no GPU here. Anything else is refused."""
+    import sys
+    import time
+
+    if sys.argv[1:] != {expected!r}:
+        sys.stderr.write("stand-in nvidia-smi: unexpected arguments %r\\n" % sys.argv[1:])
+        sys.exit(2)
+    print("timestamp, index, power.draw [W], temperature.gpu, clocks.current.sm [MHz], "
+          "clocks.current.memory [MHz], utilization.gpu [%], utilization.memory [%]",
+          flush=True)
+    while True:
+        now = time.time()
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now))
+        stamp += ".%03d" % int(now % 1 * 1000)
+        for index, watts in enumerate({watts!r}):
+            print("%s, %d, %.2f W, 45, 1980 MHz, 2619 MHz, 87 %%, 40 %%" % (stamp, index, watts),
+                  flush=True)
+        time.sleep(1)
+''')
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[SimServer]:
+    with running_sim_server(ARGV, ["--time-scale", "1"]) as running:
+        yield running
+
+
+def tool_dir(tmp_path: Path) -> Path:
+    """A PATH entry holding only the stand-in nvidia-smi."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(STAND_IN.format(python=sys.executable, expected=INFERENCEX_QUERY,
+                                    watts=GPU_WATTS))
+    tool.chmod(0o755)
+    return bin_dir
+
+
+def measure(server: SimServer, osl: int) -> tuple[PointRecord, PointMeasurement]:
+    spec = ServerSpec(
+        image="local", argv=ARGV, env=(), port=0, health_path="/health", startup_timeout_s=30,
+        gpu_count=2, served_model=MODEL, hardware="MI355X", framework="atom",
+        client=ClientOptions(use_chat_template=False), launch_file=Path("local.yaml"))
+    point = ServerConfig(
+        config_key="minimaxm3-fp4-mi355x-atom", image="local", model=MODEL,
+        model_prefix="minimaxm3", runner="mi355x", hardware="MI355X", precision="fp4",
+        framework="atom", multinode=False, disagg=False, parallel=Parallelism(tp=2),
+        spec_decoding="none", sweeps=(SeqLenSweep(64, osl, (2,), 1),),
+        source=Path("power-test.yaml"), line=1).points()[0]
+    handle = HttpServerHandle(base_url=server.base_url, spec=spec, simulated=False)
+    m = handle.run_point(point, LoadSettings(prompts_per_conc=1, warmup_per_conc=1,
+                                             range_ratio=1.0))
+    assert all(r.success for r in m.records)
+    return build_result(point, m, spec=spec, backend="process"), m
+
+
+@needs_tree
+def test_samples_of_the_gpu_tool_in_the_window_give_the_power_inferencex_computes(
+        server: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{tool_dir(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    # Time scale 1: each of the two requests streams its 400 tokens for seconds, so samples
+    # taken a second apart fall inside the measured phase.
+    record, m = measure(server, osl=400)
+    assert m.power is not None and m.power.samples_csv, m.power
+    assert record["simulated"] is False and record["power_source"] == "nvidia-smi"
+    assert record["power_valid"] == 1, record.get("power_invalid_reason")
+    assert record["power_num_gpus"] == len(GPU_WATTS)  # the GPUs the tool lists, as InferenceX
+    assert record["avg_power_w"] == pytest.approx(sum(GPU_WATTS) / len(GPU_WATTS))
+    # Energy = mean power x GPUs x duration; per token from the point's own token counts.
+    energy = float(record["avg_power_w"]) * len(GPU_WATTS) * float(record["duration"])
+    assert record["total_gpu_energy_j"] == pytest.approx(energy, abs=1e-3)
+    out, inp = int(record["total_output_tokens"]), int(record["total_input_tokens"])
+    assert out == sum(r.output_tokens for r in m.records) > 0
+    assert record["joules_per_output_token"] == pytest.approx(energy / out, abs=1e-6)
+    assert record["joules_per_total_token"] == pytest.approx(energy / (out + inp), abs=1e-6)
+
+    # The point's files, then InferenceX's process_result.py (and its aggregate_power.py) on
+    # them, with the plugin's GPU-metrics CSV as the workflow's GPU_METRICS_CSV.
+    results = tmp_path / "results"
+    written = write_point_files(results, record, gpu_metrics=m.power.samples_csv)
+    name = written.record.result_filename
+    raw_path, agg_path = point_paths(results / "points", name)
+    csv_path = results / GPU_METRICS_DIR / f"{name}.csv"
+    assert csv_path.read_text() == m.power.samples_csv
+    ours = json.loads(agg_path.read_text())
+    agg_path.unlink()  # process_result.py writes its own in its place
+    env = {str(k): str(v) for k, v in dict(record["inferencex_env"]).items() if k != "CONC"}
+    done = subprocess.run(
+        [sys.executable, str(UTILS / "process_result.py")], cwd=raw_path.parent,
+        env={"PATH": os.environ["PATH"], **env, "GPU_METRICS_CSV": str(csv_path)},
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "[aggregate_power] avg_power_w=" in done.stdout, done.stderr
+    theirs = json.loads(agg_path.read_text())
+    for key in ("avg_power_w", "joules_per_output_token", "joules_per_total_token"):
+        assert ours[key] == pytest.approx(theirs[key], abs=1e-9), key
+    # What the script does not write: the validity flag and the energy (InferenceX's later
+    # schema), nothing else.
+    assert set(ours) - set(theirs) == {"power_valid", "total_gpu_energy_j"}
+    assert ours["power_valid"] == 1
+
+
+def test_without_a_gpu_tool_the_power_fields_say_so_and_hold_no_number(
+        server: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    record, m = measure(server, osl=4)
+    assert m.power is not None and m.power.samples_csv is None
+    assert record["power_valid"] == 0
+    assert "no nvidia-smi or amd-smi on PATH" in str(record["power_invalid_reason"])
+    assert not {"avg_power_w", "total_gpu_energy_j", "joules_per_output_token"} & set(record)
+    written = write_point_files(tmp_path / "results", record)
+    agg = json.loads(point_paths(tmp_path / "results" / "points",
+                                 written.record.result_filename)[1].read_text())
+    assert agg["power_valid"] == 0 and "avg_power_w" not in agg
+    assert not (tmp_path / "results" / GPU_METRICS_DIR).exists()
+
+
+def test_a_server_on_another_host_is_not_sampled() -> None:
+    assert is_local("http://127.0.0.1:8000") and is_local("http://localhost:1")
+    assert is_local("http://[::1]:8000")
+    assert not is_local("http://gpu-node-17:8000") and not is_local("http://10.1.2.3:8000")
+
+
+def test_amd_smi_watch_output_keeps_one_header_and_its_rows_are_windowed() -> None:
+    # amd-smi's watch mode: preamble lines, then the header again before every interval.
+    text = ("AMD SMI watch\n"
+            "timestamp,gpu,power_usage,gfx_clk\n"
+            "1000.0,0,500,2100\n1000.0,1,700,2100\n"
+            "timestamp,gpu,power_usage,gfx_clk\n"
+            "1001.0,0,520,2100\n1001.0,1,720,2100\n"
+            "timestamp,gpu,power_usage,gfx_clk\n"
+            "1005.0,0,100,2100\n1005.0,1,100,2100\n")
+    rows = amd_rows(text)
+    assert rows.splitlines()[0] == "timestamp,gpu,power_usage,gfx_clk"
+    assert rows.count("timestamp,") == 1 and len(rows.splitlines()) == 7
+    # The sample at 1005 is past the window's end: each sample's mean over its GPUs, averaged.
+    assert window_power(rows, 999.5, 1002.0) == (pytest.approx((600 + 620) / 2), 2)
+    assert window_power(rows, 2000.0, 2001.0) == "no GPU power sample fell in the measured phase"
