@@ -71,9 +71,9 @@ class GpuPowerMonitor:
                 continue
             output = tempfile.TemporaryFile()  # noqa: SIM115 -- kept open until stop()
             try:
+                # In the run's own process group: an interrupt that stops the run stops it too.
                 process = subprocess.Popen([program, *args], stdout=output,
-                                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                           start_new_session=True)
+                                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
             except OSError:
                 output.close()
                 return None
@@ -92,6 +92,8 @@ class GpuPowerMonitor:
         self._output.seek(0)
         text = self._output.read().decode("utf-8", errors="replace")
         self._output.close()
+        if not text.endswith("\n"):  # a row cut off by the stop is no sample
+            text = text[:text.rfind("\n") + 1]
         return amd_rows(text) if self.tool == "amd-smi" else text
 
     def reading(self, start_unix: float, end_unix: float) -> PowerReading:

@@ -16,13 +16,15 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_inferbench.backends.base import LoadSettings
-from pytest_inferbench.backends.gpu_power import amd_rows, is_local
+from pytest_inferbench.backends.gpu_power import GpuPowerMonitor, amd_rows, is_local
 from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
 from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
@@ -199,3 +201,98 @@ def test_amd_smi_watch_output_keeps_one_header_and_its_rows_are_windowed() -> No
     # The sample at 1005 is past the window's end: each sample's mean over its GPUs, averaged.
     assert window_power(rows, 999.5, 1002.0) == (pytest.approx((600 + 620) / 2), 2)
     assert window_power(rows, 2000.0, 2001.0) == "no GPU power sample fell in the measured phase"
+
+
+CUT_OFF_TOOL = textwrap.dedent('''\
+    #!{python}
+    """nvidia-smi stopped while writing a row: a whole sample, then half of the next."""
+    import pathlib
+    import sys
+    import time
+
+    sys.stdout.write("timestamp, index, power.draw [W]\\n1700000000.0, 0, 500.00 W\\n"
+                     "1700000001.0, 0, 5")
+    sys.stdout.flush()
+    pathlib.Path({marker!r}).write_text("written")
+    time.sleep(60)
+''')
+
+
+def test_a_row_cut_off_by_the_stop_is_no_sample(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "marker"
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(CUT_OFF_TOOL.format(python=sys.executable, marker=str(marker)))
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monitor = GpuPowerMonitor.start()
+    assert monitor is not None and monitor.tool == "nvidia-smi"
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reading = monitor.reading(1699999999.0, 1700000002.0)
+    assert reading.samples_csv == "timestamp, index, power.draw [W]\n1700000000.0, 0, 500.00 W\n"
+    assert reading.valid and reading.avg_power_w == 500.0 and reading.num_gpus == 1
+
+
+# Telemetry of both vendors' shapes: nvidia-smi's local-time stamps with units and "[N/A]",
+# amd-smi's ISO stamps and bare numbers, a schema without a GPU column, rows outside the window.
+CSV_CASES = {
+    "nvidia": ("timestamp, index, power.draw [W], power.limit [W]\n"
+               "2026/01/02 03:04:05.100, 0, 410.50 W, 700.00 W\n"
+               "2026/01/02 03:04:05.100, 1, [N/A], 700.00 W\n"
+               "2026/01/02 03:04:06.100, 0, 430.25 W, 700.00 W\n"
+               "2026/01/02 03:04:06.100, 1, 390.00 W, 700.00 W\n"
+               "2026/01/02 03:04:09.100, 0, 100.00 W, 700.00 W\n",
+               "2026/01/02 03:04:05", "2026/01/02 03:04:07"),
+    "amd": ("timestamp,gpu,power_usage,max_power\n"
+            "2026-01-02T03:04:05.5,0,610,1400\n2026-01-02T03:04:05.5,1,590,1400\n"
+            "2026-01-02T03:04:06.5,0,650,1400\n2026-01-02T03:04:06.5,1,630,1400\n",
+            "2026/01/02 03:04:05", "2026/01/02 03:04:07"),
+    "no_gpu_column": ("time,socket_power\n1767323045,300\n1767323045,500\n1767323046,420\n",
+                      "1767323044", "1767323047"),
+}
+COMPARE = textwrap.dedent('''\
+    import json
+    import sys
+    from datetime import datetime
+    from pathlib import Path
+
+    sys.path.insert(0, sys.argv[1])
+    from aggregate_power import aggregate_power
+
+    def unix(text):
+        try:
+            return float(text)
+        except ValueError:
+            return datetime.strptime(text, "%Y/%m/%d %H:%M:%S").timestamp()
+
+    out = {}
+    for name, (text, start, end) in json.loads(sys.stdin.read()).items():
+        path = Path(sys.argv[2]) / (name + ".csv")
+        path.write_text(text)
+        out[name] = aggregate_power(path, unix(start), unix(end))
+    print(json.dumps(out))
+''')
+
+
+@needs_tree
+def test_the_window_takes_the_samples_inferencex_takes(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", COMPARE, str(UTILS), str(tmp_path)],
+                          input=json.dumps(CSV_CASES), capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    theirs = json.loads(done.stdout)
+    for name, (text, start, end) in CSV_CASES.items():
+        def unix(stamp: str) -> float:
+            try:
+                return float(stamp)
+            except ValueError:
+                return datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S").timestamp()
+
+        ours = window_power(text, unix(start), unix(end))
+        assert not isinstance(ours, str), (name, ours)
+        assert theirs[name] is not None, name
+        assert ours[0] == pytest.approx(theirs[name][0], rel=1e-12) and ours[1] == theirs[name][1]
