@@ -8,6 +8,9 @@ power and share, read from the catalog itself.
 
 from __future__ import annotations
 
+import json
+import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,9 @@ from pytest_inferbench.results.build import build_result
 from pytest_inferbench.results.measurement import PointMeasurement
 from pytest_inferbench.sim import catalog, power
 from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.testing.recipes import master_entry
+
+REPO = Path(__file__).resolve().parents[2]
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 ARGV = ("python3", "-m", "atom.entrypoints.openai_server", "--model", MODEL, "-tp", "4",
@@ -96,3 +102,35 @@ def test_energy_is_mean_power_times_gpus_times_duration_and_per_token_from_the_c
     assert out == sum(lens) > 0  # the point's own token counts
     assert record["joules_per_output_token"] == pytest.approx(energy / out, abs=1e-6)
     assert record["joules_per_total_token"] == pytest.approx(energy / (out + total), abs=1e-6)
+
+
+def test_a_recipe_run_reports_the_power_in_its_files_junit_and_table(
+        pytester: pytest.Pytester) -> None:
+    (pytester.path / "bench-master.yaml").write_text(
+        master_entry(rows=["{ tp: 4, conc-list: [4] }"], isl=512, osl=64))
+    shutil.copytree(REPO / "benchmarks" / "launch", pytester.path / "launch")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
+                                "--inferbench-prompts-per-conc", "2", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r"\s*ISL/OSL\s+.*\s+J/out tok\s+.*verdict",
+                                  r"\s*512/64\s+4\s+.*\s+[\d.]+\s+passed"])
+    points = pytester.path / "inferbench-results" / "points"
+    (agg_path,) = points.glob("agg_*.json")
+    agg = json.loads(agg_path.read_text())
+    raw = json.loads((points / agg_path.name.removeprefix("agg_")).read_text())
+    # The agg file: InferenceX's power keys after its own, then the simulated stamp.
+    assert list(agg)[-6:] == ["power_valid", "total_gpu_energy_j", "avg_power_w",
+                              "joules_per_output_token", "joules_per_total_token", "inferbench"]
+    assert agg["inferbench"] == {"simulated": True} and agg["power_valid"] == 1
+    energy = agg["avg_power_w"] * 4 * raw["duration"]
+    assert agg["total_gpu_energy_j"] == pytest.approx(energy, abs=1e-2)
+    assert agg["joules_per_output_token"] == pytest.approx(
+        energy / raw["total_output_tokens"], rel=1e-5)
+    # The raw file keeps benchmark_serving's keys; the power is under its namespace.
+    assert "avg_power_w" not in raw and raw["inferbench"]["avg_power_w"] == agg["avg_power_w"]
+    assert raw["inferbench"]["power_source"] == "simulated"
+    (case,) = ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    values = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert values["power_valid"] == "1"
+    assert float(values["avg_power_w"] or "nan") == agg["avg_power_w"]
+    assert float(values["joules_per_output_token"] or "nan") == agg["joules_per_output_token"]
