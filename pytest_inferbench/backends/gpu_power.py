@@ -107,8 +107,18 @@ class GpuPowerMonitor:
                             samples_csv=samples)
 
 
-def unsampled(reason: str) -> PowerReading:
-    return PowerReading.missing(NO_TOOL, reason)
+def power_reading(sampler: GpuPowerMonitor | str, start_unix: float, end_unix: float
+                  ) -> PowerReading:
+    """The point's power from a running sampler (stopped here), or the reason there is none."""
+    if isinstance(sampler, GpuPowerMonitor):
+        return sampler.reading(start_unix, end_unix)
+    return PowerReading.missing(NO_TOOL, sampler)
+
+
+def discard(sampler: GpuPowerMonitor | str) -> None:
+    """Stop a sampler whose point did not finish."""
+    if isinstance(sampler, GpuPowerMonitor):
+        sampler.stop()
 
 
 NO_TOOL_REASON = "no nvidia-smi or amd-smi on PATH: GPU power not sampled"

@@ -38,8 +38,9 @@ from .gpu_power import (
     NOT_LOCAL_REASON,
     SIMULATED_SERVER_REASON,
     GpuPowerMonitor,
+    discard,
     is_local,
-    unsampled,
+    power_reading,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from ..recipe.launch import ServerSpec
     from ..recipe.model import BenchPoint
     from ..results.metrics import RequestRecord
-    from ..results.power import PowerReading
     from ..results.record import JSONValue
 
 
@@ -192,15 +192,12 @@ class HttpServerHandle(ServerHandle):
                 stats = await monitor.stop()
                 await progress.stop()
             except BaseException:
-                if isinstance(sampler, GpuPowerMonitor):
-                    sampler.stop()
+                discard(sampler)
                 raise
             finally:
                 gc.unfreeze()
             started_unix = ran_at[0] - (ran_at[1] - run.start)
-            power: PowerReading = (
-                sampler.reading(started_unix, started_unix + run.duration_s)
-                if isinstance(sampler, GpuPowerMonitor) else unsampled(sampler))
+            power = power_reading(sampler, started_unix, started_unix + run.duration_s)
             if any(not r.success for r in run.records):
                 self.check_alive()
             after = await self._scrape(client, notes) if not before.error else before

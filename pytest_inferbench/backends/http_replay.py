@@ -26,6 +26,7 @@ from ..loadgen.trace_sessions import sessions
 from ..loadgen.traces import TraceError, load_traces
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import PointNotMeasuredError
+from .gpu_power import GpuPowerMonitor, discard, power_reading
 
 if TYPE_CHECKING:
     import httpx
@@ -54,6 +55,7 @@ class HttpServerHandle(Protocol):
                       ) -> ClientConfig: ...
     def check_alive(self) -> None: ...
     async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot: ...
+    def _power_monitor(self) -> GpuPowerMonitor | str: ...
 
 
 def replay_traces(path: Path | None) -> tuple[str, tuple[SessionTree, ...]]:
@@ -108,13 +110,19 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
         monitor = LoopMonitor()
         gc.collect()
         gc.freeze()
+        sampler = handle._power_monitor()  # GPU power over the replay, as a fixed-length point
         try:
             monitor.start()
             run = await replay(cfg, trees, point.conc, settings)
             ran_at = time.time(), time.perf_counter()
             stats = await monitor.stop()
+        except BaseException:
+            discard(sampler)
+            raise
         finally:
             gc.unfreeze()
+        started_unix = ran_at[0] - (ran_at[1] - run.start)
+        power = power_reading(sampler, started_unix, started_unix + run.duration_s)
         if any(not r.success for r in run.records):
             handle.check_alive()
         after = await handle._scrape(client, notes) if not before.error else before
@@ -136,5 +144,5 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,
-        client_check=check, notes=tuple(notes), started_unix=ran_at[0] - (ran_at[1] - run.start),
-        workload=described, time_scale=handle.time_scale)
+        client_check=check, notes=tuple(notes), started_unix=started_unix,
+        workload=described, time_scale=handle.time_scale, power=power)

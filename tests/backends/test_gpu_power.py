@@ -296,3 +296,25 @@ def test_the_window_takes_the_samples_inferencex_takes(tmp_path: Path) -> None:
         assert not isinstance(ours, str), (name, ours)
         assert theirs[name] is not None, name
         assert ours[0] == pytest.approx(theirs[name][0], rel=1e-12) and ours[1] == theirs[name][1]
+
+
+def test_an_agentic_replay_is_sampled_over_its_measured_phase(
+        server: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{tool_dir(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    spec = ServerSpec(
+        image="local", argv=ARGV, env=(), port=0, health_path="/health", startup_timeout_s=30,
+        gpu_count=2, served_model=MODEL, hardware="MI355X", framework="atom",
+        client=ClientOptions(use_chat_template=True), launch_file=Path("local.yaml"))
+    point = ServerConfig(
+        config_key="minimaxm3-fp4-mi355x-atom-agentic", image="local", model=MODEL,
+        model_prefix="minimaxm3", runner="mi355x", hardware="MI355X", precision="fp4",
+        framework="atom", multinode=False, disagg=False, parallel=Parallelism(tp=2),
+        spec_decoding="none", sweeps=(SeqLenSweep(0, 0, (2,), 1),), scenario="agentic-coding",
+        source=Path("power-test.yaml"), line=1).points()[0]
+    handle = HttpServerHandle(base_url=server.base_url, spec=spec, simulated=False)
+    # Samples a second apart: a replay of a few seconds has some inside its window.
+    m = handle.run_point(point, LoadSettings(replay_duration_s=3.0))
+    assert m.workload["kind"] == "agentic-replay"
+    assert m.power is not None and m.power.source == "nvidia-smi"
+    assert m.power.avg_power_w == pytest.approx(sum(GPU_WATTS) / len(GPU_WATTS))
+    assert m.power.num_gpus == len(GPU_WATTS)
