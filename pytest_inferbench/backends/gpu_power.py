@@ -5,7 +5,9 @@ measured load to just after it. The samples in the benchmark's window become eac
 power (`results.power.window_power`, as `aggregate_power.py` takes them); no tool, a tool that
 fails, or no sample in the window leaves the power invalid with the reason, never a number.
 
-Only a server whose GPUs are on this host is sampled: the tool sees this host's GPUs.
+Only a server whose GPUs are on this host is sampled: the tool sees this host's GPUs, all of
+them (InferenceX's query names no GPU, and counts every GPU listed), also those of another
+xdist worker's slice or of no server at all.
 """
 
 from __future__ import annotations
