@@ -113,9 +113,12 @@ class SimHandle(ServerHandle):
         if engine is None:
             return PowerReading.missing(SIMULATED_SOURCE, "the simulator's power model covers "
                                         "single-node servers, not multinode deployments")
+        try:
+            figures = power.gpu_power(self.config.hardware)
+        except catalog.CatalogError as exc:  # a GPU without power figures: no number made up
+            return PowerReading.missing(SIMULATED_SOURCE, str(exc))
         work = power.step_work(engine.cost, outcome.busy_s, outcome.server_metrics)
-        watts = power.mean_power_w(power.gpu_power(self.config.hardware), work,
-                                   outcome.duration_s)
+        watts = power.mean_power_w(figures, work, outcome.duration_s)
         return PowerReading(SIMULATED_SOURCE, avg_power_w=watts, num_gpus=point.server.gpus)
 
     def log_tail(self, lines: int = 40) -> str:
