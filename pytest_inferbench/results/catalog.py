@@ -265,15 +265,13 @@ CATALOG: tuple[Metric | Fact, ...] = (
     Metric("client_tokens_per_chunk", "tokens per chunk as the client saw them (a speculative "
            "server's AL check)", ""),
     *(Fact(name) for name in ("golden_acceptance_length", "synthetic_acceptance_length")),
-    # GPU power over the measured phase (`results.power`): InferenceX's agg keys, present when
-    # `power_valid` is 1 (a GPU tool's samples, or the simulator's power model).
-    Metric("power_valid", "1 when the power fields hold numbers (a GPU tool's samples in the "
-           "window, or the simulator's model), else 0", "", inferencex="agg",
-           junit=("power_valid",)),
-    Metric("avg_power_w", "each GPU's mean power over the measured phase", "W",
-           Direction.LOWER, inferencex="agg", junit=("avg_power_w",)),
-    Metric("total_gpu_energy_j", "the GPUs' energy over the measured phase: mean power x GPUs "
-           "x duration", "J", Direction.LOWER, inferencex="agg"),
+    # GPU power (`results.power`): InferenceX's agg keys, the numbers only when power_valid is 1.
+    Metric("power_valid", "1: the power keys hold numbers (GPU tool or model), else 0", "",
+           inferencex="agg", junit=("power_valid",)),
+    Metric("avg_power_w", "each GPU's mean power over the measured phase", "W", Direction.LOWER,
+           inferencex="agg", junit=("avg_power_w",)),
+    Metric("total_gpu_energy_j", "GPU energy: mean power x GPUs x duration", "J", Direction.LOWER,
+           inferencex="agg"),
     Metric("joules_per_output_token", "GPU energy per output token", "J/tok", Direction.LOWER,
            inferencex="agg", junit=("joules_per_output_token",),
            columns=(Column("J/out tok", "joules_per_output_token", digits=3),)),
