@@ -13,7 +13,7 @@ and `kv_p2p_transfer` when the entry has them, then
   (every GPU when aggregated), `input_tput_per_gpu` over the prefill GPUs, and `prefill_hw` /
   `decode_hw` when the workers name their hardware;
 then every `*_ms` key in seconds without the suffix and every TPOT key also as interactivity.
-then the power keys (`results.power.AGG_KEYS`) where the record has them: `power_valid`, and
+Then the power keys (`results.power.AGG_KEYS`) where the record has them: `power_valid`, and
 when valid the energy and `aggregate_power.py`'s three (what it patches in from a GPU-metrics
 CSV; a simulated point's come from the simulator's power model).
 A simulated point's agg file carries one more key, `inferbench: {"simulated": true}`.

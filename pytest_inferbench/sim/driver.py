@@ -86,9 +86,10 @@ class _Timeline:
 
     def extend(self, durations: npt.NDArray[np.float64]) -> None:
         k = len(durations)
-        self.busy += float(durations.sum())
         if k == 1 and self.n < len(self.ends):  # one step: no cumulative sum to take
-            self.now += float(durations[0])
+            step = float(durations[0])
+            self.busy += step
+            self.now += step
             self.ends[self.n] = self.now
             self.n += 1
             return
@@ -97,6 +98,7 @@ class _Timeline:
         ends = self.now + np.cumsum(durations)
         self.ends[self.n:self.n + k] = ends
         self.n += k
+        self.busy += float(ends[-1]) - self.now
         self.now = float(ends[-1])
 
 
