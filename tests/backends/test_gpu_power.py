@@ -318,3 +318,20 @@ def test_an_agentic_replay_is_sampled_over_its_measured_phase(
     assert m.power is not None and m.power.source == "nvidia-smi"
     assert m.power.avg_power_w == pytest.approx(sum(GPU_WATTS) / len(GPU_WATTS))
     assert m.power.num_gpus == len(GPU_WATTS)
+
+
+def test_a_gpu_tool_that_fails_leaves_the_power_invalid_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    # What nvidia-smi prints on a host whose driver is not loaded, and its exit status.
+    tool.write_text(f"#!{sys.executable}\nimport sys\nprint('NVIDIA-SMI has failed because it "
+                    "couldn\\'t communicate with the NVIDIA driver.')\nsys.exit(9)\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monitor = GpuPowerMonitor.start()
+    assert monitor is not None
+    reading = monitor.reading(time.time() - 5, time.time() + 5)
+    assert not reading.valid and reading.avg_power_w is None
+    assert reading.invalid_reason == "nvidia-smi: the GPU metrics have no time or power column"
