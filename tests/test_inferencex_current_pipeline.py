@@ -29,6 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pytest_inferbench.results.power import AGG_KEYS as POWER_KEYS
+
 REPO = Path(__file__).resolve().parents[1]
 CURRENT = REPO.parent / "shared" / "inferencex-0801"
 UTILS = CURRENT / "utils"
@@ -210,10 +212,14 @@ def test_current_process_result_and_collect_results_take_every_file(
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         theirs = json.loads(agg.read_text())
         assert ours.pop("inferbench") == {"simulated": True}
+        # The simulator's power fields: the script adds power only from a GPU-metrics CSV,
+        # which a simulated point has none of (tests/test_power.py runs it on measured ones).
+        power = {key: ours.pop(key) for key in POWER_KEYS if key in ours}
+        assert power["power_valid"] == (0 if env.get("IS_MULTINODE") else 1), name
         assert_same(ours, theirs, name)
         # The plugin's own table and summary say the same per-GPU throughput.
         assert theirs["tput_per_gpu"] == pytest.approx(summary[name]["tput_per_gpu"], rel=1e-3)
-        agg.write_text(json.dumps(ours | {"inferbench": {"simulated": True}}))
+        agg.write_text(json.dumps(ours | power | {"inferbench": {"simulated": True}}))
         kinds.add((theirs["is_multinode"], theirs["disagg"], "router" in theirs,
                    "prefill_hw" in theirs, theirs.get("pp", 1) > 1))
     assert kinds == {(True, True, True, False, False), (True, False, False, True, False),

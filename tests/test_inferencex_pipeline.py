@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pytest_inferbench.results.power import AGG_KEYS as POWER_KEYS
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,6 +155,8 @@ def test_process_result_reproduces_every_agg_file(pytester: pytest.Pytester) -> 
         theirs = json.loads((points / f"agg_{name}.json").read_text())
         assert ours.pop("inferbench") == {"simulated": True}
         assert {key: ours.pop(key) for key in CURRENT_ONLY} == dict.fromkeys(CURRENT_ONLY, 1)
+        # The simulator's power fields, which the script adds only from a GPU-metrics CSV.
+        assert {key: ours.pop(key) for key in POWER_KEYS}["power_valid"] == 1, name
         assert list(ours) == list(theirs), name
         for key, value in theirs.items():
             assert type(ours[key]) is type(value), (name, key)

@@ -28,6 +28,7 @@ from pytest_inferbench.results import catalog
 from pytest_inferbench.results.catalog import FloatArray
 from pytest_inferbench.results.metrics import RequestRecord, summarize
 from pytest_inferbench.results.point_files import AGG_PREFIX, agg_result, raw_keys
+from pytest_inferbench.results.power import AGG_KEYS as POWER_KEYS
 from pytest_inferbench.results.record import JSONValue
 from pytest_inferbench.results.request_records import Flat
 from pytest_inferbench.testing.recipes import master_entry
@@ -83,9 +84,10 @@ def expected_ttst(records: list[RequestRecord]) -> list[float]:
 
 
 def test_summarize_reads_every_metric_of_the_catalog() -> None:
-    """What summarize writes is what the catalog declares (the AL keys come from the server)."""
+    """What summarize writes is what the catalog declares (the AL keys come from the server,
+    the power keys from the backend's power reading)."""
     summary = summarize([], duration_s=1.0, num_prompts=0, max_concurrency=1, num_gpus=1)
-    server_side = {"acceptance_length", "client_tokens_per_chunk",
+    server_side = {"acceptance_length", "client_tokens_per_chunk", *POWER_KEYS,
                    "client_minus_server_median_ttft_ms", "client_minus_server_median_itl_ms"}
     assert set(summary) | server_side == set(catalog.all_record_keys())
 
@@ -245,7 +247,7 @@ def test_a_new_metric_reaches_the_result_junit_table_and_baseline(
             records[node]["median_ttst"], abs=1e-6)
 
     # The terminal table: a column of its own, before the verdict.
-    result.stdout.re_match_lines([rf"\s*ISL/OSL\s+.*AL \(golden\)\s+{HEADER}\s+verdict"])
+    result.stdout.re_match_lines([rf"\s*ISL/OSL\s+.*AL \(golden\)\s+.*{HEADER}\s+verdict"])
     for record in records.values():
         result.stdout.re_match_lines([rf"\s*{ISL}/{OSL}\s+{CONC}\s+.*"
                                       rf"\s{record['median_ttst']:.3f}\s+passed"])

@@ -166,7 +166,7 @@ class HttpServerHandle(ServerHandle):
                     await progress.stop()
 
             phase = await measured_phase(self, client, notes, load)
-        run, stats, ran_at, server = phase.run, phase.loop, phase.ran_at, phase.server_metrics
+        run, stats, server = phase.run, phase.loop, phase.server_metrics
         check = point_verdict(stats, run.records, time_scale=self.time_scale)
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
         check["client_cpu_pinned"] = pinning.cpu
@@ -177,5 +177,5 @@ class HttpServerHandle(ServerHandle):
             records=run.records, duration_s=run.duration_s, num_prompts=len(workload.prompts),
             max_concurrency=point.conc, simulated=self.simulated, server_metrics=server,
             client_check=check, notes=tuple(notes),
-            started_unix=ran_at[0] - (ran_at[1] - run.start), workload=described,
-            time_scale=self.time_scale)
+            started_unix=phase.started_unix, workload=described,
+            time_scale=self.time_scale, power=phase.power)

@@ -42,6 +42,7 @@ class HttpServerHandle(Protocol):
     """What the replay reads of its server's handle (`http.HttpServerHandle`)."""
 
     simulated: bool
+    base_url: str
     time_scale: float | None
     local_server_pid: int | None
 
@@ -101,7 +102,7 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     async with make_http_client(cfg, 1) as client:
         phase = await measured_phase(handle, client, notes,
                                      lambda: replay(cfg, trees, point.conc, settings))
-    run, stats, ran_at, server = phase.run, phase.loop, phase.ran_at, phase.server_metrics
+    run, stats, server = phase.run, phase.loop, phase.server_metrics
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
     hit = sum(q.hit_blocks for q in run.requests)
     total = sum(q.total_blocks for q in run.requests)
@@ -118,5 +119,5 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,
-        client_check=check, notes=tuple(notes), started_unix=ran_at[0] - (ran_at[1] - run.start),
-        workload=described, time_scale=handle.time_scale)
+        client_check=check, notes=tuple(notes), started_unix=phase.started_unix,
+        workload=described, time_scale=handle.time_scale, power=phase.power)

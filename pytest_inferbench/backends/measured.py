@@ -16,6 +16,15 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor
 from ..loadgen.server_sampler import GaugeSampler
+from .gpu_power import (
+    NO_TOOL_REASON,
+    NOT_LOCAL_REASON,
+    SIMULATED_SERVER_REASON,
+    GpuPowerMonitor,
+    discard,
+    is_local,
+    power_reading,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -24,6 +33,7 @@ if TYPE_CHECKING:
 
     from ..loadgen.selfcheck import LoopStats
     from ..results.metrics import RequestRecord
+    from ..results.power import PowerReading
     from ..results.record import JSONValue
 
 
@@ -32,10 +42,15 @@ class Run(Protocol):
 
     @property
     def records(self) -> Sequence[RequestRecord]: ...
+    @property
+    def start(self) -> float: ...  # perf_counter of the first send
+    @property
+    def duration_s(self) -> float: ...
 
 
 class Server(Protocol):
     simulated: bool
+    base_url: str
 
     def check_alive(self) -> None: ...
 
@@ -47,10 +62,9 @@ R = TypeVar("R", bound=Run)
 class Phase(Generic[R]):
     run: R
     loop: LoopStats
-    # time.time() and time.perf_counter() read together right after the load: the one way
-    # from the load's perf_counter stamps to wall time.
-    ran_at: tuple[float, float]
     server_metrics: dict[str, JSONValue]
+    started_unix: float  # the first send, wall time
+    power: PowerReading
 
 
 async def scrape_noting(client: httpx.AsyncClient, simulated: bool,
@@ -63,6 +77,15 @@ async def scrape_noting(client: httpx.AsyncClient, simulated: bool,
         return Snapshot(error=str(exc))
 
 
+def power_monitor(server: Server) -> GpuPowerMonitor | str:
+    """A GPU power sampler for the measured phase, or why there is none."""
+    if server.simulated:
+        return SIMULATED_SERVER_REASON
+    if not is_local(server.base_url):
+        return NOT_LOCAL_REASON
+    return GpuPowerMonitor.start() or NO_TOOL_REASON
+
+
 async def measured_phase(server: Server, client: httpx.AsyncClient, notes: list[str],
                          load: Callable[[], Awaitable[R]]) -> Phase[R]:
     """Run `load()` inside the bracket; `client` is the scrape client, not the load's pool."""
@@ -72,6 +95,7 @@ async def measured_phase(server: Server, client: httpx.AsyncClient, notes: list[
     monitor = LoopMonitor()
     gc.collect()
     gc.freeze()  # long-lived objects out of the collector's way: shorter GC pauses
+    power = power_monitor(server)  # sampling before the load starts: its window is covered
     try:
         monitor.start()
         if sampler is not None:
@@ -82,12 +106,19 @@ async def measured_phase(server: Server, client: httpx.AsyncClient, notes: list[
             kv = await sampler.stop() if sampler is not None else None
         ran_at = time.time(), time.perf_counter()
         stats = await monitor.stop()
+    except BaseException:
+        discard(power)
+        raise
     finally:
         gc.unfreeze()
+    # time.time() and time.perf_counter() read together right after the load: the one way
+    # from the load's perf_counter stamps to wall time.
+    started_unix = ran_at[0] - (ran_at[1] - run.start)
+    watts = power_reading(power, started_unix, started_unix + run.duration_s)
     if any(not r.success for r in run.records):
         server.check_alive()
     if before.error:
-        return Phase(run, stats, ran_at, {"scrape_error": before.error})
+        return Phase(run, stats, {"scrape_error": before.error}, started_unix, watts)
     after = await scrape_noting(client, server.simulated, notes)
     sampled = kv.describe("kv_cache_usage") if kv is not None else None
-    return Phase(run, stats, ran_at, point_metrics(before, after, sampled))
+    return Phase(run, stats, point_metrics(before, after, sampled), started_unix, watts)

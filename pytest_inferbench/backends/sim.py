@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from ..loadgen.prompts import point_workload
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
-from ..sim import catalog, expected_error
+from ..results.power import SIMULATED_SOURCE, PowerReading
+from ..sim import catalog, expected_error, power
 from ..sim.acceptance import SpecConfigError
 from ..sim.args import ArgvError, engine_config_from_argv
 from ..sim.calibrate import file as calibration_file
@@ -33,7 +34,7 @@ from ..sim.disagg import (
     engine_framework,
     router_policy_of_argv,
 )
-from ..sim.driver import simulate_point
+from ..sim.driver import SimulatedPoint, simulate_point
 from ..sim.engine import Engine, RequestRejectedError
 from ..sim.physics import EngineConfigError
 from .base import Backend, PointNotMeasuredError, ServerHandle, ServerStartError
@@ -83,12 +84,13 @@ class SimHandle(ServerHandle):
                                   prompts=point.prompts)
         num = len(workload.requests)
         started = time.time()
+        engine: Engine | None = None
         try:
             if self.deployment is not None:
                 outcome = simulate_deployment_point(self.deployment, workload, seed=load.seed)
             else:
-                outcome = simulate_point(config, workload,
-                                         engine=Engine(config, keep_traces=True))
+                engine = Engine(config, keep_traces=True)
+                outcome = simulate_point(config, workload, engine=engine)
         except RequestRejectedError as exc:
             # A real server answers such a request with HTTP 400 and serves the rest; the
             # batch simulator cannot leave one out of its plan, so the point says why instead.
@@ -118,7 +120,22 @@ class SimHandle(ServerHandle):
             max_concurrency=point.conc, simulated=True, server_metrics=outcome.server_metrics,
             notes=tuple(notes), started_unix=started,
             workload={**workload.describe(), "token_source": "words"},
-            expected_error=expected, expected_error_label=expected_error.label(expected))
+            expected_error=expected, expected_error_label=expected_error.label(expected),
+            power=self._power(point, engine, outcome))
+
+    def _power(self, point: BenchPoint, engine: Engine | None, outcome: SimulatedPoint
+               ) -> PowerReading:
+        """Each GPU's mean power by the simulator's power model (`sim.power`)."""
+        if engine is None:
+            return PowerReading.missing(SIMULATED_SOURCE, "the simulator's power model covers "
+                                        "single-node servers, not multinode deployments")
+        try:
+            figures = power.gpu_power(self.config.hardware)
+        except catalog.CatalogError as exc:  # a GPU without power figures: no number made up
+            return PowerReading.missing(SIMULATED_SOURCE, str(exc))
+        work = power.step_work(engine.cost, outcome.busy_s, outcome.server_metrics)
+        watts = power.mean_power_w(figures, work, outcome.duration_s)
+        return PowerReading(SIMULATED_SOURCE, avg_power_w=watts, num_gpus=point.server.gpus)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._log[-lines:])

@@ -13,8 +13,9 @@ and `kv_p2p_transfer` when the entry has them, then
   (every GPU when aggregated), `input_tput_per_gpu` over the prefill GPUs, and `prefill_hw` /
   `decode_hw` when the workers name their hardware;
 then every `*_ms` key in seconds without the suffix and every TPOT key also as interactivity.
-The script adds power keys only from a GPU-metrics CSV; no backend measures power here, so an
-agg file has none, as the script's has none without telemetry.
+Then the power keys (`results.power.AGG_KEYS`) where the record has them: `power_valid`, and
+when valid the energy and `aggregate_power.py`'s three (what it patches in from a GPU-metrics
+CSV; a simulated point's come from the simulator's power model).
 A simulated point's agg file carries one more key, `inferbench: {"simulated": true}`.
 """
 
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from . import catalog
+from .power import AGG_KEYS as POWER_KEYS
 from .record import to_float, to_int
 
 if TYPE_CHECKING:
@@ -101,6 +103,7 @@ def agg_result(raw: Record, record: Mapping[str, JSONValue]) -> dict[str, JSONVa
     multinode = env.get("IS_MULTINODE", "false").lower() == "true"
     agg |= _multinode(env, total, output) if multinode else _single_node(env, total, output)
     agg |= _derived_as_inferencex(raw)
+    agg |= {key: record[key] for key in POWER_KEYS if key in record}
     if record.get("simulated"):
         agg[NAMESPACE] = {"simulated": True}
     return agg

@@ -23,7 +23,8 @@ import numpy as np
 from . import metrics, server_latency
 from .agg_file import ENV_KEY
 from .file_names import bounded
-from .record import PointRecord, mapping, number, strings
+from .power import power_fields
+from .record import PointRecord, mapping, number, strings, to_int
 
 if TYPE_CHECKING:
     from ..recipe.launch import ServerSpec
@@ -151,6 +152,11 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     if measurement.expected_error:
         result["expected_error"] = dict(measurement.expected_error)
         result["expected_error_label"] = measurement.expected_error_label
+    if measurement.power is not None:
+        result.update(power_fields(
+            measurement.power, duration_s=measurement.duration_s,
+            total_input_tokens=to_int(summary["total_input_tokens"]),
+            total_output_tokens=to_int(summary["total_output_tokens"])))
     return PointRecord(result)
 
 

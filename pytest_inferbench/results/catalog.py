@@ -274,6 +274,18 @@ CATALOG: tuple[Metric | Fact, ...] = (
            "(its inter-token latency histogram over the point)", "ms", timing=True,
            junit=("client_minus_server_median_itl_ms",)),
     *(Fact(name) for name in ("golden_acceptance_length", "synthetic_acceptance_length")),
+    # GPU power (`results.power`): InferenceX's agg keys, the numbers only when power_valid is 1.
+    Metric("power_valid", "1: the power keys hold numbers (GPU tool or model), else 0", "",
+           inferencex="agg", junit=("power_valid",)),
+    Metric("avg_power_w", "each GPU's mean power over the measured phase", "W", Direction.LOWER,
+           inferencex="agg", junit=("avg_power_w",)),
+    Metric("total_gpu_energy_j", "GPU energy: mean power x GPUs x duration", "J", Direction.LOWER,
+           inferencex="agg"),
+    Metric("joules_per_output_token", "GPU energy per output token", "J/tok", Direction.LOWER,
+           inferencex="agg", junit=("joules_per_output_token",),
+           columns=(Column("J/out tok", "joules_per_output_token", digits=3),)),
+    Metric("joules_per_total_token", "GPU energy per input and output token", "J/tok",
+           Direction.LOWER, inferencex="agg"),
 )
 
 

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from .metrics import RequestRecord
+    from .power import PowerReading
     from .record import JSONValue
 
 # What a simulated result says of itself, in one wording wherever it appears: the note of every
@@ -42,3 +43,6 @@ class PointMeasurement:
     # that shows it (`sim.expected_error`); empty for measured points.
     expected_error: Mapping[str, JSONValue] = field(default_factory=dict)
     expected_error_label: str | None = None
+    # Each GPU's mean power over the measured phase (`results.power`): the simulator's model,
+    # a GPU tool's samples, or why there is none; None where the backend says nothing of it.
+    power: PowerReading | None = None

@@ -9,6 +9,8 @@
 - `points/agg_<RESULT_FILENAME>.json`: what InferenceX's `utils/process_result.py` writes from
   the raw file with the workflow's environment (`agg_file`).
 - `requests/<RESULT_FILENAME>.jsonl` (`--inferbench-save-requests`): one line per request.
+- `gpu_metrics/<RESULT_FILENAME>.csv`: a real backend's GPU samples (nvidia-smi / amd-smi), as
+  InferenceX's `gpu_metrics.csv`, which its `aggregate_power.py` reads with the raw file.
 
 `write_point_files` writes all of them. RESULT_FILENAME is
 `recipe.BenchPoint.result_filename(runner_name)`: the workflow's template (`recipe.workflow`),
@@ -96,6 +98,7 @@ def point_paths(points_dir: Path, result_filename: str) -> tuple[Path, Path]:
 
 POINTS_DIR = "points"  # only the points' raw and agg files live here; run-level files beside it
 REQUESTS_DIR = "requests"  # beside points/: `--inferbench-save-requests` writes one JSONL a point
+GPU_METRICS_DIR = "gpu_metrics"  # beside points/: a point's GPU samples, when a tool took them
 
 
 @dataclass(frozen=True)
@@ -160,12 +163,14 @@ def _write_raw(points_dir: Path, record: PointRecord, names: PointNames | None) 
 def write_point_files(results_dir: Path, record: PointRecord,
                       requests: Sequence[RequestRecord] | None = None,
                       mask: Callable[[str], str] = str,
-                      names: PointNames | None = None) -> WrittenPoint:
+                      names: PointNames | None = None,
+                      gpu_metrics: str | None = None) -> WrittenPoint:
     """Every file of a point under `results_dir`, each written beside and renamed into place
     (readers never see half a file): the raw and agg files in `points/`, and given the point's
     `requests` (`--inferbench-save-requests`), their lines in `requests/`, each error masked
-    by `mask`. Without `requests` that file is left as it is: a point's files are written
-    again once its gates have run, its requests have not changed. Names are held to a length
+    by `mask`, and given its `gpu_metrics` (the GPU tool's CSV), that CSV in `gpu_metrics/`.
+    Without `requests` (or `gpu_metrics`) that file is left as it is: a point's files are
+    written again once its gates have run, its requests have not changed. Names are held to a length
     a file system takes (`file_names.bounded`); with `names`, a name another point of the run
     holds is never taken (`PointNames`). A file that cannot be written raises
     `build.WriteError` naming it."""
@@ -183,7 +188,13 @@ def write_point_files(results_dir: Path, record: PointRecord,
     if requests is not None:
         _write_request_lines(results_dir / REQUESTS_DIR / f"{record.result_filename}.jsonl",
                              requests, mask)
+    if gpu_metrics is not None:
+        write_text_atomic(gpu_metrics_path(results_dir, record.result_filename), (gpu_metrics,))
     return WrittenPoint(record, notes)
+
+
+def gpu_metrics_path(results_dir: Path, result_filename: str) -> Path:
+    return results_dir / GPU_METRICS_DIR / f"{result_filename}.csv"
 
 
 def request_lines(records: Sequence[RequestRecord],

@@ -72,6 +72,7 @@ class SimulatedPoint:
     records: Sequence[RequestRecord]
     duration_s: float
     server_metrics: dict[str, JSONValue]
+    busy_s: float = 0.0  # the measured steps' total duration (the rest the engine was idle)
 
 
 class _Timeline:
@@ -81,11 +82,14 @@ class _Timeline:
         self.ends = np.zeros(4096)
         self.n = 0
         self.now = 0.0
+        self.busy = 0.0  # the steps' total duration: `now` less the idle waits between them
 
     def extend(self, durations: npt.NDArray[np.float64]) -> None:
         k = len(durations)
         if k == 1 and self.n < len(self.ends):  # one step: no cumulative sum to take
-            self.now += float(durations[0])
+            step = float(durations[0])
+            self.busy += step
+            self.now += step
             self.ends[self.n] = self.now
             self.n += 1
             return
@@ -94,6 +98,7 @@ class _Timeline:
         ends = self.now + np.cumsum(durations)
         self.ends[self.n:self.n + k] = ends
         self.n += k
+        self.busy += float(ends[-1]) - self.now
         self.now = float(ends[-1])
 
 
@@ -259,7 +264,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
     metrics = server_metrics(before, after, engine)
     metrics["mean_queue_time_ms"] = float(np.maximum(queue_s, 0).mean() * 1e3) if len(isl) else 0.0
     metrics["max_queue_time_ms"] = float(np.maximum(queue_s, 0).max() * 1e3) if len(isl) else 0.0
-    return SimulatedPoint(records, clock.now, metrics)
+    return SimulatedPoint(records, clock.now, metrics, busy_s=clock.busy)
 
 
 def _records(done: _Done, ends: npt.NDArray[np.float64], isl: npt.NDArray[np.int64],

@@ -63,9 +63,9 @@ def test_tables_summary_json_plots_and_junit(
         [
             r"\s*ISL/OSL\s+conc @rate\s+in flight\s+tput/GPU tok/s\s+out tput/GPU tok/s\s+"
             r"intvty tok/s/user\s+TTFT p50 s\s+TTFT p99 s\s+TPOT p50 ms\s+"
-            r"E2EL p50 s\s+AL \(golden\)\s+verdict",
-            r"\s*1024/64\s+1\s+[\d.]+\s+[\d.]+\s+.*\s+-\s+passed",
-            r"\s*1024/64\s+2\s+[\d.]+\s+[\d.]+\s+.*\s+[\d.]+ \(2\.83\)\s+passed",
+            r"E2EL p50 s\s+AL \(golden\)\s+J/out tok\s+verdict",
+            r"\s*1024/64\s+1\s+[\d.]+\s+[\d.]+\s+.*\s+-\s+[\d.]+\s+passed",
+            r"\s*1024/64\s+2\s+[\d.]+\s+[\d.]+\s+.*\s+[\d.]+ \(2\.83\)\s+[\d.]+\s+passed",
         ]
     )
 
