@@ -24,6 +24,7 @@ from ..loadgen.selfcheck import LoopMonitor, point_verdict
 from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
 from ..loadgen.trace_sessions import sessions
 from ..loadgen.traces import TraceError, load_traces
+from ..results.agentic import ReplayMeta
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import PointNotMeasuredError
 
@@ -133,8 +134,13 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     }
     server = point_metrics(before, after) if not before.error else {
         "scrape_error": before.error}
+    started = ran_at[0] - (ran_at[1] - run.start)
+    replayed = ReplayMeta(
+        num_gpus=point.server.gpus, clock_start=run.start, start_unix=started,
+        duration_s=settings.duration_s, hit_blocks=hit, total_blocks=total,
+        cancelled=run.cancelled, expected_output=tuple(q.output_length for q in run.requests))
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,
-        client_check=check, notes=tuple(notes), started_unix=ran_at[0] - (ran_at[1] - run.start),
-        workload=described, time_scale=handle.time_scale)
+        client_check=check, notes=tuple(notes), started_unix=started,
+        workload=described, time_scale=handle.time_scale, replay=replayed)

@@ -91,7 +91,7 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
         written = write_point_files(
             settings.results_dir, measured,
             requests=measurement.records if settings.save_requests else None,
-            mask=state.redactor.text, names=names)
+            mask=state.redactor.text, names=names, agentic_records=measurement.records)
     except build.WriteError as exc:  # a full disk fails this point, not the run
         not_written, result = [str(exc)], measured
     else:

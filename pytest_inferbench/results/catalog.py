@@ -55,6 +55,7 @@ class Column:
     scale: float = 1.0  # e.g. 1000 to show seconds in ms
     digits: int = 1
     beside: str = ""  # another record key shown in parentheses after the value
+    optional: bool = False  # shown only in a table where a point has the key
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class PlotAxis:
 
     key: str
     label: str
-    axis: str  # "x" or "y"
+    axis: str  # "x" or "y"; "agentic-x", "agentic-y": the agentic points' Pareto plot
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,26 @@ CATALOG: tuple[Metric | Fact, ...] = (
     Metric("client_tokens_per_chunk", "tokens per chunk as the client saw them (a speculative "
            "server's AL check)", ""),
     *(Fact(name) for name in ("golden_acceptance_length", "synthetic_acceptance_length")),
+    # An agentic point's InferenceX aggregate (`agentic.py`), its warmup left out; a table shows
+    # their columns only where a point has them.
+    Metric("p90_e2e_norm_intvty", "E2E-normalized interactivity: 1 / p90 of E2EL/OSL per "
+           "request (AgentX's headline axis)", "tok/s/user", Direction.HIGHER, timing=True,
+           junit=("p90_e2e_norm_intvty",), baseline=("p90_e2e_norm_intvty",),
+           columns=(Column("E2E-norm intvty p90", "p90_e2e_norm_intvty", optional=True),),
+           plot=(PlotAxis("p90_e2e_norm_intvty", "E2E-normalized interactivity, p90 "
+                          "(tok/s/user)", "agentic-x"),)),
+    Metric("agentic_tput_per_gpu", "token throughput per GPU over the first start to last end "
+           "of the profiled requests", "tok/s/GPU", Direction.HIGHER, timing=True,
+           junit=("agentic_tput_per_gpu",), baseline=("agentic_tput_per_gpu",),
+           columns=(Column("span tput/GPU tok/s", "agentic_tput_per_gpu", optional=True),),
+           plot=(PlotAxis("agentic_tput_per_gpu", "Throughput per GPU, first start to last end "
+                          "(tok/s/GPU)", "agentic-y"),)),
+    Metric("mean_qps", "completions per second, mean over 1 s windows", "req/s",
+           Direction.HIGHER, timing=True, junit=("mean_qps",)),
+    Metric("submission_valid", "1 when AIPerf's AgentX rules hold (duration, overflows, not "
+           "cancelled, metric coverage), else 0; `invalid_reasons` says why", "",
+           Direction.HIGHER, junit=("submission_valid",),
+           columns=(Column("valid", "submission_valid", digits=0, optional=True),)),
 )
 
 

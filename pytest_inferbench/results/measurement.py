@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from .agentic import ReplayMeta
     from .metrics import RequestRecord
     from .record import JSONValue
 
@@ -42,3 +43,5 @@ class PointMeasurement:
     # that shows it (`sim.expected_error`); empty for measured points.
     expected_error: Mapping[str, JSONValue] = field(default_factory=dict)
     expected_error_label: str | None = None
+    # An agentic replay's point: what its aggregate needs besides the records (`agentic`).
+    replay: ReplayMeta | None = None

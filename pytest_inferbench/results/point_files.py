@@ -9,6 +9,7 @@
 - `points/agg_<RESULT_FILENAME>.json`: what InferenceX's `utils/process_result.py` writes from
   the raw file with the workflow's environment (`agg_file`).
 - `requests/<RESULT_FILENAME>.jsonl` (`--inferbench-save-requests`): one line per request.
+- an agentic point's `agentic/<RESULT_FILENAME>.json` and AIPerf artifacts (`agentic_files`).
 
 `write_point_files` writes all of them. RESULT_FILENAME is
 `recipe.BenchPoint.result_filename(runner_name)`: the workflow's template (`recipe.workflow`),
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import agg_file, catalog
+from .agentic_files import write_agentic_files
 from .build import write_json_atomic, write_text_atomic
 from .file_names import bounded
 from .metrics import first_send
@@ -160,7 +162,8 @@ def _write_raw(points_dir: Path, record: PointRecord, names: PointNames | None) 
 def write_point_files(results_dir: Path, record: PointRecord,
                       requests: Sequence[RequestRecord] | None = None,
                       mask: Callable[[str], str] = str,
-                      names: PointNames | None = None) -> WrittenPoint:
+                      names: PointNames | None = None,
+                      agentic_records: Sequence[RequestRecord] | None = None) -> WrittenPoint:
     """Every file of a point under `results_dir`, each written beside and renamed into place
     (readers never see half a file): the raw and agg files in `points/`, and given the point's
     `requests` (`--inferbench-save-requests`), their lines in `requests/`, each error masked
@@ -168,7 +171,8 @@ def write_point_files(results_dir: Path, record: PointRecord,
     again once its gates have run, its requests have not changed. Names are held to a length
     a file system takes (`file_names.bounded`); with `names`, a name another point of the run
     holds is never taken (`PointNames`). A file that cannot be written raises
-    `build.WriteError` naming it."""
+    `build.WriteError` naming it. An agentic point also has InferenceX's agentic files
+    (`agentic_files`), its requests' export given `agentic_records`."""
     points_dir = results_dir / POINTS_DIR
     record = _write_raw(points_dir, record, names)
     agg_path = point_paths(points_dir, record.result_filename)[1]
@@ -180,6 +184,8 @@ def write_point_files(results_dir: Path, record: PointRecord,
                      "process_result.py fails on it too)")
     else:
         write_json_atomic(agg_path, agg)
+    if "agentic" in record:
+        write_agentic_files(results_dir, record, agentic_records)
     if requests is not None:
         _write_request_lines(results_dir / REQUESTS_DIR / f"{record.result_filename}.jsonl",
                              requests, mask)
