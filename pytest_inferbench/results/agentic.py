@@ -107,7 +107,9 @@ def aiperf_request(r: RequestRecord, meta: ReplayMeta) -> AiperfRequest:
     latency = (last - r.send_time) * 1000
     itl = ((latency - ttft) / (r.output_tokens - 1)
            if ttft is not None and r.output_tokens > 1 else None)
-    error = r.error or ("" if r.success and len(chunks) else "no content chunk")
+    # A success that streamed no content is no error to AIPerf: it lacks a TTFT (`validity`'s
+    # metric coverage counts it).
+    error = "" if r.success else (r.error or "failed")
     return AiperfRequest(_ns(r.send_time, meta), _ns(r.end_time, meta), ttft, latency, itl,
                          r.input_tokens, r.output_tokens if not error else 0, error, r.warmup)
 

@@ -169,6 +169,7 @@ def agentic_fields(records: Sequence[RequestRecord], meta: ReplayMeta
     return {
         "agentic": block,
         "p90_e2e_norm_intvty": norm.get("p90"),
+        "agentic_p90_intvty": mapping(latency.get("intvty")).get("p90"),
         "agentic_tput_per_gpu": per_gpu.get("total_tput_tps"),
         "mean_qps": mapping(request.get("qps")).get("mean"),
         "submission_valid": 1 if valid.get("submission_valid") else 0,

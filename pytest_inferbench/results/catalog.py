@@ -274,6 +274,10 @@ CATALOG: tuple[Metric | Fact, ...] = (
            columns=(Column("E2E-norm intvty p90", "p90_e2e_norm_intvty", optional=True),),
            plot=(PlotAxis("p90_e2e_norm_intvty", "E2E-normalized interactivity, p90 "
                           "(tok/s/user)", "agentic-x"),)),
+    Metric("agentic_p90_intvty", "AgentX interactivity: 1 / p90 of the per-request ITL, "
+           "(E2EL - TTFT) / (OSL - 1) where above 0", "tok/s/user", Direction.HIGHER,
+           timing=True, junit=("agentic_p90_intvty",), baseline=("agentic_p90_intvty",),
+           columns=(Column("intvty p90 (AgentX)", "agentic_p90_intvty", optional=True),)),
     Metric("agentic_tput_per_gpu", "token throughput per GPU over the first start to last end "
            "of the profiled requests", "tok/s/GPU", Direction.HIGHER, timing=True,
            junit=("agentic_tput_per_gpu",), baseline=("agentic_tput_per_gpu",),

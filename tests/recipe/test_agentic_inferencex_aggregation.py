@@ -1,0 +1,142 @@
+"""InferenceX's own agentic scripts, unchanged and as subprocesses, on the files the plugin writes
+for an agentic point replayed against the simulated HTTP server: `process_agentic_result.py`
+makes the same result JSON as the plugin (every number to 0.1 %), `validate_agentic_result.py`
+accepts the AIPerf aggregate, and the plugin's flat keys agree with InferenceX's numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_agentic_entries import write
+
+from pytest_inferbench.results.agentic_files import AGENTIC_DIR, ARTIFACTS, EXPORT, agentic_env
+from pytest_inferbench.results.point_files import point_record
+
+CURRENT = Path(__file__).resolve().parents[2].parent / "shared" / "inferencex-0801"
+AGGREGATION = CURRENT / "utils" / "agentic" / "aggregation" / "process_agentic_result.py"
+VALIDATOR = CURRENT / "utils" / "agentic" / "validation" / "validate_agentic_result.py"
+needs_tree = pytest.mark.skipif(not AGGREGATION.is_file(),
+                                reason=f"no current InferenceX tree at {CURRENT}")
+RUN = ("-p", "no:cacheprovider", "--inferbench-backend=sim-server",
+       "--inferbench-time-scale=0", "--inferbench-replay-duration=1.5", "--inferbench-no-plots",
+       "-m", "inferbench(exp_name='qwen3.5_tp8_conc4_kvnone_spec-mtp')")
+REL = 1e-3  # agreement asked of every number
+# The plugin's numbers InferenceX's tree at this commit does not compute: the E2E-normalized
+# interactivity (InferenceX-app derives it from profile_export.jsonl) and the recorded output
+# lengths (InferenceX looks them up in a Hugging Face cache this machine does not have).
+PLUGIN_ONLY = {"request_metrics.latency.e2e_norm_intvty", "request_metrics.tokens.output_expected"}
+
+
+def _leaves(value: object, path: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, inner in value.items():
+            out |= _leaves(inner, f"{path}.{key}" if path else str(key))
+        return out
+    return {path: value}
+
+
+def _close(a: object, b: object) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= REL * max(abs(a), abs(b))
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def agentic_point(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """One agentic point run through pytest (a subprocess), then InferenceX's two scripts."""
+    root = tmp_path_factory.mktemp("agentic-point")
+    write(root)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH"))
+        if p)}
+    run = subprocess.run([sys.executable, "-m", "pytest", *RUN], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    results = root / "inferbench-results"
+    (raw,) = [p for p in (results / "points").glob("*.json") if not p.name.startswith("agg_")]
+    record = point_record(json.loads(raw.read_text(encoding="utf-8")))
+    name = str(record["result_filename"])
+    result_dir = results / AGENTIC_DIR / name
+    out = root / "inferencex-out"
+    job = {**os.environ, **agentic_env(record), "RESULT_FILENAME": name,
+           "RESULT_DIR": str(result_dir), "AGENTIC_OUTPUT_DIR": str(out),
+           "HF_HUB_CACHE": str(root / "no-hf-cache")}
+    aggregated = subprocess.run(
+        [sys.executable, "-m", "utils.agentic.aggregation.process_agentic_result"],
+        cwd=CURRENT, env=job, capture_output=True, text=True, timeout=120, check=False)
+    assert aggregated.returncode == 0, aggregated.stderr
+    validated = subprocess.run(
+        [sys.executable, str(VALIDATOR), str(result_dir / ARTIFACTS),
+         "--failed-request-threshold", "0.10"],
+        cwd=CURRENT, capture_output=True, text=True, timeout=60, check=False)
+    return {"record": record, "ours": json.loads(
+                (results / AGENTIC_DIR / f"{name}.json").read_text(encoding="utf-8")),
+            "theirs": json.loads((out / f"{name}.json").read_text(encoding="utf-8")),
+            "validated": validated, "export": result_dir / ARTIFACTS / EXPORT}
+
+
+@needs_tree
+def test_inferencex_aggregates_the_plugins_files_as_the_plugin_does(
+        agentic_point: dict[str, object]) -> None:
+    ours, theirs = _leaves(agentic_point["ours"]), _leaves(agentic_point["theirs"])
+    only_ours = {k for k in set(ours) - set(theirs)
+                 if not any(k.startswith(p) for p in PLUGIN_ONLY)}
+    assert not only_ours and not set(theirs) - set(ours)
+    differ = {k: (ours[k], theirs[k]) for k in theirs if not _close(ours[k], theirs[k])}
+    assert not differ
+    # What the comparison covered: real numbers, not empty blocks.
+    assert isinstance(theirs["request_metrics.latency.intvty.p90"], float)
+    assert theirs["request_metrics.throughput.per_gpu.total_tput_tps"] > 0  # type: ignore[operator]
+    assert theirs["num_requests_successful"] == agentic_point["record"]["completed"]  # type: ignore[index]
+
+
+@needs_tree
+def test_inferencex_validator_accepts_the_aiperf_aggregate(
+        agentic_point: dict[str, object]) -> None:
+    validated = agentic_point["validated"]
+    assert isinstance(validated, subprocess.CompletedProcess)
+    assert validated.returncode == 0, validated.stderr
+    assert "Validated aiperf request error rate: 0/" in validated.stdout
+
+
+@needs_tree
+def test_the_records_flat_keys_are_inferencex_numbers(agentic_point: dict[str, object]) -> None:
+    record, theirs = agentic_point["record"], agentic_point["theirs"]
+    assert isinstance(record, dict) and isinstance(theirs, dict)
+    metrics = theirs["request_metrics"]
+    pairs = {
+        "agentic_tput_per_gpu": metrics["throughput"]["per_gpu"]["total_tput_tps"],
+        "mean_qps": metrics["qps"]["mean"],
+        "agentic_p90_intvty": metrics["latency"]["intvty"]["p90"],
+    }
+    assert {k: record[k] for k in pairs} == pytest.approx(pairs, rel=REL)
+    assert record["submission_valid"] == 0  # a replay shorter than 900 s is never a submission
+    assert any(str(r).startswith("unsafe_override") for r in record["invalid_reasons"])
+
+
+@needs_tree
+def test_e2e_normalized_interactivity_as_the_app_derives_it(
+        agentic_point: dict[str, object]) -> None:
+    """InferenceX-app: 1 / p90 of E2EL/OSL over profile_export.jsonl's profiled successes,
+    the percentile InferenceX's own (`aggregation_common.percentile`)."""
+    script = (
+        "import json, sys\n"
+        "from utils.agentic.aggregation.aggregation_common import percentile\n"
+        "rows = [json.loads(l) for l in open(sys.argv[1])]\n"
+        "r = [x['metrics']['request_latency']['value'] / 1000"
+        " / x['metrics']['output_sequence_length']['value'] for x in rows if not x['error']"
+        " and x['metadata']['benchmark_phase'] == 'profiling']\n"
+        "print(1 / percentile(r, 90), len(r))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(agentic_point["export"])],
+                          cwd=CURRENT, capture_output=True, text=True, timeout=60, check=True)
+    value, count = done.stdout.split()
+    record = agentic_point["record"]
+    assert isinstance(record, dict)
+    assert int(count) == record["completed"]
+    assert record["p90_e2e_norm_intvty"] == pytest.approx(float(value), rel=REL)
