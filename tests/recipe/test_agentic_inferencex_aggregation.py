@@ -1,7 +1,8 @@
 """InferenceX's own agentic scripts, unchanged and as subprocesses, on the files the plugin writes
 for an agentic point replayed against the simulated HTTP server: `process_agentic_result.py`
 makes the same result JSON as the plugin (every number to 0.1 %), `validate_agentic_result.py`
-accepts the AIPerf aggregate, and the plugin's flat keys agree with InferenceX's numbers."""
+accepts the AIPerf aggregate, the plugin's flat keys agree with InferenceX's numbers, and the
+point's table and JUnit properties show them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from test_agentic_entries import write
 
+from pytest_inferbench.report.tables import columns
 from pytest_inferbench.results.agentic_files import AGENTIC_DIR, ARTIFACTS, EXPORT, agentic_env
 from pytest_inferbench.results.point_files import point_record
 
@@ -24,6 +26,7 @@ needs_tree = pytest.mark.skipif(not AGGREGATION.is_file(),
                                 reason=f"no current InferenceX tree at {CURRENT}")
 RUN = ("-p", "no:cacheprovider", "--inferbench-backend=sim-server",
        "--inferbench-time-scale=0", "--inferbench-replay-duration=1.5", "--inferbench-no-plots",
+       "--junitxml=junit.xml",
        "-m", "inferbench(exp_name='qwen3.5_tp8_conc4_kvnone_spec-mtp')")
 REL = 1e-3  # agreement asked of every number
 # The plugin's numbers InferenceX's tree at this commit does not compute: the E2E-normalized
@@ -78,7 +81,8 @@ def agentic_point(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]
     return {"record": record, "ours": json.loads(
                 (results / AGENTIC_DIR / f"{name}.json").read_text(encoding="utf-8")),
             "theirs": json.loads((out / f"{name}.json").read_text(encoding="utf-8")),
-            "validated": validated, "export": result_dir / ARTIFACTS / EXPORT}
+            "validated": validated, "export": result_dir / ARTIFACTS / EXPORT,
+            "stdout": run.stdout, "junit": (root / "junit.xml").read_text(encoding="utf-8")}
 
 
 @needs_tree
@@ -140,3 +144,29 @@ def test_e2e_normalized_interactivity_as_the_app_derives_it(
     assert isinstance(record, dict)
     assert int(count) == record["completed"]
     assert record["p90_e2e_norm_intvty"] == pytest.approx(float(value), rel=REL)
+
+
+AGENTIC_KEYS = ("p90_e2e_norm_intvty", "agentic_p90_intvty", "agentic_tput_per_gpu",
+                "submission_valid")
+
+
+@needs_tree
+def test_an_agentic_point_reports_its_metrics(agentic_point: dict[str, object]) -> None:
+    """Its table has the agentic columns, its JUnit properties the agentic numbers."""
+    record = agentic_point["record"]
+    assert isinstance(record, dict)
+    header = next(line for line in str(agentic_point["stdout"]).splitlines()
+                  if "ISL/OSL" in line)
+    shown = [h for h, _ in columns([record])]
+    assert "E2E-norm intvty p90" in shown and "intvty p90 (AgentX)" in shown
+    assert all(h in header for h in shown)
+    junit = str(agentic_point["junit"])
+    for key in AGENTIC_KEYS:  # JUnit properties hold floats to 6 decimals
+        value = round(record[key], 6) if isinstance(record[key], float) else record[key]
+        assert f'<property name="{key}" value="{value}"' in junit
+
+
+def test_a_fixed_length_table_has_no_agentic_column() -> None:
+    shown = [h for h, _ in columns([{"tput_per_gpu": 100.0, "median_intvty": 20.0}])]
+    assert "tput/GPU tok/s" in shown
+    assert not {"E2E-norm intvty p90", "intvty p90 (AgentX)", "valid"} & set(shown)
