@@ -4,6 +4,8 @@ validity reasons; each checked on requests whose numbers are known by constructi
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from pytest_inferbench.results.agentic import (
     aggregate,
     inferencex_failures,
 )
+from pytest_inferbench.results.agentic_files import export_lines
 from pytest_inferbench.results.metrics import RequestRecord
 
 LONG = 1800.0  # a canonical replay duration (AIPerf's floor is 900 s)
@@ -138,3 +141,16 @@ def test_inferencex_gate_fails_above_the_threshold_and_on_nothing_completed() ->
     assert inferencex_failures(counts(at_limit + 1, 100))  # type: ignore[arg-type]
     (zero,) = inferencex_failures(counts(0, 0))  # type: ignore[arg-type]
     assert "completed zero requests" in zero
+
+
+def test_the_export_marks_warmups_and_masks_error_text() -> None:
+    """profile_export.jsonl: every request, warmup included and marked as AIPerf marks it;
+    a server's error text masked as every file of the plugin masks it."""
+    records = [request(0.0, 0.05, 0.01, 20, warmup=True), request(1.0, 0.05, 0.01, 20),
+               request(2.0, 0.05, 0.01, 20, error="HTTP 401: bad token sk-SECRET")]
+    lines = [json.loads(line) for line in
+             export_lines(records, meta(), lambda text: text.replace("sk-SECRET", "***"))]
+    assert [x["metadata"]["benchmark_phase"] for x in lines] == ["warmup", "profiling",
+                                                                 "profiling"]
+    assert lines[2]["error"] == {"message": "HTTP 401: bad token ***"}
+    assert lines[1]["metrics"]["output_sequence_length"]["value"] == 20

@@ -28,7 +28,7 @@ from .build import write_json_atomic, write_text_atomic
 from .record import mapping
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from .metrics import RequestRecord
@@ -47,8 +47,10 @@ def result_dir(results_dir: Path, result_filename: str) -> Path:
     return results_dir / AGENTIC_DIR / result_filename
 
 
-def export_lines(records: Sequence[RequestRecord], meta: ReplayMeta) -> list[str]:
-    """`profile_export.jsonl`'s lines."""
+def export_lines(records: Sequence[RequestRecord], meta: ReplayMeta,
+                 mask: Callable[[str], str] = str) -> list[str]:
+    """`profile_export.jsonl`'s lines, each error masked by `mask` (a server's error text may
+    echo a secret)."""
     lines: list[str] = []
     for index, r in enumerate(records):
         q = aiperf_request(r, meta)
@@ -67,7 +69,7 @@ def export_lines(records: Sequence[RequestRecord], meta: ReplayMeta) -> list[str
             "metrics": {} if q.error else {
                 tag: {"value": value, "unit": units.get(tag, "ms")}
                 for tag, value in measured.items() if value is not None},
-            "error": {"message": q.error} if q.error else None,
+            "error": {"message": mask(q.error)} if q.error else None,
         }
         lines.append(json.dumps(line) + "\n")
     return lines
@@ -181,14 +183,15 @@ def result_json(record: Record) -> dict[str, JSONValue]:
 
 
 def write_agentic_files(results_dir: Path, record: Record,
-                        records: Sequence[RequestRecord] | None) -> None:
+                        records: Sequence[RequestRecord] | None,
+                        mask: Callable[[str], str] = str) -> None:
     """The point's agentic files (module doc); its requests' export only given `records`
     (the files are written again after the gates, the requests unchanged)."""
     meta = ReplayMeta.from_json(mapping(mapping(record.get("agentic")).get("replay")))
     name = str(record.get("result_filename"))
     artifacts = result_dir(results_dir, name) / ARTIFACTS
     if records is not None:
-        write_text_atomic(artifacts / EXPORT, export_lines(records, meta))
+        write_text_atomic(artifacts / EXPORT, export_lines(records, meta, mask))
     write_json_atomic(artifacts / AGGREGATE, aiperf_aggregate(record, meta))
     write_json_atomic(results_dir / AGENTIC_DIR / f"{name}.json", result_json(record))
 

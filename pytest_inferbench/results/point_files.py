@@ -185,7 +185,7 @@ def write_point_files(results_dir: Path, record: PointRecord,
     else:
         write_json_atomic(agg_path, agg)
     if "agentic" in record:
-        write_agentic_files(results_dir, record, agentic_records)
+        write_agentic_files(results_dir, record, agentic_records, mask)
     if requests is not None:
         _write_request_lines(results_dir / REQUESTS_DIR / f"{record.result_filename}.jsonl",
                              requests, mask)
