@@ -5,10 +5,12 @@ validity reasons; each checked on requests whose numbers are known by constructi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pytest_inferbench.recipe.model import BenchPoint, Parallelism, ServerConfig
 from pytest_inferbench.results.agentic import (
     FAILED_REQUEST_THRESHOLD,
     ReplayMeta,
@@ -16,6 +18,8 @@ from pytest_inferbench.results.agentic import (
     inferencex_failures,
 )
 from pytest_inferbench.results.agentic_files import export_lines
+from pytest_inferbench.results.build import build_result
+from pytest_inferbench.results.measurement import PointMeasurement
 from pytest_inferbench.results.metrics import RequestRecord
 
 LONG = 1800.0  # a canonical replay duration (AIPerf's floor is 900 s)
@@ -154,3 +158,29 @@ def test_the_export_marks_warmups_and_masks_error_text() -> None:
                                                                  "profiling"]
     assert lines[2]["error"] == {"message": "HTTP 401: bad token ***"}
     assert lines[1]["metrics"]["output_sequence_length"]["value"] == 20
+
+
+def test_an_agentic_records_usual_metrics_leave_the_warmup_out(tmp_path: Path) -> None:
+    """The point's record: its benchmark_serving keys count the profiled requests only, and
+    its agentic numbers sit beside them."""
+    server = ServerConfig(
+        config_key="qwen3.5-fp8-b200-sglang-agentic", image="img", model="Qwen/Qwen3.5",
+        model_prefix="qwen3.5", runner="cluster:b200", hardware="B200", precision="fp8",
+        framework="sglang", multinode=False, disagg=False, parallel=Parallelism(tp=8),
+        spec_decoding="none", sweeps=(), source=tmp_path / "nvidia-master.yaml", line=1,
+        scenario="agentic-coding")
+    point = BenchPoint(server=server, isl=0, osl=0, conc=2, line=1)
+    measured = [request(float(i), 0.05, 0.01, 20) for i in range(6)]
+    warmups = [request(0.0, 2.0, 1.0, 1, warmup=True) for _ in range(3)]
+    records = [*warmups, *measured]
+    measurement = PointMeasurement(records=records, duration_s=10.0, num_prompts=len(records),
+                                   max_concurrency=2, simulated=True,
+                                   replay=meta(num_gpus=server.gpus))
+    record = build_result(point, measurement, spec=None, backend="sim-server")
+    assert record["num_prompts"] == record["completed"] == len(measured)
+    assert record["median_ttft"] == pytest.approx(0.05)  # the warmups' 2 s left out
+    block = record["agentic"]
+    assert isinstance(block, dict)
+    assert block["request_accounting"]["records_warmup_dropped"] == len(warmups)
+    per_gpu = block["request_metrics"]["throughput"]["per_gpu"]["total_tput_tps"]
+    assert record["agentic_tput_per_gpu"] == per_gpu
