@@ -160,16 +160,21 @@ def test_the_export_marks_warmups_and_masks_error_text() -> None:
     assert lines[1]["metrics"]["output_sequence_length"]["value"] == 20
 
 
-def test_an_agentic_records_usual_metrics_leave_the_warmup_out(tmp_path: Path) -> None:
-    """The point's record: its benchmark_serving keys count the profiled requests only, and
-    its agentic numbers sit beside them."""
+def agentic_point(tmp_path: Path) -> BenchPoint:
     server = ServerConfig(
         config_key="qwen3.5-fp8-b200-sglang-agentic", image="img", model="Qwen/Qwen3.5",
         model_prefix="qwen3.5", runner="cluster:b200", hardware="B200", precision="fp8",
         framework="sglang", multinode=False, disagg=False, parallel=Parallelism(tp=8),
         spec_decoding="none", sweeps=(), source=tmp_path / "nvidia-master.yaml", line=1,
         scenario="agentic-coding")
-    point = BenchPoint(server=server, isl=0, osl=0, conc=2, line=1)
+    return BenchPoint(server=server, isl=0, osl=0, conc=2, line=1)
+
+
+def test_an_agentic_records_usual_metrics_leave_the_warmup_out(tmp_path: Path) -> None:
+    """The point's record: its benchmark_serving keys count the profiled requests only, and
+    its agentic numbers sit beside them."""
+    point = agentic_point(tmp_path)
+    server = point.server
     measured = [request(float(i), 0.05, 0.01, 20) for i in range(6)]
     warmups = [request(0.0, 2.0, 1.0, 1, warmup=True) for _ in range(3)]
     records = [*warmups, *measured]
@@ -184,3 +189,18 @@ def test_an_agentic_records_usual_metrics_leave_the_warmup_out(tmp_path: Path) -
     assert block["request_accounting"]["records_warmup_dropped"] == len(warmups)
     per_gpu = block["request_metrics"]["throughput"]["per_gpu"]["total_tput_tps"]
     assert record["agentic_tput_per_gpu"] == per_gpu
+
+
+def test_a_replay_that_only_says_it_is_one_is_aggregated_on_its_own_clock(
+        tmp_path: Path) -> None:
+    """A backend's replay that hands over records and its workload kind, not the replay's
+    metadata (the in-process replay may): the record still gets the agentic numbers."""
+    records = [request(float(i), 0.05, 0.01, 20) for i in range(6)]
+    measurement = PointMeasurement(records=records, duration_s=10.0, num_prompts=6,
+                                   max_concurrency=2, simulated=True, started_unix=1e9,
+                                   workload={"kind": "agentic-replay", "duration_s": 10.0})
+    record = build_result(agentic_point(tmp_path), measurement, spec=None, backend="sim")
+    with_meta = block(records, meta(num_gpus=8, duration_s=10.0))
+    assert record["agentic"]["request_metrics"] == with_meta["request_metrics"]  # type: ignore[index]
+    assert record["agentic"]["validity"]["invalid_reasons"] == [  # type: ignore[index]
+        "unsafe_override: benchmark duration 10 s < 900 s"]

@@ -93,8 +93,9 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     result = identity(point, spec=spec, backend=backend, image=image,
                       simulated=measurement.simulated, runner_name=runner_name)
     records = measurement.records
-    if measurement.replay is not None:  # an agentic point: its warmup is measured by nothing
-        result.update(agentic_fields(records, measurement.replay))
+    replay = replay_meta(measurement, point.server.gpus)
+    if replay is not None:  # an agentic point: its warmup is measured by nothing
+        result.update(agentic_fields(records, replay))
         result["kv_offloading"] = point.server.offloading
         result["allocated_cpu_dram_gb"] = point.server.total_cpu_dram_gb
         result["kv_offload_backend"] = point.server.kv_offload_backend
@@ -154,6 +155,20 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
         result["expected_error"] = dict(measurement.expected_error)
         result["expected_error_label"] = measurement.expected_error_label
     return PointRecord(result)
+
+
+def replay_meta(measurement: PointMeasurement, gpus: int) -> ReplayMeta | None:
+    """What an agentic point's aggregate needs besides its records: the backend's, else
+    (a replay that says only that it is one) the measurement's own clock and duration,
+    without the theoretical prefix-cache hits."""
+    workload = measurement.workload
+    if measurement.replay is not None or workload.get("kind") != "agentic-replay":
+        return measurement.replay
+    duration = workload.get("duration_s")
+    return agentic.ReplayMeta(
+        num_gpus=gpus, clock_start=metrics.first_send(measurement.records),
+        start_unix=measurement.started_unix or 0.0,
+        duration_s=float(duration) if isinstance(duration, (int, float)) else 0.0)
 
 
 def agentic_fields(records: Sequence[RequestRecord], meta: ReplayMeta
