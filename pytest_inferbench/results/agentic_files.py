@@ -132,14 +132,34 @@ def _int(env: dict[str, str], name: str, default: int) -> int:
 
 
 def _shape(env: dict[str, str]) -> dict[str, JSONValue]:
-    """The parallelism fields of a single-node point."""
+    """The parallelism fields: a single node's, or both pools' of a multinode deployment (an
+    aggregated one, without decode workers, counts its one pool only)."""
     tp, ep = _int(env, "TP", 1), _int(env, "EP_SIZE", 1)
     if not _flag(env["IS_MULTINODE"]):
         return {"tp": tp, "ep": ep, "dp_attention": env.get("DP_ATTENTION", "false"),
                 "pp": _int(env, "PP_SIZE", 1), "dcp_size": _int(env, "DCP_SIZE", 1),
                 "pcp_size": _int(env, "PCP_SIZE", 1)}
-    # Multinode agentic points: the pools' fields are not written yet.
-    return {"tp": tp, "ep": ep, "dp_attention": env.get("DP_ATTENTION", "false")}
+    sizes: dict[str, dict[str, int]] = {}
+    for role in ("prefill", "decode"):
+        at = role.upper() + "_"
+        size = {"num_workers": _int(env, at + "NUM_WORKERS", 0), "tp": _int(env, at + "TP", 0),
+                "pp": _int(env, at + "PP_SIZE", 1), "dcp_size": _int(env, at + "DCP_SIZE", 1),
+                "pcp_size": _int(env, at + "PCP_SIZE", 1), "ep": _int(env, at + "EP", 1)}
+        size["gpus"] = size["num_workers"] * size["tp"] * size["pp"] * size["pcp_size"]
+        sizes[role] = size
+    prefill, decode = sizes["prefill"], sizes["decode"]
+    if not decode["gpus"]:
+        decode |= {"tp": 0, "ep": 0, "pp": 1, "dcp_size": 1, "pcp_size": 1}
+    attention = {role: env.get(f"{role.upper()}_DP_ATTN") or "false" for role in sizes}
+    shape: dict[str, JSONValue] = {
+        "tp": prefill["tp"] + decode["tp"], "ep": max(prefill["ep"], decode["ep"]),
+        "dp_attention": "true" if any(map(_flag, attention.values())) else "false"}
+    for role, size in sizes.items():
+        shape |= {f"{role}_{key}": value for key, value in size.items() if key != "gpus"}
+        shape |= {f"{role}_dp_attention": attention[role], f"num_{role}_gpu": size["gpus"]}
+    if env.get("PREFILL_HARDWARE"):
+        shape |= {"prefill_hw": env["PREFILL_HARDWARE"], "decode_hw": env["DECODE_HARDWARE"]}
+    return shape
 
 
 def result_json(record: Record) -> dict[str, JSONValue]:

@@ -12,12 +12,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_agentic_entries import write
 
+from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.report.tables import columns
+from pytest_inferbench.results.agentic import ReplayMeta
 from pytest_inferbench.results.agentic_files import AGENTIC_DIR, ARTIFACTS, EXPORT, agentic_env
-from pytest_inferbench.results.point_files import point_record
+from pytest_inferbench.results.build import build_result
+from pytest_inferbench.results.measurement import PointMeasurement
+from pytest_inferbench.results.metrics import RequestRecord
+from pytest_inferbench.results.point_files import point_record, write_point_files
 
 CURRENT = Path(__file__).resolve().parents[2].parent / "shared" / "inferencex-0801"
 AGGREGATION = CURRENT / "utils" / "agentic" / "aggregation" / "process_agentic_result.py"
@@ -50,6 +56,30 @@ def _close(a: object, b: object) -> bool:
     return a == b
 
 
+def _inferencex(record: dict[str, object], results: Path, out: Path,
+                ) -> subprocess.CompletedProcess[str]:
+    """`process_agentic_result.py` on a point's files, in the job's environment."""
+    name = str(record["result_filename"])
+    job = {**os.environ, **agentic_env(record), "RESULT_FILENAME": name,
+           "RESULT_DIR": str(results / AGENTIC_DIR / name), "AGENTIC_OUTPUT_DIR": str(out),
+           "HF_HUB_CACHE": str(out / "no-hf-cache")}
+    return subprocess.run(
+        [sys.executable, "-m", "utils.agentic.aggregation.process_agentic_result"],
+        cwd=CURRENT, env=job, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _differences(ours: object, theirs: object) -> dict[str, object]:
+    """Every leaf that differs (beyond 0.1 %) or that only one side has, but the plugin's
+    own numbers (`PLUGIN_ONLY`)."""
+    mine, other = _leaves(ours), _leaves(theirs)
+    out: dict[str, object] = {k: ("only ours", mine[k]) for k in set(mine) - set(other)
+                              if not any(k.startswith(p) for p in PLUGIN_ONLY)}
+    out |= {k: ("only InferenceX", other[k]) for k in set(other) - set(mine)}
+    out |= {k: (mine[k], other[k]) for k in set(mine) & set(other)
+            if not _close(mine[k], other[k])}
+    return out
+
+
 @pytest.fixture(scope="module")
 def agentic_point(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """One agentic point run through pytest (a subprocess), then InferenceX's two scripts."""
@@ -67,12 +97,7 @@ def agentic_point(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]
     name = str(record["result_filename"])
     result_dir = results / AGENTIC_DIR / name
     out = root / "inferencex-out"
-    job = {**os.environ, **agentic_env(record), "RESULT_FILENAME": name,
-           "RESULT_DIR": str(result_dir), "AGENTIC_OUTPUT_DIR": str(out),
-           "HF_HUB_CACHE": str(root / "no-hf-cache")}
-    aggregated = subprocess.run(
-        [sys.executable, "-m", "utils.agentic.aggregation.process_agentic_result"],
-        cwd=CURRENT, env=job, capture_output=True, text=True, timeout=120, check=False)
+    aggregated = _inferencex(record, results, out)
     assert aggregated.returncode == 0, aggregated.stderr
     validated = subprocess.run(
         [sys.executable, str(VALIDATOR), str(result_dir / ARTIFACTS),
@@ -88,12 +113,8 @@ def agentic_point(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]
 @needs_tree
 def test_inferencex_aggregates_the_plugins_files_as_the_plugin_does(
         agentic_point: dict[str, object]) -> None:
-    ours, theirs = _leaves(agentic_point["ours"]), _leaves(agentic_point["theirs"])
-    only_ours = {k for k in set(ours) - set(theirs)
-                 if not any(k.startswith(p) for p in PLUGIN_ONLY)}
-    assert not only_ours and not set(theirs) - set(ours)
-    differ = {k: (ours[k], theirs[k]) for k in theirs if not _close(ours[k], theirs[k])}
-    assert not differ
+    assert _differences(agentic_point["ours"], agentic_point["theirs"]) == {}
+    theirs = _leaves(agentic_point["theirs"])
     # What the comparison covered: real numbers, not empty blocks.
     assert isinstance(theirs["request_metrics.latency.intvty.p90"], float)
     assert theirs["request_metrics.throughput.per_gpu.total_tput_tps"] > 0  # type: ignore[operator]
@@ -170,3 +191,41 @@ def test_a_fixed_length_table_has_no_agentic_column() -> None:
     shown = [h for h, _ in columns([{"tput_per_gpu": 100.0, "median_intvty": 20.0}])]
     assert "tput/GPU tok/s" in shown
     assert not {"E2E-norm intvty p90", "intvty p90 (AgentX)", "valid"} & set(shown)
+
+
+def _records(count: int) -> list[RequestRecord]:
+    """Requests a second apart, each of 20 tokens streamed 10 ms apart after a 50 ms TTFT."""
+    return [RequestRecord(send_time=float(i), end_time=i + 0.24, input_tokens=1000 + i,
+                          output_tokens=20, success=True,
+                          chunk_times=i + 0.05 + 0.01 * np.arange(20, dtype=np.float64))
+            for i in range(count)]
+
+
+@needs_tree
+def test_every_agentic_shape_is_named_as_inferencex_names_it(tmp_path: Path) -> None:
+    """Single node and disaggregated multinode, with and without DRAM offloading (a backend
+    with its version), a KV transfer and a router: each point's result JSON is what
+    InferenceX makes of its files in the job's environment."""
+    servers = load_recipe(write(tmp_path)).servers
+    points = [p for s in servers for p in s.points()]
+    assert {p.server.multinode for p in points} == {True, False}
+    for index, point in enumerate(points):
+        records = _records(30)
+        meta = ReplayMeta(num_gpus=point.server.gpus, clock_start=0.0,
+                          start_unix=1_700_000_000.0, duration_s=1800.0, hit_blocks=3,
+                          total_blocks=4)
+        measurement = PointMeasurement(records=records, duration_s=31.0, num_prompts=30,
+                                       max_concurrency=point.conc, simulated=True,
+                                       replay=meta)
+        record = build_result(point, measurement, spec=None, backend="external")
+        results = tmp_path / f"results-{index}"
+        written = write_point_files(results, record, agentic_records=records)
+        out = tmp_path / f"out-{index}"
+        done = _inferencex(dict(written.record), results, out)
+        assert done.returncode == 0, (point.exp_name, done.stderr)
+        name = written.record.result_filename
+        ours = json.loads((results / AGENTIC_DIR / f"{name}.json").read_text(encoding="utf-8"))
+        theirs = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+        assert _differences(ours, theirs) == {}, point.exp_name
+        assert theirs["is_multinode"] == point.server.multinode
+        assert theirs["kv_offloading"] == point.server.offloading
