@@ -271,8 +271,10 @@ def aggregate(records: Sequence[RequestRecord], meta: ReplayMeta) -> dict[str, J
         "throughput": _throughput(ok, meta.num_gpus),
         "cache": {"theoretical_cache_hit_rate": theoretical},
     }
-    totals: dict[str, JSONValue] = {"prompt_tokens": sum(q.isl for q in ok),
-                                    "generation_tokens": sum(q.osl for q in ok),
+    # The server block's token totals when there is no server metrics export: unknown
+    # without a profiled success.
+    totals: dict[str, JSONValue] = {"prompt_tokens": sum(q.isl for q in ok) if ok else None,
+                                    "generation_tokens": sum(q.osl for q in ok) if ok else None,
                                     "requests": len(ok)}
     return {"request_metrics": request_metrics, "request_accounting": accounting(views),
             "validity": validity(views, meta), "totals": totals, "replay": meta.to_json()}

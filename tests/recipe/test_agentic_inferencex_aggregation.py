@@ -16,14 +16,16 @@ import numpy as np
 import pytest
 from test_agentic_entries import write
 
+from pytest_inferbench.recipe.model import BenchPoint
 from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.report.tables import columns
-from pytest_inferbench.results.agentic import ReplayMeta
+from pytest_inferbench.results.agentic import ReplayMeta, inferencex_failures
 from pytest_inferbench.results.agentic_files import AGENTIC_DIR, ARTIFACTS, EXPORT, agentic_env
 from pytest_inferbench.results.build import build_result
 from pytest_inferbench.results.measurement import PointMeasurement
 from pytest_inferbench.results.metrics import RequestRecord
 from pytest_inferbench.results.point_files import point_record, write_point_files
+from pytest_inferbench.results.record import PointRecord
 
 CURRENT = Path(__file__).resolve().parents[2].parent / "shared" / "inferencex-0801"
 AGGREGATION = CURRENT / "utils" / "agentic" / "aggregation" / "process_agentic_result.py"
@@ -201,6 +203,46 @@ def _records(count: int) -> list[RequestRecord]:
             for i in range(count)]
 
 
+def _written(point: BenchPoint, records: list[RequestRecord], results: Path) -> PointRecord:
+    meta = ReplayMeta(num_gpus=point.server.gpus, clock_start=0.0, start_unix=1_700_000_000.0,
+                      duration_s=1800.0, hit_blocks=3, total_blocks=4)
+    measurement = PointMeasurement(records=records, duration_s=31.0, num_prompts=len(records),
+                                   max_concurrency=point.conc, simulated=True, replay=meta)
+    record = build_result(point, measurement, spec=None, backend="external")
+    return write_point_files(results, record, agentic_records=records).record
+
+
+@needs_tree
+@pytest.mark.parametrize("failed", [4, 30])
+def test_failed_requests_are_judged_and_counted_as_inferencex_does(
+        tmp_path: Path, failed: int) -> None:
+    """Errors beyond InferenceX's 10 %: its validator rejects the point as the plugin's gate
+    does, and its aggregate (accounting, empty metrics when nothing succeeded) is the
+    plugin's."""
+    point = next(p for s in load_recipe(write(tmp_path)).servers for p in s.points())
+    records = [r if i >= failed else RequestRecord(
+                   send_time=r.send_time, end_time=r.end_time, input_tokens=r.input_tokens,
+                   output_tokens=0, success=False, error="HTTP 500: engine crashed")
+               for i, r in enumerate(_records(30))]
+    record = _written(point, records, tmp_path / "results")
+    done = _inferencex(dict(record), tmp_path / "results", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    name = record.result_filename
+    ours = json.loads((tmp_path / "results" / AGENTIC_DIR / f"{name}.json").read_text("utf-8"))
+    theirs = json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
+    assert _differences(ours, theirs) == {}
+    assert theirs["request_accounting"]["error_categories"] == {"HTTP 500": failed}
+    validated = subprocess.run(
+        [sys.executable, str(VALIDATOR), str(tmp_path / "results" / AGENTIC_DIR / name / ARTIFACTS),
+         "--failed-request-threshold", "0.10"],
+        cwd=CURRENT, capture_output=True, text=True, timeout=60, check=False)
+    assert validated.returncode == 1
+    assert f"{failed}/30" in validated.stderr
+    block = record["agentic"]
+    assert isinstance(block, dict)
+    assert inferencex_failures(block["validity"])  # the plugin's gate says the same
+
+
 @needs_tree
 def test_every_agentic_shape_is_named_as_inferencex_names_it(tmp_path: Path) -> None:
     """Single node and disaggregated multinode, with and without DRAM offloading (a backend
@@ -210,20 +252,12 @@ def test_every_agentic_shape_is_named_as_inferencex_names_it(tmp_path: Path) -> 
     points = [p for s in servers for p in s.points()]
     assert {p.server.multinode for p in points} == {True, False}
     for index, point in enumerate(points):
-        records = _records(30)
-        meta = ReplayMeta(num_gpus=point.server.gpus, clock_start=0.0,
-                          start_unix=1_700_000_000.0, duration_s=1800.0, hit_blocks=3,
-                          total_blocks=4)
-        measurement = PointMeasurement(records=records, duration_s=31.0, num_prompts=30,
-                                       max_concurrency=point.conc, simulated=True,
-                                       replay=meta)
-        record = build_result(point, measurement, spec=None, backend="external")
         results = tmp_path / f"results-{index}"
-        written = write_point_files(results, record, agentic_records=records)
+        record = _written(point, _records(30), results)
         out = tmp_path / f"out-{index}"
-        done = _inferencex(dict(written.record), results, out)
+        done = _inferencex(dict(record), results, out)
         assert done.returncode == 0, (point.exp_name, done.stderr)
-        name = written.record.result_filename
+        name = record.result_filename
         ours = json.loads((results / AGENTIC_DIR / f"{name}.json").read_text(encoding="utf-8"))
         theirs = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
         assert _differences(ours, theirs) == {}, point.exp_name
