@@ -183,7 +183,7 @@ CATALOG: tuple[Metric | Fact, ...] = (
     *(Fact(name) for name in (
         "server_node", "config_key", "model_prefix", "hardware", "framework", "precision", "tp",
         "ep", "dp_attention", "spec_decoding", "isl", "osl", "agentic_traces", "conc",
-        "request_rate",
+        "kv_offloading", "request_rate",
         "rate_limited")),
     Metric("achieved_request_rate", "requests sent per second between the first and the "
            "last send (none below two sends)", "req/s", junit=("achieved_request_rate",)),

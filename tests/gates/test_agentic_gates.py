@@ -70,3 +70,16 @@ def test_agentic_throughput_per_gpu_is_compared_with_the_baseline(objs: Any,
         f"(-10.0%, tolerance 5%; {tmp_path / 'base.json'})"]
     close = agentic_result(objs, point, agentic_tput_per_gpu=970.0)
     assert evaluate_point(close, point, None, settings, gates, baseline) == []
+
+
+def test_agentic_points_alike_but_for_their_kv_tier_have_their_own_baselines(
+        objs: Any, tmp_path: Path) -> None:
+    point, settings = objs.make_point(), objs.make_settings()
+    hbm = agentic_result(objs, point, kv_offloading="none", agentic_tput_per_gpu=1000.0)
+    dram = agentic_result(objs, point, kv_offloading="dram", agentic_tput_per_gpu=600.0)
+    save_baseline(tmp_path / "base.json", [dram, hbm], {"backend": "sim"})
+    baseline = load_baseline(tmp_path / "base.json")
+    gates = Gates(parse_gates("regression:\n  tolerance: 5%\n", tmp_path / "gates.yaml"))
+    # Each as good as its own baseline: no regression, though DRAM is 40 % below HBM.
+    assert evaluate_point({**hbm}, point, None, settings, gates, baseline) == []
+    assert evaluate_point({**dram}, point, None, settings, gates, baseline) == []
