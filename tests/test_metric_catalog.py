@@ -25,6 +25,8 @@ from pytest_inferbench.gates.rules import RegressionPolicy
 from pytest_inferbench.report import result_properties
 from pytest_inferbench.report.tables import columns
 from pytest_inferbench.results import catalog
+from pytest_inferbench.results.agentic import ReplayMeta
+from pytest_inferbench.results.build import agentic_fields
 from pytest_inferbench.results.catalog import FloatArray
 from pytest_inferbench.results.metrics import RequestRecord, summarize
 from pytest_inferbench.results.point_files import AGG_PREFIX, agg_result, raw_keys
@@ -85,11 +87,14 @@ def expected_ttst(records: list[RequestRecord]) -> list[float]:
 
 def test_summarize_reads_every_metric_of_the_catalog() -> None:
     """What summarize writes is what the catalog declares (the AL keys come from the server,
-    the power keys from the backend's power reading)."""
+    the power keys from the backend's power reading, an agentic point's own from its
+    aggregate)."""
     summary = summarize([], duration_s=1.0, num_prompts=0, max_concurrency=1, num_gpus=1)
     server_side = {"acceptance_length", "client_tokens_per_chunk", *POWER_KEYS,
                    "client_minus_server_median_ttft_ms", "client_minus_server_median_itl_ms"}
-    assert set(summary) | server_side == set(catalog.all_record_keys())
+    meta = ReplayMeta(num_gpus=1, clock_start=0.0, start_unix=0.0, duration_s=1.0)
+    agentic = set(agentic_fields([], meta)) - {"agentic", "invalid_reasons"}
+    assert set(summary) | server_side | agentic == set(catalog.all_record_keys())
 
 
 def test_a_declared_distribution_is_computed_and_described(with_ttst: None) -> None:

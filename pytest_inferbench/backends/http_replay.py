@@ -23,6 +23,7 @@ from ..loadgen.selfcheck import point_verdict
 from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
 from ..loadgen.trace_sessions import sessions
 from ..loadgen.traces import TraceError, load_traces
+from ..results.agentic import ReplayMeta
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .base import PointNotMeasuredError
 from .measured import measured_phase
@@ -116,8 +117,12 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
         "token_source": cfg.text_token_source,
         "token_counts_estimated": cfg.text_token_source.endswith("(approximate)"),
     }
+    replayed = ReplayMeta(
+        num_gpus=point.server.gpus, clock_start=run.start, start_unix=phase.started_unix,
+        duration_s=settings.duration_s, hit_blocks=hit, total_blocks=total,
+        cancelled=run.cancelled, expected_output=tuple(q.output_length for q in run.requests))
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,
         client_check=check, notes=tuple(notes), started_unix=phase.started_unix,
-        workload=described, time_scale=handle.time_scale, power=phase.power)
+        workload=described, time_scale=handle.time_scale, power=phase.power, replay=replayed)

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..recipe.golden import GoldenAL, GoldenALError, load_golden_al, packaged
-from ..results import catalog
+from ..results import agentic, catalog
 from ..results.catalog import is_timing, unit_of
+from ..results.record import mapping as _mapping
 from ..results.record import number as _number
 from .baseline import (
     Baseline,
@@ -197,7 +198,10 @@ def evaluate_point(
     """
     extra = {k: v for k, v in acceptance_fields(point, spec, gates).items() if k not in result}
     values = {**result, **extra}
-    failures = _failure_ratio(values, settings.max_failure_ratio)
+    # An agentic point is judged as InferenceX's validator judges it (its profiling phase).
+    validity = _mapping(_mapping(values.get("agentic")).get("validity"))
+    failures = (agentic.inferencex_failures(validity) if "agentic" in values
+                else _failure_ratio(values, settings.max_failure_ratio))
     failures += _speculative(values, point, spec)
     failures += _slo(values, point, gates.rules)
     if baseline is not None:
@@ -316,11 +320,17 @@ def _slo(result: Record, point: BenchPoint, rules: GatesFile) -> list[str]:
                 continue
             if not req.holds(value):
                 unit = unit_of(req.metric)
+                reasons = result.get(REASONS.get(req.metric, ""))
+                why = f": {'; '.join(map(str, reasons))}" if isinstance(reasons, list) else ""
                 failures.append(
                     f"{req.metric} {fmt(value, unit)} {req.violated_op} "
-                    f"{fmt(req.threshold, unit)} ({where})"
+                    f"{fmt(req.threshold, unit)} ({where}){why}"
                 )
     return failures
+
+
+# A metric whose failure is explained by another key of the result (the reasons it holds).
+REASONS = {"submission_valid": "invalid_reasons"}
 
 
 def _metric(result: Record, metric: str) -> tuple[float | None, str]:

@@ -40,6 +40,7 @@ IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
     ("isl",),
     ("osl",),
     ("conc", "max_concurrency"),
+    ("kv_offloading",),  # an agentic row's KV tier: rows alike but for it are other points
 )
 
 # What a measurement was taken with: results differ across these for reasons other than the

@@ -87,6 +87,7 @@ class ReplayRun:
     end: float
     plays: int  # trees started
     plays_completed: int  # trees whose every stream sent every turn
+    cancelled: bool = False  # the point's deadline cut the replay off
 
     @property
     def duration_s(self) -> float:
@@ -228,7 +229,8 @@ class Replayer:
         await self.builder.finish()
         return ReplayRun(records=tuple(r for r in self.records if r is not None),
                          requests=tuple(self.requests), start=self.start, end=ended,
-                         plays=self.plays, plays_completed=self.completed)
+                         plays=self.plays, plays_completed=self.completed,
+                         cancelled=self.expired.is_set())
 
     def _open(self) -> bool:
         return time.perf_counter() < self.end and not self.expired.is_set()

@@ -92,7 +92,8 @@ def run_bench_item(item: pytest.Item, point: BenchPoint, node: RunningNode,
             settings.results_dir, measured,
             requests=measurement.records if settings.save_requests else None,
             mask=state.redactor.text, names=names,
-            gpu_metrics=measurement.power.samples_csv if measurement.power else None)
+            gpu_metrics=measurement.power.samples_csv if measurement.power else None,
+            agentic_records=measurement.records)
     except build.WriteError as exc:  # a full disk fails this point, not the run
         not_written, result = [str(exc)], measured
     else:

@@ -4,6 +4,8 @@ The axes are the metric catalog's plot axes: its y axis (throughput per GPU) aga
 axis in a panel of its own. One figure per (model prefix, ISL/OSL), one curve per server node
 (points in concurrency order, each labelled with its concurrency; in a figure of more than
 `DENSE_POINTS` points only each curve's ends), the way InferenceX charts its sweeps.
+Agentic-coding points get one figure per model instead, AgentX's Pareto axes (the catalog's
+`agentic-x` and `agentic-y`: E2E-normalized interactivity against throughput per GPU).
 Simulated results say so in the title.
 """
 
@@ -55,11 +57,14 @@ PARALLEL_FIGURES = 4
 DENSE_POINTS = 150
 
 
-def panels() -> tuple[tuple[catalog.PlotAxis, ...], catalog.PlotAxis]:
-    """(the x axes, one panel each; the y axis) from the catalog."""
+FIXED, AGENTIC = "", "agentic-"  # a figure's kind: the prefix of its catalog axes
+
+
+def panels(kind: str = FIXED) -> tuple[tuple[catalog.PlotAxis, ...], catalog.PlotAxis]:
+    """(the x axes, one panel each; the y axis) of a kind of figure, from the catalog."""
     axes = catalog.plot_axes()
-    (y,) = [a for a in axes if a.axis == "y"]
-    return tuple(a for a in axes if a.axis == "x"), y
+    (y,) = [a for a in axes if a.axis == f"{kind}y"]
+    return tuple(a for a in axes if a.axis == f"{kind}x"), y
 
 
 def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
@@ -68,7 +73,7 @@ def plot_results(points: Sequence[Row], out_dir: Path) -> list[Path] | None:
     return None if pending is None else pending.finish()
 
 
-Job = tuple[tuple[str, int, int], list[Row], Path]
+Job = tuple[tuple[str, int, int, str], list[Row], Path]  # (model, ISL, OSL, kind)
 
 
 class PendingPlots:
@@ -100,16 +105,21 @@ def start_plots(points: Sequence[Row], out_dir: Path) -> PendingPlots | None:
         import matplotlib  # noqa: F401
     except ImportError:
         return None
-    x_axes, y_axis = panels()
-    plotted = (*POINT_KEYS, y_axis.key, *(x.key for x in x_axes))
-    groups: dict[tuple[str, int, int], list[Row]] = {}
+    (x_axes, y_axis), (agentic_x, agentic_y) = panels(), panels(AGENTIC)
+    plotted = (*POINT_KEYS, *(a.key for a in (y_axis, *x_axes, agentic_y, *agentic_x)))
+    groups: dict[tuple[str, int, int, str], list[Row]] = {}
     for p in points:
-        if _value(p, y_axis.key) is not None:
-            key = (str(p.get("model_prefix", "model")), int(_value(p, "isl") or 0),
-                   int(_value(p, "osl") or 0))
-            groups.setdefault(key, []).append({k: p[k] for k in plotted if k in p})
+        model = str(p.get("model_prefix", "model"))
+        if _value(p, agentic_y.key) is not None:  # an agentic point: its model's Pareto plot
+            key = (model, 0, 0, AGENTIC)
+        elif _value(p, y_axis.key) is not None:
+            key = (model, int(_value(p, "isl") or 0), int(_value(p, "osl") or 0), FIXED)
+        else:
+            continue
+        groups.setdefault(key, []).append({k: p[k] for k in plotted if k in p})
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = [bounded(f"{_slug(key[0])}_isl{key[1]}_osl{key[2]}") for key in sorted(groups)]
+    names = [bounded(f"{_slug(key[0])}_agentic" if key[3] == AGENTIC else
+                     f"{_slug(key[0])}_isl{key[1]}_osl{key[2]}") for key in sorted(groups)]
     jobs = [(key, rows, out_dir / f"{name}.png")
             for (key, rows), name in zip(sorted(groups.items()), names, strict=True)]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -151,18 +161,19 @@ def _start_child(jobs: list[Job]) -> subprocess.Popen[bytes] | None:
 def draw_from_stdin() -> None:
     """A child interpreter's share of the figures: JSON `[[key, rows, path], ...]` on stdin."""
     for key, rows, path in json.load(sys.stdin):
-        draw_figure((str(key[0]), int(key[1]), int(key[2])), rows, Path(path))
+        draw_figure((str(key[0]), int(key[1]), int(key[2]), str(key[3])), rows, Path(path))
 
 
-def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path:
-    """One (model prefix, ISL/OSL) figure: both panels, one curve per server node."""
+def draw_figure(key: tuple[str, int, int, str], group: list[Row], path: Path) -> Path:
+    """One (model prefix, ISL/OSL) figure, or a model's agentic one: its panels, one curve per
+    server node."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    model, isl, osl = key
-    x_axes, y_axis = panels()
+    model, isl, osl, kind = key
+    x_axes, y_axis = panels(kind)
     by_node: dict[str, list[Row]] = {}
     for p in group:
         by_node.setdefault(str(p.get("server_node", "?")), []).append(p)
@@ -211,7 +222,8 @@ def draw_figure(key: tuple[str, int, int], group: list[Row], path: Path) -> Path
     simulated = any(p.get("simulated") is True for p in group)
     not_timed = any(p.get("timings_meaningful") is False for p in group)
     fig.suptitle(
-        f"{model} ISL {isl} / OSL {osl}"
+        (f"{model} agentic coding (traces)" if kind == AGENTIC else
+         f"{model} ISL {isl} / OSL {osl}")
         + ("  -  SIMULATED (performance model, not hardware)" if simulated else "")
         + ("  -  TIMINGS NOT MEANINGFUL (time scale 0)" if not_timed else "")
     )

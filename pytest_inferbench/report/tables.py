@@ -61,9 +61,12 @@ LEADING: tuple[TableColumn, ...] = (
 TRAILING: tuple[TableColumn, ...] = (("verdict", lambda row: str(row.get("verdict"))),)
 
 
-def columns() -> tuple[TableColumn, ...]:
-    """The point, the metric catalog's columns in its order, the verdict."""
-    shown = tuple((c.header, _metric_cell(c)) for c in catalog.columns())
+def columns(rows: Iterable[Row] = ()) -> tuple[TableColumn, ...]:
+    """The point, the metric catalog's columns in its order, the verdict; an optional column
+    (an agentic point's metrics) only where one of `rows` has its key."""
+    rows = list(rows)
+    shown = tuple((c.header, _metric_cell(c)) for c in catalog.columns()
+                  if not c.optional or any(c.key in row for row in rows))
     return (*LEADING, *shown, *TRAILING)
 
 
@@ -137,7 +140,7 @@ def terminal_tables(nodes: Mapping[str, Mapping[str, list[Row]]]) -> list[str]:
             f"  [{ESTIMATED_NOTE}]" if _estimated(entry) else "")
         lines += ["", title]
         if entry["points"]:
-            shown = columns()
+            shown = columns(entry["points"])
             table = [[h for h, _ in shown]] + [_cells(r, shown) for r in entry["points"]]
             widths = [max(len(row[i]) for row in table) for i in range(len(shown))]
             for index, row in enumerate(table):
@@ -163,7 +166,7 @@ def markdown_tables(
         if _estimated(entry):
             out += [f"> {ESTIMATED_NOTE}.", ""]
         if entry["points"]:
-            shown = columns()
+            shown = columns(entry["points"])
             out.append("| " + " | ".join(h for h, _ in shown) + " |")
             out.append("|" + "---:|" * len(shown))
             out += ["| " + " | ".join(_cells(r, shown)) + " |" for r in entry["points"]]

@@ -20,16 +20,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import metrics, server_latency
+from . import agentic, metrics, server_latency
 from .agg_file import ENV_KEY
 from .file_names import bounded
 from .power import power_fields
 from .record import PointRecord, mapping, number, strings, to_int
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..recipe.launch import ServerSpec
     from ..recipe.model import BenchPoint
+    from .agentic import ReplayMeta
     from .measurement import PointMeasurement
+    from .metrics import RequestRecord
     from .record import JSONValue, Record
 
 SCHEMA_VERSION = 1
@@ -92,9 +96,19 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     """One point's record. Per-GPU numbers divide by TP, as InferenceX does."""
     result = identity(point, spec=spec, backend=backend, image=image,
                       simulated=measurement.simulated, runner_name=runner_name)
+    records = measurement.records
+    replay = replay_meta(measurement, point.server.gpus)
+    if replay is not None:  # an agentic point: its warmup is measured by nothing
+        result.update(agentic_fields(records, replay))
+        result["kv_offloading"] = point.server.offloading
+        result["allocated_cpu_dram_gb"] = point.server.total_cpu_dram_gb
+        result["kv_offload_backend"] = point.server.kv_offload_backend
+        if any(r.warmup for r in records):
+            records = [r for r in records if not r.warmup]
     summary = metrics.summarize(
-        measurement.records, duration_s=measurement.duration_s,
-        num_prompts=measurement.num_prompts, max_concurrency=measurement.max_concurrency,
+        records, duration_s=measurement.duration_s,
+        num_prompts=measurement.num_prompts if records is measurement.records else len(records),
+        max_concurrency=measurement.max_concurrency,
         num_gpus=point.server.gpus, goodput_slos=goodput_slos)
     # benchmark_serving's setup keys: the client it would have been (completions: `vllm`).
     result["date"] = time.strftime("%Y%m%d-%H%M%S")
@@ -119,7 +133,6 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
     result["benchmark_start_time_unix"] = started
     result["benchmark_end_time_unix"] = started + measurement.duration_s
     # Per request in send order; a failed request's output is 0 tokens, as vLLM counts it.
-    records = measurement.records
     if isinstance(records, metrics.StepRecords):  # all succeeded; counted by the simulator's words
         result["input_lens"] = records.input_tokens.tolist()
         result["output_lens"] = records.output_tokens.tolist()
@@ -158,6 +171,41 @@ def build_result(point: BenchPoint, measurement: PointMeasurement, *,
             total_input_tokens=to_int(summary["total_input_tokens"]),
             total_output_tokens=to_int(summary["total_output_tokens"])))
     return PointRecord(result)
+
+
+def replay_meta(measurement: PointMeasurement, gpus: int) -> ReplayMeta | None:
+    """What an agentic point's aggregate needs besides its records: the backend's, else
+    (a replay that says only that it is one) the measurement's own clock and duration,
+    without the theoretical prefix-cache hits."""
+    workload = measurement.workload
+    if measurement.replay is not None or workload.get("kind") != "agentic-replay":
+        return measurement.replay
+    duration = workload.get("duration_s")
+    return agentic.ReplayMeta(
+        num_gpus=gpus, clock_start=metrics.first_send(measurement.records),
+        start_unix=measurement.started_unix or 0.0,
+        duration_s=float(duration) if isinstance(duration, (int, float)) else 0.0)
+
+
+def agentic_fields(records: Sequence[RequestRecord], meta: ReplayMeta
+                   ) -> dict[str, JSONValue]:
+    """An agentic point's InferenceX aggregate (`agentic`, nested as InferenceX has it) and
+    its headline numbers as flat keys the gates, the report and the baseline read."""
+    block = agentic.aggregate(records, meta)
+    request = mapping(block["request_metrics"])
+    latency = mapping(request.get("latency"))
+    norm = mapping(latency.get("e2e_norm_intvty"))
+    per_gpu = mapping(mapping(request.get("throughput")).get("per_gpu"))
+    valid = mapping(block["validity"])
+    return {
+        "agentic": block,
+        "p90_e2e_norm_intvty": norm.get("p90"),
+        "agentic_p90_intvty": mapping(latency.get("intvty")).get("p90"),
+        "agentic_tput_per_gpu": per_gpu.get("total_tput_tps"),
+        "mean_qps": mapping(request.get("qps")).get("mean"),
+        "submission_valid": 1 if valid.get("submission_valid") else 0,
+        "invalid_reasons": valid.get("invalid_reasons", []),
+    }
 
 
 # A simulated server whose step deliveries ran later than its model's clock by more than this,

@@ -55,6 +55,7 @@ class Column:
     scale: float = 1.0  # e.g. 1000 to show seconds in ms
     digits: int = 1
     beside: str = ""  # another record key shown in parentheses after the value
+    optional: bool = False  # shown only in a table where a point has the key
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class PlotAxis:
 
     key: str
     label: str
-    axis: str  # "x" or "y"
+    axis: str  # "x" or "y"; "agentic-x", "agentic-y": the agentic points' Pareto plot
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ CATALOG: tuple[Metric | Fact, ...] = (
     *(Fact(name) for name in (
         "server_node", "config_key", "model_prefix", "hardware", "framework", "precision", "tp",
         "ep", "dp_attention", "spec_decoding", "isl", "osl", "agentic_traces", "conc",
-        "request_rate",
+        "kv_offloading", "request_rate",
         "rate_limited")),
     Metric("achieved_request_rate", "requests sent per second between the first and the "
            "last send (none below two sends)", "req/s", junit=("achieved_request_rate",)),
@@ -286,6 +287,30 @@ CATALOG: tuple[Metric | Fact, ...] = (
            columns=(Column("J/out tok", "joules_per_output_token", digits=3),)),
     Metric("joules_per_total_token", "GPU energy per input and output token", "J/tok",
            Direction.LOWER, inferencex="agg"),
+    # An agentic point's InferenceX aggregate (`agentic.py`), its warmup left out; a table shows
+    # their columns only where a point has them.
+    Metric("p90_e2e_norm_intvty", "E2E-normalized interactivity: 1 / p90 of E2EL/OSL per "
+           "request (AgentX's headline axis)", "tok/s/user", Direction.HIGHER, timing=True,
+           junit=("p90_e2e_norm_intvty",), baseline=("p90_e2e_norm_intvty",),
+           columns=(Column("E2E-norm intvty p90", "p90_e2e_norm_intvty", optional=True),),
+           plot=(PlotAxis("p90_e2e_norm_intvty", "E2E-normalized interactivity, p90 "
+                          "(tok/s/user)", "agentic-x"),)),
+    Metric("agentic_p90_intvty", "AgentX interactivity: 1 / p90 of the per-request ITL, "
+           "(E2EL - TTFT) / (OSL - 1) where above 0", "tok/s/user", Direction.HIGHER,
+           timing=True, junit=("agentic_p90_intvty",), baseline=("agentic_p90_intvty",),
+           columns=(Column("intvty p90 (AgentX)", "agentic_p90_intvty", optional=True),)),
+    Metric("agentic_tput_per_gpu", "token throughput per GPU over the first start to last end "
+           "of the profiled requests", "tok/s/GPU", Direction.HIGHER, timing=True,
+           junit=("agentic_tput_per_gpu",), baseline=("agentic_tput_per_gpu",),
+           columns=(Column("span tput/GPU tok/s", "agentic_tput_per_gpu", optional=True),),
+           plot=(PlotAxis("agentic_tput_per_gpu", "Throughput per GPU, first start to last end "
+                          "(tok/s/GPU)", "agentic-y"),)),
+    Metric("mean_qps", "completions per second, mean over 1 s windows", "req/s",
+           Direction.HIGHER, timing=True, junit=("mean_qps",)),
+    Metric("submission_valid", "1 when AIPerf's AgentX rules hold (duration, overflows, not "
+           "cancelled, metric coverage), else 0; `invalid_reasons` says why", "",
+           Direction.HIGHER, junit=("submission_valid",),
+           columns=(Column("valid", "submission_valid", digits=0, optional=True),)),
 )
 
 

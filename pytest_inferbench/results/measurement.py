@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from .agentic import ReplayMeta
     from .metrics import RequestRecord
     from .power import PowerReading
     from .record import JSONValue
@@ -46,3 +47,5 @@ class PointMeasurement:
     # Each GPU's mean power over the measured phase (`results.power`): the simulator's model,
     # a GPU tool's samples, or why there is none; None where the backend says nothing of it.
     power: PowerReading | None = None
+    # An agentic replay's point: what its aggregate needs besides the records (`agentic`).
+    replay: ReplayMeta | None = None

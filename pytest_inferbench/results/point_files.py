@@ -11,6 +11,7 @@
 - `requests/<RESULT_FILENAME>.jsonl` (`--inferbench-save-requests`): one line per request.
 - `gpu_metrics/<RESULT_FILENAME>.csv`: a real backend's GPU samples (nvidia-smi / amd-smi), as
   InferenceX's `gpu_metrics.csv`, which its `aggregate_power.py` reads with the raw file.
+- an agentic point's `agentic/<RESULT_FILENAME>.json` and AIPerf artifacts (`agentic_files`).
 
 `write_point_files` writes all of them. RESULT_FILENAME is
 `recipe.BenchPoint.result_filename(runner_name)`: the workflow's template (`recipe.workflow`),
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import agg_file, catalog
+from .agentic_files import write_agentic_files
 from .build import write_json_atomic, write_text_atomic
 from .file_names import bounded
 from .metrics import first_send
@@ -164,7 +166,8 @@ def write_point_files(results_dir: Path, record: PointRecord,
                       requests: Sequence[RequestRecord] | None = None,
                       mask: Callable[[str], str] = str,
                       names: PointNames | None = None,
-                      gpu_metrics: str | None = None) -> WrittenPoint:
+                      gpu_metrics: str | None = None,
+                      agentic_records: Sequence[RequestRecord] | None = None) -> WrittenPoint:
     """Every file of a point under `results_dir`, each written beside and renamed into place
     (readers never see half a file): the raw and agg files in `points/`, and given the point's
     `requests` (`--inferbench-save-requests`), their lines in `requests/`, each error masked
@@ -173,7 +176,8 @@ def write_point_files(results_dir: Path, record: PointRecord,
     written again once its gates have run, its requests have not changed. Names are held to a length
     a file system takes (`file_names.bounded`); with `names`, a name another point of the run
     holds is never taken (`PointNames`). A file that cannot be written raises
-    `build.WriteError` naming it."""
+    `build.WriteError` naming it. An agentic point also has InferenceX's agentic files
+    (`agentic_files`), its requests' export given `agentic_records`."""
     points_dir = results_dir / POINTS_DIR
     record = _write_raw(points_dir, record, names)
     agg_path = point_paths(points_dir, record.result_filename)[1]
@@ -185,6 +189,8 @@ def write_point_files(results_dir: Path, record: PointRecord,
                      "process_result.py fails on it too)")
     else:
         write_json_atomic(agg_path, agg)
+    if "agentic" in record:
+        write_agentic_files(results_dir, record, agentic_records, mask)
     if requests is not None:
         _write_request_lines(results_dir / REQUESTS_DIR / f"{record.result_filename}.jsonl",
                              requests, mask)

@@ -57,6 +57,9 @@ class RequestRecord:
     # counted per step instead of sorted per chunk. Elsewhere None.
     step_ends: FloatArray | None = None
     first_step: int = -1
+    # An agentic replay's warmup request (its primers and per-lane warmups): sent to bring the
+    # server to its live state, left out of every agentic metric (`results/agentic.py`).
+    warmup: bool = False
 
     def tokens_per_chunk(self) -> IntArray:
         """`chunk_tokens`, or one token per chunk where the record keeps no counts."""

@@ -43,3 +43,19 @@ def test_a_dense_figure_labels_only_each_curve_s_ends() -> None:
     assert plots.labelled(curve, dense=False) == curve
     assert plots.labelled(curve, dense=True) == [curve[0], curve[-1]]
     assert plots.labelled(curve[:1], dense=True) == curve[:1]
+
+
+def test_agentic_points_get_one_pareto_figure_per_model(tmp_path: Path) -> None:
+    """An agentic point is drawn on AgentX's axes, in its model's figure; a fixed-length point
+    of the same model keeps its own figure."""
+    agentic = [{"model_prefix": "qwen3.5", "isl": 0, "osl": 0, "server_node": f"node{n}",
+                "conc": conc, "tput_per_gpu": 50.0 * conc, "median_intvty": 100.0 / conc,
+                "agentic_tput_per_gpu": 40.0 * conc, "p90_e2e_norm_intvty": 90.0 / conc,
+                "simulated": True} for n in range(2) for conc in (4, 8)]
+    fixed = [{**p, "model_prefix": "qwen3.5", "isl": 1024, "osl": 1024}
+             for p in matrix_points(1)]
+    written = plots.plot_results([*agentic, *fixed], tmp_path)
+    assert written == [tmp_path / "qwen3.5_agentic.png", tmp_path / "qwen3.5_isl1024_osl1024.png"]
+    assert all(path.read_bytes()[:8] == PNG for path in written)
+    (x,), y = plots.panels(plots.AGENTIC)
+    assert (x.key, y.key) == ("p90_e2e_norm_intvty", "agentic_tput_per_gpu")
