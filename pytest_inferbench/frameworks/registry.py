@@ -18,7 +18,9 @@ A framework's file is the one place that says what it is to every part of the pl
   names are not modelled borrows another's).
 - `metrics`: each engine quantity (a `sim/server/prom.MetricsSnapshot` attribute) -> the name the
   server exports it under (counters without `_total`); what the simulated server exposes
-  and what the client's scraper reads. `latency_histograms`: ttft/itl/e2e -> histogram names.
+  and what the client's scraper reads. A name may end in one `{label="value"}`: one series
+  of a labelled family (SGLang's `sglang:cached_tokens{cache_source="host"}`).
+  `latency_histograms`: ttft/itl/e2e -> histogram names.
 - `older_kv_usage`: KV-usage gauge names of older releases that the scraper also reads.
 - `acceptance`: how the scraper reads the acceptance length from the counters: 1 + the
   `accepted_tokens` metric / the `steps` quantity's (the one that counts verify steps), the
@@ -58,10 +60,13 @@ __all__ = [
     "entry",
     "frameworks",
     "get",
+    "metric_labels",
     "names",
     "of_argv",
     "personas",
     "register",
+    "sample_name",
+    "split_metric",
     "unregister",
 ]
 
@@ -120,6 +125,23 @@ class FrameworkEntry:
     def preemption_counter(self) -> str | None:
         name = self.metrics.get("preemptions")
         return f"{name}_total" if name else None
+
+
+def split_metric(name: str) -> tuple[str, tuple[str, str] | None]:
+    """`family{label="value"}` -> (family, (label, value)); a plain name -> (name, None)."""
+    family, brace, rest = name.partition("{")
+    if not brace:
+        return name, None
+    label, _, value = rest.rstrip("}").partition("=")
+    return family, (label.strip(), value.strip().strip('"'))
+
+
+def sample_name(name: str, *, counter: bool) -> str:
+    """How a scrape keys a metric's sample: counters with `_total`, a labelled series as
+    `family_total{label="value"}` (`loadgen/scrape.parse_metrics`)."""
+    family, label = split_metric(name)
+    key = f"{family}_total" if counter else family
+    return key if label is None else f'{key}{{{label[0]}="{label[1]}"}}'
 
 
 _REQUIRED = ("name", "order", "argv_words", "programs", "persona", "metrics", "speculative",
@@ -223,6 +245,13 @@ def get(name: str) -> FrameworkEntry:
     if found is None:
         raise FrameworkError(f"unknown framework {name!r}; known: {', '.join(sorted(table))}")
     return found
+
+
+def metric_labels() -> frozenset[str]:
+    """The labels some framework's metric names select a series by: a scrape keeps those
+    series apart as well as summing them."""
+    return frozenset(label[0] for f in frameworks() for name in f.metrics.values()
+                     if (label := split_metric(name)[1]) is not None)
 
 
 def personas() -> tuple[str, ...]:
