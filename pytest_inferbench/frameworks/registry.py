@@ -35,6 +35,11 @@ A framework's file is the one place that says what it is to every part of the pl
 - `router`: the router policy of the engine's own disaggregated deployment (default
   round-robin); `multinode`: each multinode recipe framework that serves this engine -> its
   default router policy; its packaged launch spec is `launch_specs/multinode/<name>.yaml`.
+- `kv_offload`: each KV-offload backend of an agentic `kv-offloading: dram` point (`hicache`,
+  `vllm-simple`, ...) -> the `args` and `env` the launch adds to serve it and the flags it
+  `drop`s (the tier extends the prefix cache, which a spec may turn off), sized by the
+  placeholders `{total_cpu_dram_gb}` (the point's DRAM budget), `{cpu_dram_gb_per_rank}` and
+  `{cpu_dram_bytes_per_rank}` (split over its TP ranks), as InferenceX's scripts pass them.
 - `simulator`: the simulated engine's profile (the docstring of `sim/catalog.Framework`, which
   reads it, describes the keys; `docs/simulator.md` the calibrated values).
 
@@ -45,7 +50,7 @@ project's conftest may do so for a framework of its own).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -110,6 +115,7 @@ class FrameworkEntry:
     router: str
     multinode: Mapping[str, str]
     simulator: Mapping[str, Any]
+    kv_offload: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def metric_prefix(self) -> str:
@@ -204,7 +210,23 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> FrameworkE
         router=str(data.get("router", "round-robin")),
         multinode={k: str(v) for k, v in _mapping(
             data.get("multinode"), f"{where}: multinode").items()},
-        simulator=_mapping(data["simulator"], f"{where}: simulator"))
+        simulator=_mapping(data["simulator"], f"{where}: simulator"),
+        kv_offload=_kv_offload(data.get("kv_offload"), f"{where}: kv_offload"))
+
+
+def _kv_offload(value: object, where: str) -> dict[str, Mapping[str, Any]]:
+    out: dict[str, Mapping[str, Any]] = {}
+    for backend, how in _mapping(value, where).items():
+        how = _mapping(how, f"{where}.{backend}")
+        unknown = set(how) - {"args", "env", "drop"}
+        if unknown:
+            raise FrameworkError(f"{where}.{backend}: unknown key {sorted(unknown)[0]!r} "
+                                 "(expected args, env, drop)")
+        env = _mapping(how.get("env"), f"{where}.{backend}.env")
+        out[backend] = {"args": _strings(how.get("args", []), f"{where}.{backend}.args"),
+                        "env": {str(k): str(v) for k, v in env.items()},
+                        "drop": _strings(how.get("drop", []), f"{where}.{backend}.drop")}
+    return out
 
 
 def _all() -> dict[str, FrameworkEntry]:

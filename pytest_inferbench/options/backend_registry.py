@@ -31,12 +31,12 @@ class BackendInfo:
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
-    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, kv_offload=False,
+    # The engine reads a launch's KV-offload flags into its CPU-DRAM tier (docs/simulator.md).
+    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True,
                 agentic_missing="the in-process replay on the virtual clock; the sim-server "
                 "backend replays over HTTP"),
-    # The simulator has no CPU-DRAM tier yet.
-    BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True,
-                kv_offload=False),
+    # Its engine has the CPU-DRAM tier the launch's offload flags size (docs/simulator.md).
+    BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True),
     BackendInfo("docker", "docker", "DockerBackend", simulated=False),
     BackendInfo("process", "process", "ProcessBackend", simulated=False),
     # A running server is one endpoint whatever stands behind it: a deployment's router too.
@@ -64,8 +64,8 @@ def unsupported_reason(backend: str, *, multinode: bool, agentic: bool = False,
         return (f"agentic-coding: agentic trace replay is not implemented on the {backend} "
                 f"backend yet ({lacks or f'it runs on: {runs}'})")
     if agentic and offloading != "none" and not info.kv_offload:
-        return (f"agentic-coding: kv-offloading {offloading} is not simulated yet (missing: a "
-                "CPU-DRAM KV-offload tier in the simulator)")
+        return (f"agentic-coding: kv-offloading {offloading} is not supported by the {backend} "
+                "backend")
     if multinode and not info.multinode:
         runs = ", ".join(name for name, info in BACKENDS.items() if info.multinode)
         return f"multinode: not supported by the {backend} backend yet (runs on: {runs})"
