@@ -203,8 +203,11 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     on = _overlays_on(server.parallel, server)
     overlay_args, client = _apply_overlays(path, "overlays", data.get("overlays", {}), on, env,
                                            files, client)
-    try:  # an agentic dram point's offload backend, sized from its DRAM budget
-        offload_args, offload_env, dropped = agentic.offload_launch(server)
+    # An agentic dram point's offload backend, sized from its DRAM budget (a deployment of
+    # roles keeps its own argv: offload flags are not added to multinode workers).
+    try:
+        offload_args, offload_env, dropped = (
+            agentic.offload_launch(server) if "roles" not in data else ([], {}, ()))
     except ValueError as exc:
         raise LaunchSpecError(f"{server.node_name}: {exc}") from None
     env.update(offload_env)
