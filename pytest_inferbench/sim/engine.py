@@ -8,7 +8,9 @@ most recently admitted request is preempted and later recomputed. Each step's du
 from `physics.StepCost`. The running set lives in numpy slot arrays so `stretch.advance()` can
 price and apply a whole stretch of identical decode steps at once.
 The block accounting (decode and prefill blocks, admissions, prefix-cache holds, releases) is
-`kv_blocks.KVBlocks`, which `Engine` inherits.
+`kv_blocks.KVBlocks`, which `Engine` inherits. With a CPU-DRAM tier below the prefix cache
+(`host_cache.py`, sized by the argv's offload flags), a step that admits prompts found there
+takes their copy to HBM over the host link longer.
 """
 
 from __future__ import annotations

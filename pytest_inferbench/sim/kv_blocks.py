@@ -1,5 +1,6 @@
 """The engine's KV-block bookkeeping: what a step's decode, prefill chunks and admissions take of
-the paged KV cache, and what releasing a request gives back, prefix-cache holds included.
+the paged KV cache, and what releasing a request gives back, prefix-cache holds included; an
+admission's blocks loaded back from the CPU-DRAM tier and the write-through of computed ones.
 
 `Engine` (`engine.py`) inherits it: the rules stay on the engine's own state (its slot table, free
 block count, queues), which the fast paths (`stretch`, `kv_schedule`, the lean instances) read and
