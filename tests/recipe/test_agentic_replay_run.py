@@ -153,6 +153,32 @@ def test_a_dram_point_on_sim_server_hits_dram_and_beats_the_same_point_without_o
     assert offload["mean_ttft_ms"] < plain["mean_ttft_ms"]
 
 
+OLDER_SCHEMA = """\
+agent-fp4-b200-vllm:
+  image: img
+  model: Qwen/Qwen3.5-397B-A17B-FP8
+  model-prefix: qwen3.5
+  runner: b200-trt
+  precision: fp8
+  framework: vllm
+  multinode: false
+  scenarios:
+    agentic-coding:
+      - duration: 900
+        search-space:
+          - { tp: 8, offloading: cpu, conc-list: [4] }
+"""
+
+
+def test_an_older_schema_offloading_point_skips_on_sim_server_saying_why(
+        pytester: pytest.Pytester) -> None:
+    pytester.path.joinpath("amd-master.yaml").write_text(OLDER_SCHEMA, encoding="utf-8")
+    result = pytester.runpytest_subprocess(*FAST)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*agentic-coding: offloading cpu is not simulated (the "
+                                 "simulator's CPU-DRAM tier serves kv-offloading: dram)*"])
+
+
 @pytest.mark.parametrize("value", ["0", "inf"])
 def test_a_replay_duration_out_of_range_is_a_usage_error(pytester: pytest.Pytester,
                                                          value: str) -> None:
