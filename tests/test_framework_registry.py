@@ -147,11 +147,12 @@ def test_a_registered_framework_runs_a_point_on_the_simulator(pytester: pytest.P
 
 
 def exposed(persona: registry.FrameworkEntry) -> tuple[set[str], set[str]]:
-    """The counter (as scraped, `_total`) and gauge names a plain-decoding server exposes."""
+    """The counter (as scraped, `_total`) and gauge names a plain-decoding server without a
+    CPU-DRAM KV tier exposes."""
     counters, gauges = set(), set()
     for quantity in yaml.safe_load(QUANTITIES.read_text()):
         name = persona.metrics.get(quantity["snapshot"])
-        if name is None or quantity.get("speculative"):
+        if name is None or quantity.get("speculative") or quantity.get("offload"):
             continue
         if quantity["kind"] == "counter":
             counters.add(f"{name}_total")

@@ -18,7 +18,9 @@ A framework's file is the one place that says what it is to every part of the pl
   names are not modelled borrows another's).
 - `metrics`: each engine quantity (a `sim/server/prom.MetricsSnapshot` attribute) -> the name the
   server exports it under (counters without `_total`); what the simulated server exposes
-  and what the client's scraper reads. `latency_histograms`: ttft/itl/e2e -> histogram names.
+  and what the client's scraper reads. A name may end in one `{label="value"}`: one series
+  of a labelled family (SGLang's `sglang:cached_tokens{cache_source="host"}`).
+  `latency_histograms`: ttft/itl/e2e -> histogram names.
 - `older_kv_usage`: KV-usage gauge names of older releases that the scraper also reads.
 - `acceptance`: how the scraper reads the acceptance length from the counters: 1 + the
   `accepted_tokens` metric / the `steps` quantity's (the one that counts verify steps), the
@@ -33,6 +35,11 @@ A framework's file is the one place that says what it is to every part of the pl
 - `router`: the router policy of the engine's own disaggregated deployment (default
   round-robin); `multinode`: each multinode recipe framework that serves this engine -> its
   default router policy; its packaged launch spec is `launch_specs/multinode/<name>.yaml`.
+- `kv_offload`: each KV-offload backend of an agentic `kv-offloading: dram` point (`hicache`,
+  `vllm-simple`, ...) -> the `args` and `env` the launch adds to serve it and the flags it
+  `drop`s (the tier extends the prefix cache, which a spec may turn off), sized by the
+  placeholders `{total_cpu_dram_gb}` (the point's DRAM budget), `{cpu_dram_gb_per_rank}` and
+  `{cpu_dram_bytes_per_rank}` (split over its TP ranks), as InferenceX's scripts pass them.
 - `simulator`: the simulated engine's profile (the docstring of `sim/catalog.Framework`, which
   reads it, describes the keys; `docs/simulator.md` the calibrated values).
 
@@ -43,7 +50,7 @@ project's conftest may do so for a framework of its own).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -58,10 +65,13 @@ __all__ = [
     "entry",
     "frameworks",
     "get",
+    "metric_labels",
     "names",
     "of_argv",
     "personas",
     "register",
+    "sample_name",
+    "split_metric",
     "unregister",
 ]
 
@@ -105,6 +115,7 @@ class FrameworkEntry:
     router: str
     multinode: Mapping[str, str]
     simulator: Mapping[str, Any]
+    kv_offload: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def metric_prefix(self) -> str:
@@ -120,6 +131,23 @@ class FrameworkEntry:
     def preemption_counter(self) -> str | None:
         name = self.metrics.get("preemptions")
         return f"{name}_total" if name else None
+
+
+def split_metric(name: str) -> tuple[str, tuple[str, str] | None]:
+    """`family{label="value"}` -> (family, (label, value)); a plain name -> (name, None)."""
+    family, brace, rest = name.partition("{")
+    if not brace:
+        return name, None
+    label, _, value = rest.rstrip("}").partition("=")
+    return family, (label.strip(), value.strip().strip('"'))
+
+
+def sample_name(name: str, *, counter: bool) -> str:
+    """How a scrape keys a metric's sample: counters with `_total`, a labelled series as
+    `family_total{label="value"}` (`loadgen/scrape.parse_metrics`)."""
+    family, label = split_metric(name)
+    key = f"{family}_total" if counter else family
+    return key if label is None else f'{key}{{{label[0]}="{label[1]}"}}'
 
 
 _REQUIRED = ("name", "order", "argv_words", "programs", "persona", "metrics", "speculative",
@@ -182,7 +210,23 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> FrameworkE
         router=str(data.get("router", "round-robin")),
         multinode={k: str(v) for k, v in _mapping(
             data.get("multinode"), f"{where}: multinode").items()},
-        simulator=_mapping(data["simulator"], f"{where}: simulator"))
+        simulator=_mapping(data["simulator"], f"{where}: simulator"),
+        kv_offload=_kv_offload(data.get("kv_offload"), f"{where}: kv_offload"))
+
+
+def _kv_offload(value: object, where: str) -> dict[str, Mapping[str, Any]]:
+    out: dict[str, Mapping[str, Any]] = {}
+    for backend, how in _mapping(value, where).items():
+        how = _mapping(how, f"{where}.{backend}")
+        unknown = set(how) - {"args", "env", "drop"}
+        if unknown:
+            raise FrameworkError(f"{where}.{backend}: unknown key {sorted(unknown)[0]!r} "
+                                 "(expected args, env, drop)")
+        env = _mapping(how.get("env"), f"{where}.{backend}.env")
+        out[backend] = {"args": _strings(how.get("args", []), f"{where}.{backend}.args"),
+                        "env": {str(k): str(v) for k, v in env.items()},
+                        "drop": _strings(how.get("drop", []), f"{where}.{backend}.drop")}
+    return out
 
 
 def _all() -> dict[str, FrameworkEntry]:
@@ -223,6 +267,13 @@ def get(name: str) -> FrameworkEntry:
     if found is None:
         raise FrameworkError(f"unknown framework {name!r}; known: {', '.join(sorted(table))}")
     return found
+
+
+def metric_labels() -> frozenset[str]:
+    """The labels some framework's metric names select a series by: a scrape keeps those
+    series apart as well as summing them."""
+    return frozenset(label[0] for f in frameworks() for name in f.metrics.values()
+                     if (label := split_metric(name)[1]) is not None)
 
 
 def personas() -> tuple[str, ...]:

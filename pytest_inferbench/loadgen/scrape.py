@@ -80,7 +80,9 @@ def _families(text: str) -> Iterable[Metric]:
 
 
 def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, float]]:
-    """Counter samples (`*_total`) and gauge samples, each summed over label sets."""
+    """Counter samples (`*_total`) and gauge samples, each summed over label sets; a series of
+    a label some framework's metric names select by (`registry.metric_labels`) is also kept
+    apart, as `name{label="value"}`."""
     parsed = parse_exposition(text)
     return parsed.counters, parsed.gauges
 
@@ -94,6 +96,7 @@ def parse_exposition(text: str) -> Exposition:
     """Counters (`*_total`), gauges and the registry's latency histograms of one scrape."""
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
+    selecting = registry.metric_labels()
     wanted = histogram_names()
     histograms: dict[str, Histogram] = {}
     for family in _families(text):
@@ -111,6 +114,9 @@ def parse_exposition(text: str) -> Exposition:
             if family.type == "counter" and not sample.name.endswith("_total"):
                 continue  # `_created` timestamps
             target[sample.name] = target.get(sample.name, 0.0) + float(sample.value)
+            for label in selecting.intersection(sample.labels):
+                key = f'{sample.name}{{{label}="{sample.labels[label]}"}}'
+                target[key] = target.get(key, 0.0) + float(sample.value)
     return Exposition(counters, gauges, histograms)
 
 
@@ -248,6 +254,9 @@ def point_metrics(before: Snapshot, after: Snapshot,
                       if (d := _delta(before.counters, after.counters, c)) is not None), None)
     if preempted is not None:
         out["preemptions"] = preempted
+    tiers = kv_tiers(before, after)
+    if tiers:
+        out["kv_tiers"] = tiers
     return out
 
 
@@ -299,3 +308,36 @@ def _lines_of(text: str, names: tuple[str, ...]) -> str:
     heads = tuple(f"{name}{{" for name in names) + tuple(f"{name} " for name in names) + tuple(
         f"# {kind} {name} " for name in names for kind in ("HELP", "TYPE"))
     return "".join(line for line in text.splitlines(keepends=True) if line.startswith(heads))
+
+
+# The KV-tier quantities a point reports (registry `metrics` keys), counters as deltas.
+KV_TIER_COUNTERS = ("prefix_cache_hits", "device_cache_hits", "host_cache_queries",
+                    "host_cache_hits", "offload_bytes_written", "offload_bytes_read",
+                    "offload_seconds_written", "offload_seconds_read")
+KV_TIER_GAUGES = ("host_tokens_used", "host_tokens_total")
+
+
+def kv_tiers(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
+    """A CPU-DRAM KV tier's numbers, under the quantity names, from the first framework whose
+    tier metrics the server exports: prompt tokens found in HBM (`hbm_hit_tokens`) and in DRAM
+    (`dram_hit_tokens`), the bytes copied each way. Empty when the server has no such tier."""
+    for framework in registry.frameworks():
+        names = framework.metrics
+        if "host_cache_hits" not in names:
+            continue
+        hits = registry.sample_name(names["host_cache_hits"], counter=True)
+        if hits not in after.counters:
+            continue
+        out: dict[str, JSONValue] = {}
+        for key in KV_TIER_COUNTERS:
+            if key in names:
+                name = registry.sample_name(names[key], counter=True)
+                out[key] = _delta(before.counters, after.counters, name)
+        for key in KV_TIER_GAUGES:
+            if key in names:
+                out[key] = after.gauges.get(registry.sample_name(names[key], counter=False))
+        hbm = out.get("device_cache_hits", out.get("prefix_cache_hits"))
+        out["hbm_hit_tokens"] = hbm
+        out["dram_hit_tokens"] = out["host_cache_hits"]
+        return out
+    return {}

@@ -27,16 +27,14 @@ class BackendInfo:
     agentic: bool = False  # it replays agentic-coding traces (`loadgen/replay.py`, over HTTP)
     # What it lacks to replay them, where that is more than the wiring: said in the skip reason.
     agentic_missing: str | None = None
-    kv_offload: bool = True  # its servers offload KV to CPU DRAM when the launch says so
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
-    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, kv_offload=False,
+    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True,
                 agentic_missing="the in-process replay on the virtual clock; the sim-server "
                 "backend replays over HTTP"),
-    # The simulator has no CPU-DRAM tier yet.
-    BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True,
-                kv_offload=False),
+    # Its engine has the CPU-DRAM tier a dram point's offload flags size (docs/simulator.md).
+    BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True),
     BackendInfo("docker", "docker", "DockerBackend", simulated=False),
     BackendInfo("process", "process", "ProcessBackend", simulated=False),
     # A running server is one endpoint whatever stands behind it: a deployment's router too.
@@ -56,16 +54,19 @@ def backend_info(name: str) -> BackendInfo:
 def unsupported_reason(backend: str, *, multinode: bool, agentic: bool = False,
                        offloading: str = "none") -> str | None:
     """Why a backend cannot run a server node (a skip reason), or None when it can: an
-    agentic-coding node needs the trace replay (and, offloading KV, a server that does)."""
+    agentic-coding node needs the trace replay (and, simulated, KV offloading of the current
+    schema's `dram` kind)."""
     info = backend_info(backend)
     if agentic and not info.agentic:
         lacks = info.agentic_missing and f"missing: {info.agentic_missing}"
         runs = ", ".join(name for name, other in BACKENDS.items() if other.agentic)
         return (f"agentic-coding: agentic trace replay is not implemented on the {backend} "
                 f"backend yet ({lacks or f'it runs on: {runs}'})")
-    if agentic and offloading != "none" and not info.kv_offload:
-        return (f"agentic-coding: kv-offloading {offloading} is not simulated yet (missing: a "
-                "CPU-DRAM KV-offload tier in the simulator)")
+    if agentic and offloading not in ("none", "dram") and info.simulated:
+        # The older schema's `offloading` kinds: the simulator's tier is sized only by
+        # `kv-offloading: dram`'s total-cpu-dram-gb.
+        return (f"agentic-coding: offloading {offloading} is not simulated (the simulator's "
+                "CPU-DRAM tier serves kv-offloading: dram)")
     if multinode and not info.multinode:
         runs = ", ".join(name for name, info in BACKENDS.items() if info.multinode)
         return f"multinode: not supported by the {backend} backend yet (runs on: {runs})"

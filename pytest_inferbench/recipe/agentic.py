@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import yaml
 
+from ..frameworks import registry
 from ..util import yamllines
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class Worker(Protocol):
 class ServerConfig(Protocol):
     @property
     def model_prefix(self) -> str: ...
+    @property
+    def framework(self) -> str: ...
     @property
     def runner(self) -> str: ...
     @property
@@ -158,6 +161,37 @@ def total_cpu_dram_gb(server: ServerConfig, hardware: RunnerHardware) -> int:
     share = (Decimal(available) * BYTES_PER_MIB * Decimal(str(server.dram_utilization))
              * gpus / gpn)
     return int(share / BYTES_PER_GB)
+
+
+def offload_launch(server: ServerConfig
+                   ) -> tuple[list[str], dict[str, str], tuple[str, ...]]:
+    """The argv words and env a `kv-offloading: dram` point's server gets for its offload
+    backend (the framework registry's `kv_offload`), sized from its `total-cpu-dram-gb` split
+    over its TP ranks, and the flags it drops; nothing without offloading. ValueError says
+    what is missing."""
+    if server.offloading != "dram":
+        return [], {}, ()
+    backend = (server.kv_offload_backend or "").split("@")[0]
+    engine = registry.engine_of(server.framework)
+    how = registry.get(engine).kv_offload.get(backend) if engine in registry.names() else None
+    if how is None:
+        raise ValueError(f"kv-offload-backend {backend!r}: the {engine} registry entry gives "
+                         "no launch flags for it (frameworks/entries, kv_offload)")
+    total = server.total_cpu_dram_gb
+    if total is None:
+        raise ValueError(f"kv-offloading dram needs total-cpu-dram-gb: no {RUNNERS_FILE} "
+                         "with this runner's hardware row beside the recipe")
+    ranks = server.parallel.tp
+    values = {"{total_cpu_dram_gb}": str(total), "{cpu_dram_gb_per_rank}": str(total // ranks),
+              "{cpu_dram_bytes_per_rank}": str(total * BYTES_PER_GB // ranks)}
+
+    def fill(word: str) -> str:
+        for placeholder, value in values.items():
+            word = word.replace(placeholder, value)
+        return word
+
+    return ([fill(w) for w in how["args"]], {k: fill(v) for k, v in how["env"].items()},
+            tuple(how["drop"]))
 
 
 def offload_suffix(server: ServerConfig) -> str:

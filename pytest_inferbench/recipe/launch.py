@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ..util import yamllines
+from . import agentic
 from .model import max_model_len
 from .spec_values import LaunchSpecError as LaunchSpecError
 from .spec_values import (
@@ -202,7 +203,16 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     on = _overlays_on(server.parallel, server)
     overlay_args, client = _apply_overlays(path, "overlays", data.get("overlays", {}), on, env,
                                            files, client)
-    args = _place_overlay_args(path, args, overlay_args)
+    # An agentic dram point's offload backend, sized from its DRAM budget (a deployment of
+    # roles keeps its own argv: offload flags are not added to multinode workers).
+    try:
+        offload_args, offload_env, dropped = (
+            agentic.offload_launch(server) if "roles" not in data else ([], {}, ()))
+    except ValueError as exc:
+        raise LaunchSpecError(f"{server.node_name}: {exc}") from None
+    env.update(offload_env)
+    args = [a for a in _place_overlay_args(path, args, overlay_args + offload_args)
+            if a not in dropped]
     # A server node serves every ISL/OSL of its entry: its context is sized for the longest.
     context = max((max_model_len(s.isl, s.osl) for s in server.sweeps), default=32768)
     p = server.parallel

@@ -19,6 +19,7 @@ from ..frameworks import registry, specdecode
 from . import catalog, trtllm
 from .acceptance import SpecConfig, distribution_from_position_rates
 from .config import EngineConfig
+from .offload_args import HICACHE_FLAG, OFFLOAD_FIELDS, OffloadArgvError, read_kv_offload
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -33,11 +34,12 @@ BOOLEAN_FLAGS = frozenset({
     "disable-radix-cache", "enable-torch-compile", "disable-cuda-graph", "enable-ep-moe",
     "enable-metrics", "enable-mixed-chunk", "disable-custom-all-reduce", "async-scheduling",
     "no-async-scheduling", "enable-auto-tool-choice", "disable-uvicorn-access-log",
+    HICACHE_FLAG,
 })
 # The boolean flags the engine reads (parallelism, prefix caching).
 ENGINE_FLAGS = frozenset({"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe",
                           "enable-prefix-caching", "no-enable-prefix-caching",
-                          "disable-radix-cache"})
+                          "disable-radix-cache", HICACHE_FLAG})
 # Served by the HTTP layer, not the engine: accepted, not reported as ignored.
 SERVER_FLAGS = frozenset({"port", "server-port", "host", "served-model-name", "api-key"})
 # canonical flag -> EngineConfig / spec field
@@ -58,12 +60,14 @@ ALIASES: dict[str, str] = {
     "gpu-memory-utilization": "gpu_memory_utilization", "mem-fraction-static":
     "gpu_memory_utilization",
     "kv-cache-dtype": "kv_cache_dtype",
+    "max-total-tokens": "max_total_tokens", "num-gpu-blocks-override": "num_gpu_blocks",
     "max-model-len": "max_model_len", "context-length": "max_model_len",
     "online-quant-config": "online_quant",
     "sim-jitter": "jitter", "sim-seed": "seed",
+    **OFFLOAD_FIELDS,  # the CPU-DRAM KV tier's flags (`offload_args.py`)
 }
 INT_FIELDS = {"tp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size",
-              "max_model_len", "seed"}
+              "max_model_len", "seed", "max_total_tokens", "num_gpu_blocks"}
 FLOAT_FIELDS = {"gpu_memory_utilization", "jitter", "kv_cache_free_fraction"}
 
 
@@ -241,6 +245,16 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     block_reuse = (options.get("kv_cache_config") or {}).get("enable_block_reuse", True)
     prefix_caching = (not parsed.flags & {"no-enable-prefix-caching", "disable-radix-cache"}
                       and block_reuse is not False)
+    try:
+        offload = read_kv_offload(v, parsed.flags, tp=v.get("tp", 1), env=env,
+                                  files=files or {}, trt_options=options)
+    except OffloadArgvError as exc:
+        raise ArgvError(str(exc)) from None
+    # SGLang `--max-total-tokens`, vLLM `--num-gpu-blocks-override`: a KV pool capped below
+    # what the memory holds.
+    pool_cap = v.get("max_total_tokens")
+    if "num_gpu_blocks" in v:
+        pool_cap = v["num_gpu_blocks"] * fields["block_size"]
     jitter = v.get("jitter", float(env.get("INFERBENCH_SIM_JITTER", "0") or 0))
     seed = v.get("seed", int(env.get("INFERBENCH_SIM_SEED", "0") or 0))
     try:
@@ -250,7 +264,9 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
             max_model_len=v.get("max_model_len", 32768),
             kv_cache_free_fraction=v.get("kv_cache_free_fraction"),
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
-            spec=_spec(argv, env, options), prefix_caching=prefix_caching, jitter=jitter,
+            spec=_spec(argv, env, options), prefix_caching=prefix_caching,
+            kv_offload=offload if prefix_caching else None, max_total_tokens=pool_cap,
+            jitter=jitter,
             seed=seed, **fields)
     except ValueError as exc:
         if isinstance(exc, (ArgvError, catalog.CatalogError)):

@@ -55,6 +55,7 @@ class Hardware:
     achievable_hbm: float
     scaleup_gpus: int  # GPUs sharing the link_bytes_per_s fabric (NVLink / IF domain)
     nic_bytes_per_s: float  # scale-out RDMA bandwidth one way per GPU
+    host_link_bytes_per_s: float  # CPU DRAM <-> GPU one way per GPU (PCIe / NVLink-C2C)
 
     def supports(self, compute_dtype: str) -> bool:
         return compute_dtype in self.peak_flops
@@ -219,6 +220,7 @@ def hardware(name: str) -> Hardware:
         achievable_hbm=float(d["achievable"]["hbm"]),
         scaleup_gpus=int(d["scaleup_gpus"]),
         nic_bytes_per_s=float(d["nic_gb_s"]) * 1e9,
+        host_link_bytes_per_s=float(d["host_link_gb_s"]) * 1e9,
     )
 
 

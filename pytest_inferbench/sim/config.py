@@ -7,7 +7,25 @@ from dataclasses import dataclass
 from .acceptance import SpecConfig
 from .physics import Efficiency
 
-__all__ = ["EngineConfig", "SpecConfig"]
+__all__ = ["EngineConfig", "KVOffload", "SpecConfig"]
+
+
+@dataclass(frozen=True)
+class KVOffload:
+    """A CPU-DRAM KV tier below HBM (InferenceX `kv-offloading: dram`), sized as the launch
+    argv sizes it (`sim/offload_args.py`)."""
+
+    backend: str  # hicache, vllm-simple, vllm-native, mooncake, lmcache, native (TensorRT-LLM)
+    bytes_per_rank: int = 0  # DRAM one GPU's share of the tier holds
+    # SGLang `--hicache-ratio` (no `--hicache-size`): the tier holds ratio x the HBM pool.
+    hbm_ratio: float = 0.0
+    # Blocks are copied to DRAM as their prefill completes (HiCache `write_through*`, vLLM's
+    # simple connector without lazy offload), not only when HBM evicts them.
+    write_through: bool = True
+
+    def __post_init__(self) -> None:
+        if self.bytes_per_rank < 0 or self.hbm_ratio < 0:
+            raise ValueError(f"{self.backend}: a KV-offload size must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -27,12 +45,16 @@ class EngineConfig:
     # TensorRT-LLM: the KV cache takes this fraction of the memory left after the weights
     # (`kv_cache_config.free_gpu_memory_fraction`) instead of gpu_memory_utilization x HBM.
     kv_cache_free_fraction: float | None = None
+    # The KV pool capped at this many tokens (SGLang `--max-total-tokens`, vLLM
+    # `--num-gpu-blocks-override` x block size); None: what the memory holds.
+    max_total_tokens: int | None = None
     online_quant: str | None = None  # "fp8": bf16 linear layers quantized at load (ATOM ptpc_fp8)
     # Full prompt blocks reused by content (vLLM/ATOM `--enable-prefix-caching`, on by default
     # in vLLM V1; SGLang's radix cache unless `--disable-radix-cache`; TensorRT-LLM
     # `kv_cache_config.enable_block_reuse`). Only requests that carry block hashes use it.
     prefix_caching: bool = True
     spec: SpecConfig | None = None
+    kv_offload: KVOffload | None = None  # a CPU-DRAM tier below the prefix cache's HBM blocks
     jitter: float = 0.0  # sigma of a multiplicative lognormal per-step jitter (0 = none)
     seed: int = 0
     # A calibration's knobs in place of the framework profile's (`sim/calibrate/`); None: the
@@ -52,6 +74,8 @@ class EngineConfig:
              f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
             (self.max_model_len >= 2, f"max_model_len must be >= 2, got {self.max_model_len}"),
             (0.0 <= self.jitter <= 0.3, f"jitter must be in [0, 0.3], got {self.jitter}"),
+            (self.max_total_tokens is None or self.max_total_tokens >= 1,
+             f"max_total_tokens must be >= 1, got {self.max_total_tokens}"),
         ]
         if self.spec is not None:
             checks.append((self.spec.num_speculative_tokens >= 1,

@@ -8,14 +8,16 @@ most recently admitted request is preempted and later recomputed. Each step's du
 from `physics.StepCost`. The running set lives in numpy slot arrays so `stretch.advance()` can
 price and apply a whole stretch of identical decode steps at once.
 The block accounting (decode and prefill blocks, admissions, prefix-cache holds, releases) is
-`kv_blocks.KVBlocks`, which `Engine` inherits.
+`kv_blocks.KVBlocks`, which `Engine` inherits. With a CPU-DRAM tier below the prefix cache
+(`host_cache.py`, sized by the argv's offload flags), a step that admits prompts found there
+takes their copy to HBM over the host link longer.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +27,7 @@ from ..recipe import golden
 from . import catalog
 from .acceptance import AcceptanceSampler, SpecConfig, SpecConfigError, resolve_distribution
 from .config import EngineConfig
+from .host_cache import HostCache
 from .kv_blocks import KVBlocks
 from .physics import EngineConfigError, PrefillTerms, StepCost, kv_capacity_tokens, shard_model
 from .prefix_cache import PrefixCache
@@ -124,6 +127,8 @@ class Engine(KVBlocks):
             hw=hw, models=models, gpu_memory_utilization=config.gpu_memory_utilization,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_num_seqs=config.max_num_seqs, free_fraction=config.kv_cache_free_fraction)
+        if config.max_total_tokens is not None:
+            self.kv_capacity_tokens = min(self.kv_capacity_tokens, config.max_total_tokens)
         self.block_size = config.block_size
         self.num_blocks = self.kv_capacity_tokens // config.block_size
         self.window = self.target.window
@@ -136,13 +141,28 @@ class Engine(KVBlocks):
         self.running: list[int] = []  # slot indices in admission order
         self._run_cache: npt.NDArray[np.int64] | None = None
         self.free_blocks = self.num_blocks
-        self.prefix_cache = PrefixCache() if config.prefix_caching else None
+        # KV bytes of one block on one GPU (target and draft): what a DRAM copy moves.
+        self.block_bytes = float(sum(m.kv_store_per_token for m in models)) * self.block_size
+        self.host_link_bytes_per_s = hw.host_link_bytes_per_s
+        self.host_cache = self._host_cache(config) if config.prefix_caching else None
+        self.prefix_cache = PrefixCache(self.host_cache) if config.prefix_caching else None
+        self.pending_load_s = 0.0  # DRAM load-backs of this step's admissions
         self.steps_done = 0
         self.counters_state = CounterState.zero(self.k)
         self.keep_traces = keep_traces
         # A caller that reads traces (the virtual driver) can skip the per-step emitted list.
         self.report_emitted = True
         self.traces: dict[int, Trace] = {}
+
+    def _host_cache(self, config: EngineConfig) -> HostCache | None:
+        """The CPU-DRAM tier the argv asks for: its bytes per GPU in blocks (SGLang's ratio
+        mode: a multiple of the HBM pool)."""
+        offload = config.kv_offload
+        if offload is None:
+            return None
+        blocks = (int(offload.bytes_per_rank // self.block_bytes) if offload.bytes_per_rank
+                  else int(offload.hbm_ratio * self.num_blocks))
+        return HostCache(blocks)
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
@@ -188,10 +208,21 @@ class Engine(KVBlocks):
         used = self.num_blocks - self.free_blocks
         running = self.run_array()
         open_hist = self.slots.open_histogram(running[self.slots.decoding[running]])
-        return self.counters_state.snapshot(
+        snapshot = self.counters_state.snapshot(
             open_histogram=open_hist,
             running=len(self.running), waiting=len(self.waiting), blocks_used=used,
             blocks_total=self.num_blocks, steps=self.steps_done)
+        host = self.host_cache
+        if host is None:
+            return snapshot
+        written = host.written_blocks * self.block_bytes
+        read = host.loaded_blocks * self.block_bytes
+        return replace(snapshot, host_tier=True,
+                       host_tokens_used=host.used_blocks * self.block_size,
+                       host_tokens_total=host.capacity_blocks * self.block_size,
+                       offload_bytes_written=int(written), offload_bytes_read=int(read),
+                       offload_seconds_written=written / self.host_link_bytes_per_s,
+                       offload_seconds_read=read / self.host_link_bytes_per_s)
 
     def pop_trace(self, request_id: int) -> Trace:
         return self.traces.pop(request_id)
@@ -303,6 +334,9 @@ class Engine(KVBlocks):
         factor = self.jitter(1)
         duration = self._price(decode, chunks) * (
             factor if isinstance(factor, float) else float(factor[0]))
+        # The admissions' DRAM hits are copied to HBM before the step computes on them.
+        duration += self.pending_load_s
+        self.pending_load_s = 0.0
         # Apply: the step's tokens exist when it ends.
         c = self.counters_state
         emitted: list[tuple[int, int]] = []

@@ -1,5 +1,6 @@
 """The engine's KV-block bookkeeping: what a step's decode, prefill chunks and admissions take of
-the paged KV cache, and what releasing a request gives back, prefix-cache holds included.
+the paged KV cache, and what releasing a request gives back, prefix-cache holds included; an
+admission's blocks loaded back from the CPU-DRAM tier and the write-through of computed ones.
 
 `Engine` (`engine.py`) inherits it: the rules stay on the engine's own state (its slot table, free
 block count, queues), which the fast paths (`stretch`, `kv_schedule`, the lean instances) read and
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .config import EngineConfig
+    from .host_cache import HostCache
     from .prefix_cache import PrefixCache
     from .state import CounterState, Request, SlotTable
 
@@ -33,6 +35,10 @@ class KVBlocks:
     num_blocks: int
     free_blocks: int
     prefix_cache: PrefixCache | None
+    host_cache: HostCache | None
+    block_bytes: float
+    host_link_bytes_per_s: float
+    pending_load_s: float
     slots: SlotTable
     requests: dict[int, Request]
     waiting: deque[int]
@@ -165,16 +171,39 @@ class KVBlocks:
         st = self.slots
         bs = self.block_size
         cache.trim(self.free_blocks)  # what this step's allocations so far took the room of
-        hit = min(cache.match(req.block_hashes), (req.prompt_tokens - 1) // bs)
+        reusable = (req.prompt_tokens - 1) // bs
+        hit = min(cache.match(req.block_hashes), reusable)
         c = self.counters_state
         c.prefix_queries += req.prompt_tokens
         c.prefix_hits += hit * bs
-        if not hit:
+        if hit:
+            self.free_blocks -= cache.acquire(req.block_hashes[:hit])
+            req.held = hit
+        loaded = self._load_from_host(req, hit, reusable)
+        if not hit + loaded:
             return
-        self.free_blocks -= cache.acquire(req.block_hashes[:hit])
-        req.held = hit
-        st.blocks[slot] = st.shared[slot] = hit
-        st.ctx[slot] = st.prefilled[slot] = hit * bs
+        st.blocks[slot] = hit + loaded
+        st.shared[slot] = hit
+        st.ctx[slot] = st.prefilled[slot] = (hit + loaded) * bs
+
+    def _load_from_host(self, req: Request, hit: int, reusable: int) -> int:
+        """The blocks after the HBM hit that the DRAM tier holds, copied back into blocks of
+        the request's own (they join the HBM cache with the rest of its prompt); their copy
+        time is added to this step (`pending_load_s`). Returns how many."""
+        host = self.host_cache
+        if host is None:
+            return 0
+        c = self.counters_state
+        c.host_queries += req.prompt_tokens - hit * self.block_size
+        want = req.block_hashes[hit:reusable]
+        loaded = min(host.match(want), self.free_blocks)
+        if loaded <= 0:
+            return 0
+        host.load(want[:loaded])
+        self.free_blocks -= loaded
+        c.host_hits += loaded * self.block_size
+        self.pending_load_s += loaded * self.block_bytes / self.host_link_bytes_per_s
+        return loaded
 
     def _cache_prompt(self, slot: int, req: Request) -> None:
         """Prefill done: its prompt's full blocks join the cache (a block another request
@@ -184,6 +213,10 @@ class KVBlocks:
         new = req.block_hashes[req.held:]
         if not new:
             return
+        if self.host_cache is not None and self.config.kv_offload is not None \
+                and self.config.kv_offload.write_through:
+            for h in new:  # copied to DRAM as computed, not only when HBM evicts them
+                self.host_cache.store(h)
         present, woken = cache.insert(new)
         self.free_blocks += present - woken
         self.slots.shared[slot] += len(new)

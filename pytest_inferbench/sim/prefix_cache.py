@@ -8,7 +8,8 @@ free queue holds cached blocks) until an allocation needs the room, oldest first
 
 The engine keeps the block counts (`Engine.free_blocks`, `SlotTable.blocks`); this keeps only
 which hashes are resident and who holds them. One dict entry per cached block, no clock: the
-order of release is the recency.
+order of release is the recency. With a CPU-DRAM tier (`host_cache.HostCache`) an evicted block
+is written there instead of dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from .host_cache import HostCache
 
 __all__ = ["PrefixCache", "block_hashes"]
 
@@ -34,7 +37,8 @@ def block_hashes(tokens: Sequence[str], block_size: int) -> tuple[int, ...]:
 
 
 class PrefixCache:
-    def __init__(self) -> None:
+    def __init__(self, host: HostCache | None = None) -> None:
+        self.host = host  # where evicted blocks go (None: they are dropped)
         self._refs: dict[int, int] = {}  # pinned: hash -> running requests holding it
         self._idle: OrderedDict[int, None] = OrderedDict()  # unpinned, least recent first
         self.evictions = 0
@@ -101,5 +105,7 @@ class PrefixCache:
         """Evict the least recently used idle blocks until they fit in the free blocks (an
         allocation took the room they were in)."""
         while len(self._idle) > max(free_blocks, 0):
-            self._idle.popitem(last=False)
+            h, _ = self._idle.popitem(last=False)
             self.evictions += 1
+            if self.host is not None:
+                self.host.store(h)

@@ -83,6 +83,18 @@ class EngineCounters:
     spec_accepted_histogram: tuple[int, ...]  # verify steps that accepted 0..k drafts
     prefix_cache_queries: int = 0  # prompt tokens of admissions that looked up the cache
     prefix_cache_hits: int = 0  # of those, tokens found cached (not computed)
+    # The CPU-DRAM tier (`kv-offloading: dram`; `host_tier` False: none): prompt tokens looked
+    # up there (those past the HBM hit), of those loaded back instead of computed; the tokens
+    # it holds and can hold; the copies each way and their seconds at the host link's bandwidth.
+    host_tier: bool = False
+    host_cache_queries: int = 0
+    host_cache_hits: int = 0
+    host_tokens_used: int = 0
+    host_tokens_total: int = 0
+    offload_bytes_written: int = 0  # HBM -> DRAM
+    offload_bytes_read: int = 0  # DRAM -> HBM
+    offload_seconds_written: float = 0.0
+    offload_seconds_read: float = 0.0
 
     @property
     def spec_accepted_per_pos(self) -> tuple[int, ...]:
@@ -113,6 +125,8 @@ class CounterState:
     peak_waiting: int = 0
     prefix_queries: int = 0
     prefix_hits: int = 0
+    host_queries: int = 0
+    host_hits: int = 0
 
     @classmethod
     def zero(cls, k: int) -> CounterState:
@@ -134,7 +148,8 @@ class CounterState:
             steps=steps, spec_num_drafts=self.drafts, spec_num_draft_tokens=self.drafts * self.k,
             spec_num_accepted_tokens=self.accepted,
             spec_accepted_histogram=tuple(int(x) for x in self.histogram + open_histogram),
-            prefix_cache_queries=self.prefix_queries, prefix_cache_hits=self.prefix_hits)
+            prefix_cache_queries=self.prefix_queries, prefix_cache_hits=self.prefix_hits,
+            host_cache_queries=self.host_queries, host_cache_hits=self.host_hits)
 
 
 @overload

@@ -1,6 +1,7 @@
 """Agentic-coding points run on the sim-server backend: the trace replay over real HTTP, the
 point's files written through the usual path, the traces' source said in the result and the
-table; dram-offload points and the in-process simulator skip, saying what is missing."""
+table; a dram-offload point runs with the simulator's CPU-DRAM tier; the in-process simulator
+skips, saying what is missing."""
 
 from __future__ import annotations
 
@@ -70,19 +71,112 @@ def test_a_bad_traces_file_fails_the_point_saying_file_and_line(
     assert "Traceback" not in result.stdout.str()
 
 
-def test_dram_points_skip_on_sim_server_and_every_point_on_sim(
-    pytester: pytest.Pytester,
-) -> None:
+def test_every_agentic_point_skips_on_sim(pytester: pytest.Pytester) -> None:
     write(pytester.path)
-    result = pytester.runpytest_subprocess(*FAST, "-k", "qwen3.5", "-m",
-                                "inferbench(kv_offloading='dram')")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*kv-offloading dram is not simulated yet (missing: a "
-                                 "CPU-DRAM KV-offload tier in the simulator)*"])
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs", *TP8_CONC4)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*not implemented on the sim backend yet (missing: the "
                                  "in-process replay on the virtual clock*"])
+
+
+# The same vLLM server with and without a CPU-DRAM tier (vllm-simple), its KV pool capped at
+# 375 pages of 64 tokens: two lanes of ~16k-token sessions do not both fit, so without the tier
+# each turn recomputes the prompt the other lane's turn evicted.
+OFFLOAD_RECIPE = """\
+qwen3.5-fp8-b200-vllm-agentic:
+  image: vllm/vllm-openai:v0.22.0
+  model: Qwen/Qwen3.5-397B-A17B-FP8
+  model-prefix: qwen3.5
+  runner: cluster:b200-dgxc
+  precision: fp8
+  framework: vllm
+  multinode: false
+  scenarios:
+    agentic-coding:
+    - dram-utilization: 0.80
+      search-space:
+      - { tp: 8, kv-offloading: none, conc-list: [2] }
+      - { tp: 8, kv-offloading: dram, kv-offload-backend: { name: vllm-simple }, conc-list: [2] }
+"""
+SMALL_HBM_SPEC = """\
+command: [vllm, serve, '{model}']
+args: ['--port={port}', '--tensor-parallel-size={tp}', --block-size, '64',
+       --num-gpu-blocks-override, '375', --max-num-batched-tokens, '16384',
+       --max-model-len, '32768']
+port: 8888
+health-path: /health
+startup-timeout: 120
+"""
+
+
+def test_a_dram_point_on_sim_server_hits_dram_and_beats_the_same_point_without_offload(
+        pytester: pytest.Pytester) -> None:
+    from pytest_inferbench.loadgen.synthetic_traces import (
+        SyntheticTraceSettings,
+        write_synthetic_traces,
+    )
+
+    pytester.path.joinpath("nvidia-master.yaml").write_text(OFFLOAD_RECIPE, encoding="utf-8")
+    pytester.path.joinpath("runners.yaml").write_text(
+        "hardware:\n  cluster:b200-dgxc: { available-cpu-dram-mib: 3095781, gpus-per-node: 8 }\n",
+        encoding="utf-8")
+    pytester.mkdir("launch").joinpath("qwen3.5_fp8_b200_vllm.yaml").write_text(
+        SMALL_HBM_SPEC, encoding="utf-8")
+    # Two sessions of four back-to-back turns, each repeating the last one's ~16k tokens.
+    traces = write_synthetic_traces(pytester.path, SyntheticTraceSettings(
+        traces=2, turns=4, subagents=0, first_blocks=250, growth_blocks=10, output_tokens=16,
+        think_time_s=0.0, seed=1))
+    # Model time, not as fast as possible: TTFT is only compared where it is the model's.
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--inferbench-backend=sim-server",
+        "--inferbench-time-scale=0.5", "--inferbench-replay-duration=2",
+        "--inferbench-no-plots", f"--inferbench-traces={traces}")
+    # A busy machine may fail a point's client self-check; its files are written all the same.
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 2, result.stdout.str()
+    assert "Traceback" not in result.stdout.str()
+    points = {}
+    for path in (pytester.path / "inferbench-results" / "points").glob("*.json"):
+        if not path.name.startswith("agg_"):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            points[data["inferbench"]["exp_name"]] = data
+    plain = points["qwen3.5_tp8_conc2_kvnone"]
+    offload = points["qwen3.5_tp8_conc2_kvdram-vllm-simple"]
+    tiers = offload["inferbench"]["server_metrics"]["kv_tiers"]
+    assert tiers["dram_hit_tokens"] > 0
+    assert tiers["offload_bytes_written"] > 0 and tiers["offload_bytes_read"] > 0
+    # vLLM's own names for them, in the scrape's counter deltas.
+    deltas = offload["inferbench"]["server_metrics"]["counter_deltas"]
+    assert deltas["vllm:external_prefix_cache_hits_total"] == tiers["dram_hit_tokens"]
+    assert deltas["vllm:kv_offload_bytes_cpu_to_gpu_total"] == tiers["offload_bytes_read"]
+    assert "kv_tiers" not in plain["inferbench"]["server_metrics"]  # no tier, none reported
+    assert offload["mean_ttft_ms"] < plain["mean_ttft_ms"]
+
+
+OLDER_SCHEMA = """\
+agent-fp4-b200-vllm:
+  image: img
+  model: Qwen/Qwen3.5-397B-A17B-FP8
+  model-prefix: qwen3.5
+  runner: b200-trt
+  precision: fp8
+  framework: vllm
+  multinode: false
+  scenarios:
+    agentic-coding:
+      - duration: 900
+        search-space:
+          - { tp: 8, offloading: cpu, conc-list: [4] }
+"""
+
+
+def test_an_older_schema_offloading_point_skips_on_sim_server_saying_why(
+        pytester: pytest.Pytester) -> None:
+    pytester.path.joinpath("amd-master.yaml").write_text(OLDER_SCHEMA, encoding="utf-8")
+    result = pytester.runpytest_subprocess(*FAST)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*agentic-coding: offloading cpu is not simulated (the "
+                                 "simulator's CPU-DRAM tier serves kv-offloading: dram)*"])
 
 
 @pytest.mark.parametrize("value", ["0", "inf"])

@@ -8,7 +8,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 def scrape(base_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """{(sample name, sorted labels without model_name): value} of one /metrics scrape."""
-    text = httpx.get(base_url + "/metrics").text
+    return samples_of(httpx.get(base_url + "/metrics").text)
+
+
+def samples_of(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """{(sample name, sorted labels without model_name): value} of an exposition."""
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

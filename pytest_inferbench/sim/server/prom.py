@@ -48,6 +48,16 @@ class MetricsSnapshot:
     accepted_histogram: tuple[int, ...]  # sequence-steps by accepted drafts 0..k
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
     prefix_cache_hits: int = 0  # of those, found cached
+    # The CPU-DRAM KV tier (exported only with one): `EngineCounters`' host_* and offload_*.
+    host_tier: bool = False
+    host_cache_queries: int = 0
+    host_cache_hits: int = 0
+    host_tokens_used: int = 0
+    host_tokens_total: int = 0
+    offload_bytes_written: int = 0
+    offload_bytes_read: int = 0
+    offload_seconds_written: float = 0.0
+    offload_seconds_read: float = 0.0
 
     @property
     def kv_blocks_free(self) -> int:
@@ -65,6 +75,11 @@ class MetricsSnapshot:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def device_cache_hits(self) -> int:
+        """Prompt tokens found in HBM, beside those found in DRAM (SGLang's `device` source)."""
+        return self.prefix_cache_hits
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -91,6 +106,12 @@ def snapshot_from_engine(engine: EngineLike) -> MetricsSnapshot:
         accepted_per_position=tuple(c.spec_accepted_per_pos) if k else (),
         accepted_histogram=tuple(c.spec_accepted_histogram) if k else (),
         prefix_cache_queries=c.prefix_cache_queries, prefix_cache_hits=c.prefix_cache_hits,
+        host_tier=c.host_tier, host_cache_queries=c.host_cache_queries,
+        host_cache_hits=c.host_cache_hits, host_tokens_used=c.host_tokens_used,
+        host_tokens_total=c.host_tokens_total, offload_bytes_written=c.offload_bytes_written,
+        offload_bytes_read=c.offload_bytes_read,
+        offload_seconds_written=c.offload_seconds_written,
+        offload_seconds_read=c.offload_seconds_read,
     )
 
 
@@ -126,6 +147,7 @@ class _Fact:
     kind: str
     doc: str
     speculative: bool
+    offload: bool  # exported only while the engine has a CPU-DRAM tier
     series: str
 
 
@@ -133,24 +155,34 @@ class _Fact:
 def _facts() -> tuple[_Fact, ...]:
     text = resources.files(__package__).joinpath("quantities.yaml").read_text(encoding="utf-8")
     return tuple(_Fact(snapshot=d["snapshot"], kind=d["kind"], doc=d["help"],
-                       speculative=bool(d.get("speculative", False)), series=d.get("series", ""))
+                       speculative=bool(d.get("speculative", False)),
+                       offload=bool(d.get("offload", False)), series=d.get("series", ""))
                  for d in yaml.safe_load(text))
 
 
 def _families(names: Mapping[str, str], model: str, s: MetricsSnapshot) -> Iterator[Metric]:
+    # A name with a `{label="value"}` is one series of its family: the quantities that share
+    # a family are its series (`sglang:cached_tokens` by `cache_source`).
+    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
     for fact in _facts():
         name = names.get(fact.snapshot)
-        if name is None or (fact.speculative and not s.spec_tokens):
+        if name is None or (fact.speculative and not s.spec_tokens) or (
+                fact.offload and not s.host_tier):
             continue
         value: float | tuple[int, ...] = getattr(s, fact.snapshot)
-        family = _family(fact.kind, name, fact.doc,
-                         ["model_name", fact.series] if fact.series else ["model_name"])
+        family_name, label = framework_registry.split_metric(name)
+        labels = ["model_name", *([fact.series] if fact.series else []),
+                  *([label[0]] if label else [])]
+        family = families.get(family_name)
+        if family is None:
+            family = families[family_name] = _family(fact.kind, family_name, fact.doc, labels)
+        fixed = [label[1]] if label else []
         if isinstance(value, tuple):
             for index, count in enumerate(value):
-                family.add_metric([model, str(index)], count)
+                family.add_metric([model, str(index), *fixed], count)
         else:
-            family.add_metric([model], value)
-        yield family
+            family.add_metric([model, *fixed], value)
+    yield from families.values()
 
 
 class EngineCollector:
