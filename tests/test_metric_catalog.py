@@ -24,10 +24,10 @@ from pytest_inferbench.gates.baseline import higher_is_better
 from pytest_inferbench.gates.rules import RegressionPolicy
 from pytest_inferbench.report import result_properties
 from pytest_inferbench.report.tables import columns
-from pytest_inferbench.results import catalog
+from pytest_inferbench.results import catalog, metric_kinds
 from pytest_inferbench.results.agentic import ReplayMeta
 from pytest_inferbench.results.build import agentic_fields
-from pytest_inferbench.results.catalog import FloatArray
+from pytest_inferbench.results.metric_kinds import FloatArray
 from pytest_inferbench.results.metrics import RequestRecord, summarize
 from pytest_inferbench.results.point_files import AGG_PREFIX, agg_result, raw_keys
 from pytest_inferbench.results.power import AGG_KEYS as POWER_KEYS
@@ -64,7 +64,7 @@ def second_token_samples(flat: Flat) -> FloatArray:
 TTST = catalog.latency(
     "ttst", "time to second token: the chunk holding the second token - send",
     samples=second_token_samples, junit=("median_ttst",),
-    columns=(catalog.Column(HEADER, "median_ttst", digits=3),), baseline=("median_ttst",))
+    columns=(metric_kinds.Column(HEADER, "median_ttst", digits=3),), baseline=("median_ttst",))
 
 
 @pytest.fixture

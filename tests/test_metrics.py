@@ -11,7 +11,7 @@ import statistics
 import numpy as np
 import pytest
 
-from pytest_inferbench.results.catalog import percentile_label
+from pytest_inferbench.results.metric_kinds import percentile_label
 from pytest_inferbench.results.metrics import NO_CHUNK_ERROR, RequestRecord, summarize
 
 

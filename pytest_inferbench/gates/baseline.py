@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..results import catalog
+from ..results import catalog, metric_kinds
 from ..results.build import write_json_atomic
 from ..results.point_files import NAMESPACE, point_record
 
@@ -74,7 +74,7 @@ def higher_is_better(metric: str) -> bool:
     """Direction of a metric, as the metric catalog declares it: throughput up, latency down."""
     direction = catalog.direction(metric)
     if direction is not None:
-        return direction is catalog.Direction.HIGHER
+        return direction is metric_kinds.Direction.HIGHER
     raise BaselineError(
         f"no known direction for metric {metric!r}: the metric catalog says neither higher "
         "nor lower is better for it"

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ..results import catalog
+from ..results import catalog, metric_kinds
 from ..results.file_names import bounded
 from .tables import Row, load_label
 
@@ -60,7 +60,7 @@ DENSE_POINTS = 150
 FIXED, AGENTIC = "", "agentic-"  # a figure's kind: the prefix of its catalog axes
 
 
-def panels(kind: str = FIXED) -> tuple[tuple[catalog.PlotAxis, ...], catalog.PlotAxis]:
+def panels(kind: str = FIXED) -> tuple[tuple[metric_kinds.PlotAxis, ...], metric_kinds.PlotAxis]:
     """(the x axes, one panel each; the y axis) of a kind of figure, from the catalog."""
     axes = catalog.plot_axes()
     (y,) = [a for a in axes if a.axis == f"{kind}y"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePath
 
-from ..results import catalog
+from ..results import catalog, metric_kinds
 from ..results.measurement import SIMULATED_NOTE
 
 # A table row: a point's JUnit properties (or its record) and verdict, or an eval's.
@@ -24,7 +24,7 @@ def _number(value: object, scale: float = 1.0, digits: int = 1) -> str:
     return f"{value * scale:.{digits}f}"
 
 
-def _metric_cell(column: catalog.Column) -> Callable[[Row], str]:
+def _metric_cell(column: metric_kinds.Column) -> Callable[[Row], str]:
     """The renderer of a metric's column: its value, and the value `beside` it in parentheses
     (the golden AL beside the measured one) where the row has one."""
     def render(row: Row) -> str:

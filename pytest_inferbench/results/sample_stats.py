@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from .catalog import MS_SUFFIX, stat_names
+from .metric_kinds import MS_SUFFIX, stat_names
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
