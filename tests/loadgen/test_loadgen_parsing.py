@@ -13,6 +13,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from pytest_inferbench.loadgen import selfcheck
 from pytest_inferbench.loadgen.client import ClientConfig, _record
 from pytest_inferbench.loadgen.prompts import Prompt
 from pytest_inferbench.loadgen.scrape import Snapshot, parse_metrics, point_metrics
@@ -184,8 +185,13 @@ def test_idle_loop_passes_against_a_generous_interval() -> None:
 
     check = asyncio.run(idle())
     assert check["lag_samples"] > 0
-    # The limit is 25% of the 1 s TTFT: only a badly stalled loop would miss it.
-    assert check["ok"] is True, check["reason"]
+    # The lag limits scale with the interval measured: 25% (p90) and 100% (p99) of the 1 s
+    # TTFT, which only a badly stalled loop would miss. (Whether the loop stalled for more than
+    # a share of this short window is the machine's load, judged by the stall tests.)
+    reason = str(check["reason"])
+    assert "lag p90" not in reason and "lag p99" not in reason, reason
+    assert check["lag_p90_ms"] < selfcheck.MAX_TYPICAL_LAG_FRACTION * 1000
+    assert check["lag_p99_ms"] < selfcheck.MAX_TAIL_LAG_FRACTION * 1000
 
 
 def test_progress_line_redraws_and_clears() -> None:
