@@ -199,7 +199,10 @@ def table(rows: list[Reference]) -> tuple[list[str], dict[str, list[float]]]:
              "|---|---|---|---:|---:|---:|"]
     errors: dict[str, list[float]] = {}
     for ref in rows:
-        got = predict(ref)
+        try:
+            got = predict(ref)
+        except ValueError as exc:  # an argv or hardware the simulator does not know
+            raise DataError(f"point {ref.label} ({ref.isl}/{ref.osl}): {exc}") from exc
         err = got / ref.measured - 1.0
         errors.setdefault(METRIC_OF_KEY[ref.metric], []).append(abs(err))
         mark = " *" if ref.assumed else ""
@@ -217,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rows = references(args.data)
-    except (OSError, yaml.YAMLError, DataError) as exc:
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # DataError is a ValueError
         parser.exit(2, f"sim_reference: {exc}\n")
-    lines, errors = table(rows)
+    try:
+        lines, errors = table(rows)
+    except DataError as exc:
+        parser.exit(2, f"sim_reference: {args.data}: {exc}\n")
     print("\n".join(lines))
     print("\n(* a setting the source does not state was assumed: see `assumed` in the data file)")
     print()

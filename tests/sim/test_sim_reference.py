@@ -76,3 +76,15 @@ def test_a_bad_point_is_named_not_a_traceback(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert f"{bad}: point 1 (lost): unknown metric(s) ['mean_latency']" in done.stderr
+
+
+def test_a_point_the_simulator_cannot_serve_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "refs.yaml"
+    bad.write_text("sources: {s: a page}\npoints:\n"
+                   "  - {label: nowhere, source: s, argv: [vllm, serve, openai/gpt-oss-120b],\n"
+                   "     hardware: H999, isl: 10, osl: 10, conc: 1, prompts: 1,\n"
+                   "     measured: {mean_tpot_ms: 1}}\n")
+    done = run("--data", str(bad))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"{bad}: point nowhere (10/10): unknown hardware 'H999'" in done.stderr
