@@ -1,9 +1,11 @@
 """The simulator against public measurements: prints the reference table of docs/simulator.md.
 
 Each row is one published serving measurement (vendor or framework pages, a public benchmark
-sweep), the server argv it states or implies, the load it ran, and the measured value. The
-simulator predicts the same metric under the same load; the table shows both and the error.
-Nothing here feeds back into the simulator: the errors are what they are.
+sweep), the server argv it states or implies, the load it ran, and the measured value; the
+points live in `sim_reference.yaml` beside this script (`--data` reads another file). The
+simulator predicts the same metric under the same load; the table shows both and the error,
+then the median and worst |error| per metric. Nothing here feeds back into the simulator: the
+errors are what they are.
 
 With `--write PATH` it also writes the expected error of a simulated point per regime (the
 median |error| of the reference rows and the calibration table in each, `sim/expected_error.py`)
@@ -18,7 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+
+import yaml
 
 from pytest_inferbench.loadgen.workload import LoadSettings, build_workload
 from pytest_inferbench.results.metrics import summarize
@@ -28,17 +33,16 @@ from pytest_inferbench.sim.driver import simulate_point
 
 ATOM_M3 = list(calibration.ARGV)
 ATOM_ENV = tuple(calibration.ENV.items())
-SGLANG_MTP = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
-
-
-def sglang(model: str, tp: int = 8, *extra: str) -> list[str]:
-    return ["python3", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(tp),
-            *extra]
-
-
-def vllm(model: str, tp: int = 8) -> list[str]:
-    return ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
+DATA_FILE = Path(__file__).with_name("sim_reference.yaml")
+POINT_KEYS = {"label", "source", "argv", "hardware", "isl", "osl", "conc", "prompts",
+              "range_ratio", "env", "measured", "assumed"}
+# The metric each published value counts as: the expected-error table's, plus the medians a
+# source may publish instead of means (ATOM's GLM-5.2 table), compared median to median. Only
+# here: a calibration input still takes means.
+METRIC_OF_KEY = {**expected_error.METRIC_OF_KEY, "median_ttft_ms": "ttft",
+                 "median_tpot_ms": "tpot"}
+REQUIRED_KEYS = ("label", "source", "argv", "hardware", "isl", "osl", "conc", "prompts",
+                 "measured")
 
 
 @dataclass(frozen=True)
@@ -55,57 +59,68 @@ class Reference:
     measured: float
     range_ratio: float = 1.0  # 1.0 = every request exactly isl / osl tokens
     env: tuple[tuple[str, str], ...] = ()
+    assumed: str = ""  # a setting the source does not state, and the value chosen for it
 
 
-# Sources (every number below is the source's own):
-# [atom]   ROCm/ATOM recipes/MiniMax-M3.md (performance-model.md §A8): the calibration set.
-# [gist]   github gist BenHamm/78563d0d0a08d7cb61b4737392633384, "SGLang B200 Benchmark Sweep",
-#          SGLang v0.5.8.post1, 8 x B200, sglang.bench_serving random 1K in / 1K out, cookbook
-#          configs, TP8; TPOT at concurrency 1.
-# [lambda] lambda.ai/inference-models/<model> pages, 8 x B200 (HGX), `vllm bench serve` random,
-#          the stated input/output lengths, prompts and parallel requests.
-REFERENCES = [
+class DataError(ValueError):
+    """A data file entry the script cannot read: the message names the file and the point."""
+
+
+def _point_rows(point: object, sources: dict[str, str], where: str) -> list[Reference]:
+    if not isinstance(point, dict):
+        raise DataError(f"{where}: a point is a mapping, got {type(point).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in point]
+    unknown = sorted(set(point) - POINT_KEYS)
+    if missing or unknown:
+        raise DataError(f"{where}: missing {missing}, unknown {unknown}")
+    if point["source"] not in sources:
+        raise DataError(f"{where}: source {point['source']!r} is not under `sources`")
+    measured = point["measured"]
+    if not isinstance(measured, dict) or not measured:
+        raise DataError(f"{where}: `measured` is a mapping of metric to published value")
+    bad = sorted(set(measured) - set(METRIC_OF_KEY))
+    if bad:
+        raise DataError(f"{where}: unknown metric(s) {bad}; known: "
+                        f"{sorted(METRIC_OF_KEY)}")
+    try:
+        return [Reference(str(point["label"]), str(point["source"]),
+                          [str(a) for a in point["argv"]], str(point["hardware"]),
+                          int(point["isl"]), int(point["osl"]), int(point["conc"]),
+                          int(point["prompts"]), metric, float(value),
+                          float(point.get("range_ratio", 1.0)),
+                          tuple((str(k), str(v)) for k, v in (point.get("env") or {}).items()),
+                          str(point.get("assumed", "")))
+                for metric, value in measured.items()]
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{where}: {exc}") from exc
+
+
+def load_references(path: Path = DATA_FILE) -> list[Reference]:
+    """One row per published metric of each point in the data file."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("sources"), dict) \
+            or not isinstance(data.get("points"), list):
+        raise DataError(f"{path}: expected a mapping with `sources` and a list of `points`")
+    rows: list[Reference] = []
+    for index, point in enumerate(data["points"], 1):
+        label = point.get("label", "?") if isinstance(point, dict) else "?"
+        rows += _point_rows(point, data["sources"], f"{path}: point {index} ({label})")
+    return rows
+
+
+# The calibration set's two headline numbers head the table; the data file has the rest.
+ATOM_ROWS = [
     Reference("MiniMax-M3 MXFP4, ATOM, 4xMI355X, conc 4", "atom", ATOM_M3, calibration.HARDWARE,
               calibration.ISL, calibration.OSL, 4, 40, "mean_tpot_ms",
               calibration.MEASURED[4][1], 0.8, ATOM_ENV),
     Reference("MiniMax-M3 MXFP4, ATOM, 4xMI355X, conc 64", "atom", ATOM_M3, calibration.HARDWARE,
               calibration.ISL, calibration.OSL, 64, 640, "output_throughput",
               calibration.MEASURED[64][2], 0.8, ATOM_ENV),
-    Reference("gpt-oss-120b, SGLang TP8, B200, conc 1", "gist",
-              sglang("openai/gpt-oss-120b"), "B200", 1024, 1024, 1, 10, "mean_tpot_ms", 2.41),
-    Reference("DeepSeek-R1-0528 FP4, SGLang TP8, B200, conc 1", "gist",
-              sglang("nvidia/DeepSeek-R1-0528-FP4-V2"), "B200", 1024, 1024, 1, 10,
-              "mean_tpot_ms", 5.74),
-    Reference("GLM-5 FP8, SGLang TP8, B200, conc 1", "gist", sglang("zai-org/GLM-5-FP8"),
-              "B200", 1024, 1024, 1, 10, "mean_tpot_ms", 20.22),
-    Reference("GLM-5 FP8 + MTP (AL 3.52), SGLang TP8, B200, conc 1", "gist",
-              sglang("zai-org/GLM-5-FP8", 8, *SGLANG_MTP), "B200", 1024, 1024, 1, 10,
-              "mean_tpot_ms", 7.69, env=(("SGLANG_SIMULATE_ACC_LEN", "3.52"),)),
-    Reference("Qwen3.5-397B-A17B BF16, SGLang TP8, B200, conc 32", "lambda",
-              sglang("Qwen/Qwen3.5-397B-A17B"), "B200", 8192, 1024, 32, 512,
-              "output_throughput", 1232),
-    Reference("Qwen3.5-397B-A17B BF16, SGLang TP8, B200, conc 32", "lambda",
-              sglang("Qwen/Qwen3.5-397B-A17B"), "B200", 8192, 1024, 32, 512,
-              "mean_ttft_ms", 1825),
-    Reference("Qwen3.5-397B-A17B BF16, SGLang TP8, B200, conc 32", "lambda",
-              sglang("Qwen/Qwen3.5-397B-A17B"), "B200", 8192, 1024, 32, 512,
-              "mean_itl_ms", 24),
-    Reference("DeepSeek-V4-Pro, vLLM TP8, B200, conc 32", "lambda",
-              vllm("deepseek-ai/DeepSeek-V4-Pro"), "B200", 8192, 2048, 32, 512,
-              "output_throughput", 855),
-    Reference("DeepSeek-V4-Pro, vLLM TP8, B200, conc 32", "lambda",
-              vllm("deepseek-ai/DeepSeek-V4-Pro"), "B200", 8192, 2048, 32, 512,
-              "mean_ttft_ms", 3656),
-    Reference("DeepSeek-V4-Pro, vLLM TP8, B200, conc 32", "lambda",
-              vllm("deepseek-ai/DeepSeek-V4-Pro"), "B200", 8192, 2048, 32, 512,
-              "mean_itl_ms", 36),
-    Reference("Kimi-K2.6 (K2.5 architecture, INT4), vLLM TP8, B200, conc 32", "lambda",
-              vllm("moonshotai/Kimi-K2.5"), "B200", 8192, 2048, 32, 512,
-              "output_throughput", 1408),
-    Reference("Kimi-K2.6 (K2.5 architecture, INT4), vLLM TP8, B200, conc 32", "lambda",
-              vllm("moonshotai/Kimi-K2.5"), "B200", 8192, 2048, 32, 512,
-              "mean_ttft_ms", 2264),
 ]
+
+
+def references(path: Path = DATA_FILE) -> list[Reference]:
+    return ATOM_ROWS + load_references(path)
 
 
 # The calibration table (tests/sim/test_calibration.py), each of its numbers a row: in-sample
@@ -126,44 +141,97 @@ def predict(ref: Reference) -> float:
 
 def _predict(ref: Reference) -> tuple[float, str]:
     """The simulated metric and the row's regime."""
-    config, _ = engine_config_from_argv(ref.argv, hardware=ref.hardware, env=dict(ref.env))
-    per_conc = max(ref.prompts // ref.conc, 1)
-    load = LoadSettings(prompts_per_conc=per_conc, range_ratio=ref.range_ratio)
-    point = simulate_point(config, build_workload(ref.isl, ref.osl, ref.conc, load))
-    s = summarize(point.records, duration_s=point.duration_s, num_prompts=per_conc * ref.conc,
-                  max_concurrency=ref.conc, num_gpus=config.tp)
-    return float(s[ref.metric]), expected_error.regime(config, ref.isl, ref.osl, ref.conc)
+    summary, regime = _simulate(tuple(ref.argv), ref.hardware, ref.env, ref.isl, ref.osl,
+                                ref.conc, ref.prompts, ref.range_ratio)
+    return summary[ref.metric], regime
 
 
-def error_table() -> dict[str, object]:
-    """The expected-error data file's content, computed from the rows."""
-    rows = [ref for ref in REFERENCES if ref.source != "atom"] + CALIBRATION_ROWS
+@cache
+def _simulate(argv: tuple[str, ...], hardware: str, env: tuple[tuple[str, str], ...], isl: int,
+              osl: int, conc: int, prompts: int,
+              range_ratio: float) -> tuple[dict[str, float], str]:
+    """One simulated run per point, whatever number of its metrics the source published."""
+    config, _ = engine_config_from_argv(list(argv), hardware=hardware, env=dict(env))
+    per_conc = max(prompts // conc, 1)
+    load = LoadSettings(prompts_per_conc=per_conc, range_ratio=range_ratio)
+    point = simulate_point(config, build_workload(isl, osl, conc, load))
+    s = summarize(point.records, duration_s=point.duration_s, num_prompts=per_conc * conc,
+                  max_concurrency=conc, num_gpus=config.tp)
+    values = {key: float(s[key]) for key in METRIC_OF_KEY}
+    return values, expected_error.regime(config, isl, osl, conc)
+
+
+def error_table(rows: list[Reference]) -> dict[str, object]:
+    """The expected-error data file's content, computed from the reference rows (the [atom]
+    ones counted once, through the calibration table)."""
+    rows = [ref for ref in rows if ref.source != "atom"] + CALIBRATION_ROWS
     errors: dict[str, dict[str, list[float]]] = {}
     for ref in rows:
         got, regime = _predict(ref)
-        metric = expected_error.METRIC_OF_KEY[ref.metric]
+        metric = METRIC_OF_KEY[ref.metric]
         errors.setdefault(regime, {}).setdefault(metric, []).append(abs(got / ref.measured - 1))
     return expected_error.table_json(expected_error.figures(errors), SOURCE)
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def summary_lines(errors: dict[str, list[float]]) -> list[str]:
+    """Median and worst |error| per metric (TTFT, TPOT, throughput) and over all rows."""
+    lines = ["| metric | rows | median abs error | worst abs error |", "|---|---:|---:|---:|"]
+    every = [e for metric in expected_error.METRICS for e in errors.get(metric, [])]
+    for name, values in [*((m, errors.get(m, [])) for m in expected_error.METRICS),
+                         ("all", every)]:
+        if values:
+            lines.append(f"| {name} | {len(values)} | {_median(values):.0%} | "
+                         f"{max(values):.0%} |")
+        else:
+            lines.append(f"| {name} | 0 | - | - |")
+    return lines
+
+
+def table(rows: list[Reference]) -> tuple[list[str], dict[str, list[float]]]:
+    """The reference table (one line per row) and the |error| of each row per metric."""
+    lines = ["| point (input/output) | source | metric | measured | simulated | error |",
+             "|---|---|---|---:|---:|---:|"]
+    errors: dict[str, list[float]] = {}
+    for ref in rows:
+        try:
+            got = predict(ref)
+        except ValueError as exc:  # an argv or hardware the simulator does not know
+            raise DataError(f"point {ref.label} ({ref.isl}/{ref.osl}): {exc}") from exc
+        err = got / ref.measured - 1.0
+        errors.setdefault(METRIC_OF_KEY[ref.metric], []).append(abs(err))
+        mark = " *" if ref.assumed else ""
+        lines.append(f"| {ref.label} ({ref.isl}/{ref.osl}){mark} | [{ref.source}] | "
+                     f"{ref.metric} | {ref.measured:g} | {got:.4g} | {err:+.0%} |")
+    return lines, errors
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA_FILE, metavar="PATH",
+                        help="the published points (default: %(default)s)")
     parser.add_argument("--write", type=Path, metavar="PATH",
                         help="also write the expected error per regime (JSON) to PATH")
     args = parser.parse_args(argv)
-    print("| point | source | metric | measured | simulated | error |")
-    print("|---|---|---|---:|---:|---:|")
-    errors = []
-    for ref in REFERENCES:
-        got = predict(ref)
-        err = got / ref.measured - 1.0
-        errors.append(abs(err))
-        print(f"| {ref.label} ({ref.isl}/{ref.osl}) | [{ref.source}] | {ref.metric} | "
-              f"{ref.measured:g} | {got:.4g} | {err:+.0%} |")
-    errors.sort()
-    print(f"\nmedian |error| {errors[len(errors) // 2]:.0%} over {len(errors)} points")
+    try:
+        rows = references(args.data)
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # DataError is a ValueError
+        parser.exit(2, f"sim_reference: {exc}\n")
+    try:
+        lines, errors = table(rows)
+    except DataError as exc:
+        parser.exit(2, f"sim_reference: {args.data}: {exc}\n")
+    print("\n".join(lines))
+    print("\n(* a setting the source does not state was assumed: see `assumed` in the data file)")
+    print()
+    print("\n".join(summary_lines(errors)))
     if args.write is not None:
-        args.write.write_text(json.dumps(error_table(), indent=1) + "\n", encoding="utf-8")
+        args.write.write_text(json.dumps(error_table(rows), indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.write}")
     return 0
 

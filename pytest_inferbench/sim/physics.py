@@ -8,11 +8,12 @@ decode path prices a whole stretch of steps in one call). Equations: docs/simula
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import calibration
 from .attention import kv_terms
 from .catalog import (
     COMPUTE_DTYPE,
@@ -23,6 +24,7 @@ from .catalog import (
     Checkpoint,
     Framework,
     Hardware,
+    checkpoint,
 )
 
 if TYPE_CHECKING:
@@ -196,14 +198,25 @@ class Efficiency:
     compute_efficiency: float
 
 
-def profile_efficiency(hw: Hardware, fw: Framework) -> Efficiency:
-    """The knobs as the framework's profile sets them on this chip (no calibration)."""
+def profile_efficiency(hw: Hardware, fw: Framework, layers: int) -> Efficiency:
+    """The knobs as the framework's profile sets them on this chip for a model of `layers`
+    decoder layers (no calibration)."""
     # The framework's compute efficiency was fitted on one chip; scale it by how much of its
-    # peak each chip realizes relative to that one.
+    # peak each chip realizes relative to that one. Its step overhead was fitted on one model:
+    # under CUDA/HIP graphs what remains of it is paid per kernel boundary, so it scales with
+    # the layers a forward runs (as a draft forward's share is priced below).
     return Efficiency(
-        step_overhead_s=fw.step_overhead_s, hbm_efficiency=fw.hbm_efficiency,
+        step_overhead_s=fw.step_overhead_s * layers / overhead_layers(),
+        hbm_efficiency=fw.hbm_efficiency,
         compute_efficiency=fw.compute_efficiency * hw.achievable_flops
         / fw.calibration_achievable_flops)
+
+
+@cache
+def overhead_layers() -> int:
+    """Decoder layers of the model the profiles' step overheads were fitted on: the
+    calibration set's (MiniMax-M3, 60; `sim/calibration.py`)."""
+    return checkpoint(calibration.MODEL).architecture.layers
 
 
 @dataclass(frozen=True)
@@ -226,7 +239,8 @@ class StepCost:
               hw: Hardware, fw: Framework, dp_attn: bool = False,
               efficiency: Efficiency | None = None) -> StepCost:
         """`efficiency`: a calibration's knobs in place of the profile's."""
-        eff = efficiency if efficiency is not None else profile_efficiency(hw, fw)
+        eff = (efficiency if efficiency is not None
+               else profile_efficiency(hw, fw, target.layers))
         return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=eff.step_overhead_s,
                    allreduce_latency_s=fw.allreduce_latency_s,
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,

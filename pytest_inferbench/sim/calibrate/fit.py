@@ -62,7 +62,8 @@ def errors(point: MeasuredPoint, predicted: dict[str, float]) -> dict[str, float
 
 def profile_of(point: MeasuredPoint) -> Efficiency:
     return profile_efficiency(catalog.hardware(point.config.hardware),
-                              catalog.framework(point.config.framework))
+                              catalog.framework(point.config.framework),
+                              catalog.checkpoint(point.config.model).architecture.layers)
 
 
 def _vector(eff: Efficiency) -> FloatArray:
