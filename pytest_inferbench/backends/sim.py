@@ -144,11 +144,11 @@ class SimHandle(ServerHandle):
         """Nothing to release: the engine lives only during run_point."""
 
 
-def load_calibration(settings: Settings) -> calibration_file.Calibration | None:
+def load_calibration(settings: Settings | None) -> calibration_file.Calibration | None:
     """The run's calibration file (`--inferbench-sim-calibration`), or None; a file that
     cannot be used is a `CalibrationFileError` naming it and the line."""
     # Scripts and tests that start the backend alone give no settings (options=None).
-    path = getattr(settings, "sim_calibration", None)
+    path = settings.sim_calibration if settings is not None else None
     return None if path is None else calibration_file.load(path)
 
 

@@ -199,7 +199,7 @@ from pytest_inferbench.backends.simserver import SimServerBackend
 root = Path({root!r})
 server, spec = load_node(write_recipe(root))
 options = types.SimpleNamespace(time_scale=0.0, pass_env=(), startup_timeout_s=None,
-                                base_url=None)
+                                base_url=None, sim_calibration=None)
 handle = SimServerBackend().start(server, spec, StartContext(root, "abandon", "master", options))
 print(handle.supervised.process.pid, flush=True)
 sys.exit(0)  # no stop(): the atexit safety net must end the server
