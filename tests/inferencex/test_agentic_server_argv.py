@@ -93,6 +93,14 @@ def context_of(flags: dict[str, list[str]]) -> str | None:
     return values[-1] if values else None
 
 
+def same_value(ours: str, script: str) -> bool:
+    """Equal words, or equal numbers however written (`0.8` and `0.80`)."""
+    try:
+        return ours == script or float(ours) == float(script)
+    except ValueError:
+        return False
+
+
 def longest_prompt(server: ServerConfig, script_text: str) -> int:
     loader = re.search(r"WEKA_LOADER_OVERRIDE=(\S+)", script_text)
     if loader:
@@ -126,8 +134,14 @@ def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cach
 
 
 @pytest.mark.parametrize("config_key", ["qwen3.5-fp8-b200-sglang-agentic",
+                                        "qwen3.5-fp8-b300-sglang-agentic-hicache",
                                         "minimaxm3-fp8-h200-vllm-agentic",
-                                        "dsv4-fp4-b200-vllm-agentic"])
+                                        "dsv4-fp4-b200-vllm-agentic",
+                                        "kimik2.5-int4-b200-vllm-agentic",
+                                        "kimik2.5-int4-h200-vllm-agentic",
+                                        "kimik2.5-fp4-b200-vllm-agentic-lmcache",
+                                        "kimik2.5-fp4-b300-vllm-agentic",
+                                        "kimik2.5-fp4-mi355x-vllm-agentic"])
 def test_an_agentic_servers_flags_are_its_scripts(
         config_key: str, agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
         tmp_path: Path) -> None:
@@ -144,7 +158,7 @@ def test_an_agentic_servers_flags_are_its_scripts(
         literal = [v for v in values if "$" not in v]
         if flag not in argv:
             problems.append(f"{flag}: missing")
-        elif literal and argv[flag][-1] != literal[-1]:
+        elif literal and not same_value(argv[flag][-1], literal[-1]):
             problems.append(f"{flag}: {argv[flag][-1]!r} (script: {literal[-1]!r})")
     # Nothing the fixed-length script passes and the agentic one does not.
     problems += [f"{flag}: not in the script" for flag in argv if flag not in text]
