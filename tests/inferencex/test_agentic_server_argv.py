@@ -135,6 +135,7 @@ def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cach
 
 @pytest.mark.parametrize("config_key", ["qwen3.5-fp8-b200-sglang-agentic",
                                         "qwen3.5-fp8-b300-sglang-agentic-hicache",
+                                        "qwen3.5-fp8-mi355x-sglang-agentic",
                                         "minimaxm3-fp8-h200-vllm-agentic",
                                         "minimaxm3-fp8-h100-vllm-agentic",
                                         "minimaxm3-fp8-mi300x-vllm-agentic",
