@@ -40,6 +40,9 @@ A framework's file is the one place that says what it is to every part of the pl
   `drop`s (the tier extends the prefix cache, which a spec may turn off), sized by the
   placeholders `{total_cpu_dram_gb}` (the point's DRAM budget), `{cpu_dram_gb_per_rank}` and
   `{cpu_dram_bytes_per_rank}` (split over its TP ranks), as InferenceX's scripts pass them.
+- `prefix_caching_off`: the launch words that turn its prefix cache off (a fixed-seq-len
+  spec's `--disable-radix-cache`); an agentic-coding point's server drops them, since a
+  trace replay measures the prefix cache (InferenceX's agentic scripts never pass them).
 - `simulator`: the simulated engine's profile (the docstring of `sim/catalog.Framework`, which
   reads it, describes the keys; `docs/simulator.md` the calibrated values).
 
@@ -116,6 +119,7 @@ class FrameworkEntry:
     multinode: Mapping[str, str]
     simulator: Mapping[str, Any]
     kv_offload: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    prefix_caching_off: tuple[str, ...] = ()
 
     @property
     def metric_prefix(self) -> str:
@@ -211,7 +215,9 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> FrameworkE
         multinode={k: str(v) for k, v in _mapping(
             data.get("multinode"), f"{where}: multinode").items()},
         simulator=_mapping(data["simulator"], f"{where}: simulator"),
-        kv_offload=_kv_offload(data.get("kv_offload"), f"{where}: kv_offload"))
+        kv_offload=_kv_offload(data.get("kv_offload"), f"{where}: kv_offload"),
+        prefix_caching_off=_strings(data.get("prefix_caching_off", []),
+                                    f"{where}: prefix_caching_off"))
 
 
 def _kv_offload(value: object, where: str) -> dict[str, Mapping[str, Any]]:

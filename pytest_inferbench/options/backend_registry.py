@@ -35,12 +35,13 @@ BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
                 "backend replays over HTTP"),
     # Its engine has the CPU-DRAM tier a dram point's offload flags size (docs/simulator.md).
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True),
-    BackendInfo("docker", "docker", "DockerBackend", simulated=False),
-    BackendInfo("process", "process", "ProcessBackend", simulated=False),
+    # The backends that start a server replay agentic traces against it over HTTP.
+    BackendInfo("docker", "docker", "DockerBackend", simulated=False, agentic=True),
+    BackendInfo("process", "process", "ProcessBackend", simulated=False, agentic=True),
     # A running server is one endpoint whatever stands behind it: a deployment's router too.
     BackendInfo("external", "external", "ExternalBackend", simulated=False, multinode=True,
                 agentic=True),
-    BackendInfo("slurm", "slurm.backend", "SlurmBackend", simulated=False),
+    BackendInfo("slurm", "slurm.backend", "SlurmBackend", simulated=False, agentic=True),
 )}
 
 

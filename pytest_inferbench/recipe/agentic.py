@@ -21,6 +21,7 @@ import yaml
 
 from ..frameworks import registry
 from ..util import yamllines
+from .spec_values import check_keys, read_str_dict, read_str_list
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -222,3 +223,83 @@ def marker_fields(server: ServerConfig, conc: int) -> dict[str, object]:
         "total_cpu_dram_gb": server.total_cpu_dram_gb,
         "exp_name": exp_name(server, conc),
     }
+
+
+# A launch spec's `agentic:` section, applied to an agentic-coding point's server only.
+AGENTIC_LAUNCH_KEYS = ("args", "env", "drop")
+CONTEXT_PLACEHOLDER = "{max_model_len}"
+
+
+@dataclass(frozen=True)
+class AgenticLaunch:
+    """How an agentic point's server differs from the spec's fixed-seq-len one, as InferenceX's
+    agentic script for the config starts it: the flags it `drop`s (each with its value words),
+    the `args` it adds (after the overlays') and the `env` on top."""
+
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    drop: tuple[str, ...] = ()
+
+
+def drop_flags(words: list[str], flags: tuple[str, ...], keep: str = "") -> list[str]:
+    """`words` without each of `flags`: `--flag=value`, or `--flag` and the value words after
+    it (up to the next flag; `keep`, the overlays' mark, is no value)."""
+    out: list[str] = []
+    dropping = False
+    for word in words:
+        if word in flags or any(word.startswith(f"{flag}=") for flag in flags):
+            dropping = word in flags
+            continue
+        if dropping and not word.startswith("-") and word != keep:
+            continue
+        dropping = False
+        out.append(word)
+    return out
+
+
+def native_context(words: list[str]) -> list[str]:
+    """`words` without the context length the fixed-seq-len spec sizes from ISL/OSL
+    (`--max-model-len {max_model_len}` or `--flag={max_model_len}`): InferenceX's
+    benchmark_lib.sh unsets MAX_MODEL_LEN for agentic scripts, so the engine runs at the
+    model's native context unless the script passes its own (the spec's `agentic.args`)."""
+    out: list[str] = []
+    for word in words:
+        if word == CONTEXT_PLACEHOLDER:
+            if out and out[-1].startswith("-"):
+                out.pop()
+            continue
+        if CONTEXT_PLACEHOLDER not in word:
+            out.append(word)
+    return out
+
+
+def native_context_in(content: dict[str, object]) -> dict[str, object]:
+    """A config file's content without the keys set to the ISL/OSL-sized context alone."""
+    return {k: _native_context_value(v) for k, v in content.items() if v != CONTEXT_PLACEHOLDER}
+
+
+def _native_context_value(value: object) -> object:
+    if isinstance(value, dict):
+        return native_context_in(value)
+    if isinstance(value, list):
+        return [_native_context_value(v) for v in value]
+    return value
+
+
+def server_words(words: list[str], launch: AgenticLaunch, framework: str, mark: str
+                 ) -> list[str]:
+    """A fixed-seq-len spec's argv words (base or overlay; `mark`, the overlays' place) as an
+    agentic point's server has them: native context, prefix caching not turned off (the
+    framework registry's `prefix_caching_off`), the section's `drop`s gone."""
+    engine = registry.engine_of(framework)
+    off = registry.get(engine).prefix_caching_off if engine in registry.names() else ()
+    return drop_flags(native_context(words), (*off, *launch.drop), keep=mark)
+
+
+def read_agentic_launch(path: Path, value: object) -> AgenticLaunch:
+    """A launch spec's `agentic:` section (none: nothing but the rules of `server_words`)."""
+    section = check_keys(path, "agentic", value, AGENTIC_LAUNCH_KEYS)
+    return AgenticLaunch(
+        args=tuple(read_str_list(path, "agentic.args", section.get("args", []))),
+        env=tuple(read_str_dict(path, "agentic.env", section.get("env", {})).items()),
+        drop=tuple(read_str_list(path, "agentic.drop", section.get("drop", []))))

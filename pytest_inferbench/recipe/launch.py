@@ -121,7 +121,7 @@ class ServerSpec:
 
 LAUNCH_KEYS = ("image", "command", "args", "env", "files", "mounts", "port", "health-path",
                "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
-               "nodes")
+               "nodes", "agentic")
 ROLE_KEYS = ("count", "command", "args", "env", "srun-args", "overlays", "settings")
 # A multinode server's worker pools: a role of one of these names runs the recipe's workers of
 # that pool (its count is their num-worker; `{tp}`, `{ep}`, `{gpus}` and its overlays are
@@ -203,6 +203,16 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     on = _overlays_on(server.parallel, server)
     overlay_args, client = _apply_overlays(path, "overlays", data.get("overlays", {}), on, env,
                                            files, client)
+    # An agentic point's server as InferenceX's agentic script starts it (a deployment of
+    # roles keeps its workers' argv).
+    how = agentic.read_agentic_launch(path, data.get("agentic", {}))
+    if server.scenario == agentic.SCENARIO and "roles" not in data:
+        args, overlay_args = (agentic.server_words(words, how, server.framework,
+                                                   OVERLAY_ARGS_MARK)
+                              for words in (args, overlay_args))
+        overlay_args += how.args
+        env.update(how.env)
+        files = {name: agentic.native_context_in(content) for name, content in files.items()}
     # An agentic dram point's offload backend, sized from its DRAM budget (a deployment of
     # roles keeps its own argv: offload flags are not added to multinode workers).
     try:

@@ -11,6 +11,7 @@ from pytest_inferbench.backends.base import StartContext
 from pytest_inferbench.backends.reaper import LABEL_RUN
 from pytest_inferbench.recipe.launch import resolve
 from pytest_inferbench.recipe.schema import load_recipe
+from pytest_inferbench.results.point_files import AGG_PREFIX, point_record
 from pytest_inferbench.testing import simimage
 
 if TYPE_CHECKING:
@@ -79,6 +80,61 @@ def write_recipe(directory: Path, *, image: str = simimage.IMAGE, model: str = M
         (launch / f"minimaxm3_{precision}_mi355x_atom.yaml").write_text(LAUNCH.format(
             command=(LEAKY_PREFIX if leak_token else "") + words, timeout=timeout))
     return recipe
+
+
+AGENTIC_RECIPE = """\
+minimaxm3-fp4-mi355x-atom-agentic:
+  image: {image}
+  model: {model}
+  model-prefix: minimaxm3
+  runner: cluster:mi355x-amds
+  precision: fp4
+  framework: atom
+  multinode: false
+  scenarios:
+    agentic-coding:
+    - search-space:
+      - {{ tp: 1, kv-offloading: none, conc-list: [2] }}
+"""
+# ATOM's argv as a fixed-seq-len spec has it: a context sized from ISL/OSL, no prefix cache.
+AGENTIC_LAUNCH = """\
+command: [{prefix}python3, -m, atom.entrypoints.openai_server]
+args: [--model, "{{model}}", --server-port, "{{port}}", -tp, "{{tp}}",
+       --max-model-len, "{{max_model_len}}", --no-enable-prefix-caching]
+health-path: /health
+startup-timeout: 60
+"""
+
+
+def write_agentic_recipe(directory: Path, sim: str | None = None, *,
+                         image: str = simimage.IMAGE) -> Path:
+    """An agentic-coding entry (one point, conc 2) and its launch spec: ATOM's argv, after
+    `sim` (the simulator's `serve ... --` words) unless the backend puts the simulator there."""
+    recipe = directory / "test-master.yaml"
+    recipe.write_text(AGENTIC_RECIPE.format(image=image, model=json.dumps(MODEL)))
+    launch = directory / "launch"
+    launch.mkdir(exist_ok=True)
+    (launch / "minimaxm3_fp4_mi355x_atom.yaml").write_text(AGENTIC_LAUNCH.format(
+        prefix=f"{sim}, " if sim else ""))
+    return recipe
+
+
+def agentic_point(results: Path) -> dict[str, object]:
+    """The one raw point file of a run of `write_agentic_recipe`, flattened."""
+    (raw,) = [p for p in (results / "points").glob("*.json") if not p.name.startswith(AGG_PREFIX)]
+    return point_record(json.loads(raw.read_text()))
+
+
+def assert_replayed_on_an_agentic_server(point: dict[str, object], backend: str) -> None:
+    """The point replayed traces against its server, all of them answered, and the server ran
+    with the agentic argv: the spec's ISL/OSL-sized context and prefix-cache switch left out."""
+    assert point["backend"] == backend and point["exp_name"] == "minimaxm3_tp1_conc2_kvnone"
+    workload = point["workload"]
+    assert isinstance(workload, dict) and workload["kind"] == "agentic-replay"
+    assert point["completed"] == point["num_prompts"] > 0  # type: ignore[operator]
+    argv = point["server_argv"]
+    assert isinstance(argv, list) and "atom.entrypoints.openai_server" in argv
+    assert "--max-model-len" not in argv and "--no-enable-prefix-caching" not in argv
 
 
 def load_node(recipe: Path, index: int = 0) -> tuple[ServerConfig, ServerSpec]:

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 import pytest
-from lifecycle_helpers import write_recipe
+from lifecycle_helpers import (
+    agentic_point,
+    assert_replayed_on_an_agentic_server,
+    sim_command,
+    write_agentic_recipe,
+    write_recipe,
+)
 
 from pytest_inferbench.backends.reaper import LABEL_NODE, LABEL_OWNER, LABEL_RUN, LABEL_WORKER
 
@@ -64,6 +70,16 @@ def test_recipe_points_run_through_docker_and_no_artifact_holds_the_secret(
     assert SECRET not in result.stdout.str() + result.stderr.str()
     (log,) = (pytester.path / "results" / "server-logs").glob("*.log")
     assert "token ***HF_TOKEN***" in log.read_text()  # it reached the server, masked in the log
+
+
+@pytest.mark.usefixtures("no_containers_after")
+def test_an_agentic_point_replays_against_its_container(pytester: pytest.Pytester) -> None:
+    write_agentic_recipe(pytester.path, sim_command())
+    result = pytester.runpytest_subprocess(*FAST, "--inferbench-replay-duration=0.5",
+                                           "--inferbench-no-plots")
+    result.assert_outcomes(passed=1)
+    assert_replayed_on_an_agentic_server(
+        agentic_point(pytester.path / "inferbench-results"), "docker")
 
 
 @pytest.mark.usefixtures("no_containers_after")

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
-from lifecycle_helpers import cancel_jobs, slurm_jobs, write_recipe
+from lifecycle_helpers import (
+    agentic_point,
+    assert_replayed_on_an_agentic_server,
+    cancel_jobs,
+    slurm_jobs,
+    write_agentic_recipe,
+    write_recipe,
+)
 
 from pytest_inferbench.results.point_files import AGG_PREFIX, point_record
 
@@ -203,3 +210,15 @@ def test_two_xdist_workers_each_serve_their_node_from_their_own_allocation(
     names = sorted(run.jobs.values())
     assert len(names) == 2 and {"-gw0-" in n for n in names} == {True, False}, names
     assert not run.left_in_squeue()
+
+
+def test_an_agentic_point_replays_against_the_server_in_its_slurm_step(tmp_path: Path) -> None:
+    """The trace replay reaches the server of the node's allocation, started with the
+    agentic argv (native context, prefix cache on)."""
+    write_agentic_recipe(tmp_path)
+    run = start_run(tmp_path, "--inferbench-slurm-sim", "--inferbench-time-scale", "0",
+                    "--inferbench-replay-duration", "0.5", "--inferbench-no-plots")
+    assert run.wait() == 0, run.output
+    assert "1 passed" in run.output, run.output
+    assert len(run.jobs) == 1 and not run.left_in_squeue()
+    assert_replayed_on_an_agentic_server(agentic_point(tmp_path / "results"), "slurm")

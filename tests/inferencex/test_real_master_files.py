@@ -57,22 +57,20 @@ def test_every_entry_collects_and_single_node_points_match_the_generator(
     assert "error" not in result.outlines[-1]
 
 
-def test_multinode_entries_skip_off_the_simulator_and_agentic_ones_everywhere(
+def test_multinode_entries_skip_off_the_simulator(
     inferencex_dir: Path, pytester: pytest.Pytester
 ) -> None:
     name = MASTERS[1]
     target = pytester.path / name
     target.parent.mkdir(parents=True)
     target.write_bytes((inferencex_dir / name).read_bytes())
-    # A disaggregated multinode entry and an agentic one with KV offloading, on a backend that
-    # runs neither (the sim backend runs multinode entries: test_multinode_sample.py).
+    # A disaggregated multinode entry on a backend that does not run it (the sim backend runs
+    # multinode entries: test_multinode_sample.py; agentic ones run on the process backend).
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "-rs", ".github/configs", "--inferbench-backend", "process",
-        "-k", "minimaxm3-fp8-b300-dynamo-vllm or kimik2.5-fp4-b200-vllm-agentic-lmcache")
+        "-k", "minimaxm3-fp8-b300-dynamo-vllm")
     outcomes = result.parseoutcomes()
     assert outcomes["skipped"] > 0
     assert set(outcomes) == {"skipped", "deselected"}, outcomes
-    for reason in ("multinode: not supported by the process backend yet",
-                   "agentic-coding: agentic trace replay is not implemented on the process "
-                   "backend yet"):
-        result.stdout.fnmatch_lines([f"SKIPPED * {reason}*"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED * multinode: not supported by the process backend yet*"])

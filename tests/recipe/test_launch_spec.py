@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_agentic_entries import write
 
 from pytest_inferbench.backends.base import StartContext
 from pytest_inferbench.backends.docker import run_kwargs
@@ -87,6 +88,8 @@ def write_spec(tmp_path: Path, text: str) -> Path:
         ("command: [srv]\nmounts: ['/a:/b:rx']\n",
          "mounts: '/a:/b:rx' (expected host:container[:ro|rw])"),
         ("command: [srv\n", "YAML syntax error"),
+        ("command: [srv]\nagentic: {flags: [x]}\n",
+         "agentic.flags: unknown key (expected one of: args, env, drop)"),
     ],
 )
 def test_bad_launch_specs_name_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
@@ -95,6 +98,44 @@ def test_bad_launch_specs_name_the_file_and_key(tmp_path: Path, text: str, messa
         resolve(servers(tmp_path)["tp4"], launch)
     assert str(info.value).startswith(f"{launch / 'minimaxm3_fp4_mi355x_atom.yaml'}: ")
     assert message in str(info.value)
+
+
+AGENTIC_SPEC = """\
+command: [srv]
+args: [--context-length, '{max_model_len}', --disable-radix-cache, --chunked-prefill-size, '8192',
+       --tp, '{tp}']
+env: {A: '1'}
+agentic:
+  drop: [--chunked-prefill-size]
+  args: [--chunked-prefill-size, '32768', --enable-metrics]
+  env: {B: '2'}
+"""
+
+
+def test_an_agentic_point_gets_native_context_its_prefix_cache_and_its_section(
+        tmp_path: Path) -> None:
+    # The same spec serves a fixed-seq-len entry and an agentic one of the same config name.
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    (launch / "qwen3.5_fp8_b200_sglang.yaml").write_text(AGENTIC_SPEC)
+    (tmp_path / "recipes").mkdir()
+    agentic = load_recipe(write(tmp_path / "recipes")).servers[0]
+    fixed = master_entry("qwen3.5-fp8-b200-sglang", ["{ tp: 8, conc-list: [1] }"],
+                         model="Qwen/Qwen3.5-397B-A17B-FP8", model_prefix="qwen3.5",
+                         runner="b200", precision="fp8", framework="sglang")
+    (tmp_path / "nvidia-master.yaml").write_text(fixed)
+    plain = load_recipe(tmp_path / "nvidia-master.yaml").servers[0]
+    assert plain.launch_spec_name == agentic.launch_spec_name
+
+    spec = resolve(agentic, launch)
+    # No context flag (the engine's native one), SGLang's radix cache on, the section's budget.
+    assert spec.argv == ("srv", "--tp", "8", "--chunked-prefill-size", "32768",
+                         "--enable-metrics")
+    assert spec.env_dict == {"A": "1", "B": "2"}
+    fixed_spec = resolve(plain, launch)
+    assert fixed_spec.argv[:5] == ("srv", "--context-length", fixed_spec.argv[2],
+                                   "--disable-radix-cache", "--chunked-prefill-size")
+    assert "--enable-metrics" not in fixed_spec.argv and "B" not in fixed_spec.env_dict
 
 
 def test_mounts_reach_the_container_read_only_by_default(

@@ -1,0 +1,169 @@
+"""An agentic-coding point's server argv is the one InferenceX's agentic script gives it.
+
+Every single-node agentic node of InferenceX's current master configs that has a packaged launch
+spec is resolved as a real server backend resolves it, and its argv is compared with the text
+of the agentic script InferenceX runs for it (`benchmarks/single_node/agentic/`, chosen as
+InferenceX's runners choose it): the context length the script passes (none: the engine's
+default, the model's native context, since benchmark_lib.sh unsets MAX_MODEL_LEN for agentic
+scripts), never below the longest prompt of the trace corpus the script replays, and the prefix
+cache never turned off. A few configs are compared flag by flag.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pytest_inferbench.changelog.launchers import benchmark_scripts
+from pytest_inferbench.recipe.launch import LaunchSpecError, resolve
+from pytest_inferbench.recipe.model import ServerConfig
+from pytest_inferbench.recipe.schema import load_recipe
+
+MASTERS = ("amd-master.yaml", "nvidia-master.yaml")
+CONTEXT_FLAGS = ("--max-model-len", "--context-length")
+# What turns the prefix cache off in vLLM / ATOM and in SGLang.
+PREFIX_CACHE_OFF = ("--no-enable-prefix-caching", "--disable-radix-cache")
+# utils/agentic/datasets/build_weka_hf_dataset.py: the `_256k` corpora drop every request over
+# 256,000 tokens, the full corpora every prompt over 990,016; benchmark_lib.sh's
+# resolve_trace_source replays the full corpus for these model prefixes, unless the script
+# names a loader of its own (WEKA_LOADER_OVERRIDE).
+LONGEST_PROMPT_256K = 256_000
+LONGEST_PROMPT_FULL = 990_016
+FULL_CORPUS_PREFIXES = ("dsv4", "glm5.2", "minimaxm3", "kimik3")
+SERVER_START = re.compile(r"^(?!\s*(#|echo\b)).*(\bvllm serve\s|\bsglang serve\s|"
+                          r"sglang\.launch_server)")
+
+
+@pytest.fixture(scope="module")
+def agentic_servers(inferencex_current_dir: Path) -> list[ServerConfig]:
+    servers: list[ServerConfig] = []
+    for name in MASTERS:
+        recipe = load_recipe(inferencex_current_dir / "configs" / name, strict=False)
+        servers += [s for s in recipe.servers
+                    if s.scenario == "agentic-coding" and not s.multinode]
+    return servers
+
+
+def script_of(server: ServerConfig, top: Path) -> Path:
+    (script,) = [p for p in benchmark_scripts(server, top) if p.is_file()][:1]
+    return script
+
+
+def server_block(text: str) -> list[str]:
+    """The words of the script's server command: `vllm serve ...` continued over `\\` lines,
+    or a `CMD=( ... )` array that starts with it; redirections and `&` left out."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if SERVER_START.match(line))
+    if lines[start].rstrip().endswith("\\"):
+        block = []
+        for line in lines[start:]:
+            block.append(line.rstrip().removesuffix("\\"))
+            if not line.rstrip().endswith("\\"):
+                break
+    else:
+        block = list(lines[start:lines.index(")", start)])
+    words: list[str] = []
+    for line in block:
+        for word in shlex.split(line, comments=True):
+            if word.startswith((">", "2>")) or word == "&":
+                break
+            words.append(word)
+    return words
+
+
+def flags_of(words: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
+    """Each `--flag` -> its values in order ("" for a flag that takes none)."""
+    found: dict[str, list[str]] = {}
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        flag, eq, value = word.partition("=")
+        if not eq:
+            following = words[i + 1] if i + 1 < len(words) else "--"
+            value = "" if following.startswith("--") else following
+        found.setdefault(flag, []).append(value)
+    return found
+
+
+def context_of(flags: dict[str, list[str]]) -> str | None:
+    values = [v for flag in CONTEXT_FLAGS for v in flags.get(flag, [])]
+    return values[-1] if values else None
+
+
+def same_value(ours: str, script: str) -> bool:
+    """Equal words, or equal numbers however written (`0.8` and `0.80`)."""
+    try:
+        return ours == script or float(ours) == float(script)
+    except ValueError:
+        return False
+
+
+def longest_prompt(server: ServerConfig, script_text: str) -> int:
+    loader = re.search(r"WEKA_LOADER_OVERRIDE=(\S+)", script_text)
+    if loader:
+        return LONGEST_PROMPT_256K if loader.group(1).endswith("_256k") else LONGEST_PROMPT_FULL
+    full = server.model_prefix.startswith(FULL_CORPUS_PREFIXES)
+    return LONGEST_PROMPT_FULL if full else LONGEST_PROMPT_256K
+
+
+def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cache(
+        agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
+        tmp_path: Path) -> None:
+    checked: set[str] = set()
+    failures: list[str] = []
+    for server in agentic_servers:
+        try:
+            spec = resolve(server, tmp_path / "no-local-launch-dir")
+        except LaunchSpecError:
+            continue  # no packaged spec for this config yet
+        text = script_of(server, inferencex_current_dir).read_text(encoding="utf-8")
+        argv = flags_of(spec.argv_for_port(8000))
+        wanted, got = context_of(flags_of(server_block(text))), context_of(argv)
+        if got != wanted:
+            failures.append(f"{server.node_name}: context {got} (script: {wanted or 'native'})")
+        if got is not None and int(got) < longest_prompt(server, text):
+            failures.append(f"{server.node_name}: context {got} is below the traces' "
+                            f"longest prompt {longest_prompt(server, text)}")
+        failures += [f"{server.node_name}: {flag}" for flag in PREFIX_CACHE_OFF if flag in argv]
+        checked.add(spec.launch_file.name)
+    assert len(checked) >= 10, checked
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("config_key", ["qwen3.5-fp8-b200-sglang-agentic",
+                                        "qwen3.5-fp8-b300-sglang-agentic-hicache",
+                                        "qwen3.5-fp8-mi355x-sglang-agentic",
+                                        "minimaxm3-fp8-h200-vllm-agentic",
+                                        "minimaxm3-fp8-h100-vllm-agentic",
+                                        "minimaxm3-fp8-mi300x-vllm-agentic",
+                                        "minimaxm3-fp8-mi325x-vllm-agentic",
+                                        "dsv4-fp4-b200-vllm-agentic",
+                                        "kimik2.5-int4-b200-vllm-agentic",
+                                        "kimik2.5-int4-h200-vllm-agentic",
+                                        "kimik2.5-fp4-b200-vllm-agentic-lmcache",
+                                        "kimik2.5-fp4-b300-vllm-agentic",
+                                        "kimik2.5-fp4-mi355x-vllm-agentic"])
+def test_an_agentic_servers_flags_are_its_scripts(
+        config_key: str, agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
+        tmp_path: Path) -> None:
+    # The config's plain row: TP only, no offload, no DP attention (the script's arrays for
+    # the other branches are not in its server command's own words).
+    (server,) = [s for s in agentic_servers if s.config_key == config_key
+                 and s.offloading == "none" and s.parallel.ep == 1
+                 and not s.parallel.dp_attn][:1]
+    text = script_of(server, inferencex_current_dir).read_text(encoding="utf-8")
+    script = flags_of(server_block(text))
+    argv = flags_of(resolve(server, tmp_path).argv_for_port(8000))
+    problems = []
+    for flag, values in script.items():
+        literal = [v for v in values if "$" not in v]
+        if flag not in argv:
+            problems.append(f"{flag}: missing")
+        elif literal and not same_value(argv[flag][-1], literal[-1]):
+            problems.append(f"{flag}: {argv[flag][-1]!r} (script: {literal[-1]!r})")
+    # Nothing the fixed-length script passes and the agentic one does not.
+    problems += [f"{flag}: not in the script" for flag in argv if flag not in text]
+    assert not problems, f"{config_key}:\n" + "\n".join(problems)
