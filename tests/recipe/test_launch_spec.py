@@ -87,6 +87,7 @@ def write_spec(tmp_path: Path, text: str) -> Path:
         ("command: [srv]\nmounts: ['/a:/b:rx']\n",
          "mounts: '/a:/b:rx' (expected host:container[:ro|rw])"),
         ("command: [srv\n", "YAML syntax error"),
+        ("command: [srv]\ntokenizer: [a]\n", "tokenizer: ['a'] (expected a path or model name"),
     ],
 )
 def test_bad_launch_specs_name_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
@@ -95,6 +96,18 @@ def test_bad_launch_specs_name_the_file_and_key(tmp_path: Path, text: str, messa
         resolve(servers(tmp_path)["tp4"], launch)
     assert str(info.value).startswith(f"{launch / 'minimaxm3_fp4_mi355x_atom.yaml'}: ")
     assert message in str(info.value)
+
+
+def test_tokenizer_key_names_where_the_client_loads_the_tokenizer(tmp_path: Path) -> None:
+    """A server started with --served-model-name answers under a name no tokenizer has: the
+    spec's `tokenizer` (placeholders filled) is what the client loads instead."""
+    launch = write_spec(tmp_path, "command: [srv, '{model}', --served-model-name, short]\n"
+                                  "served-model: short\ntokenizer: '{model}'\n")
+    spec = resolve(servers(tmp_path)["tp4"], launch)
+    assert (spec.served_model, spec.tokenizer_source) == ("short", "amd/MiniMax-M3-MXFP4")
+    # Without the key, the served name is the tokenizer's, as before.
+    plain = resolve(servers(tmp_path)["tp4"], write_spec(tmp_path, "command: [srv]\n"))
+    assert plain.tokenizer_source == plain.served_model == "amd/MiniMax-M3-MXFP4"
 
 
 def test_mounts_reach_the_container_read_only_by_default(

@@ -37,6 +37,8 @@ def test_range_doubles_and_clamps(start: int, end: int, expected: tuple[int, ...
         ("b300", "B300"),
         ("mi325x", "MI325X"),
         ("h200_multinode", "H200"),
+        ("cpu", "CPU"),
+        ("cpu-laptop", "CPU"),
     ],
 )
 def test_runner_prefix_maps_to_gpu(runner: str, gpu: str) -> None:
