@@ -30,6 +30,7 @@ from vllm_helpers import (
     start_vllm,
     stop_group,
     vllm_server_under,
+    vllm_servers_on,
 )
 
 from pytest_inferbench.backends.supervised import SETTLE_S
@@ -106,8 +107,12 @@ def test_process_backend_starts_measures_and_stops_vllm(process_run: PluginRun) 
     for node in ("isl128-osl32-conc1", "isl128-osl32-conc4"):
         assert f"PASSED cpu-master.yaml::tinyllama-bf16-cpu-vllm-tp1::{node}" in text, text
     assert "PASSED cpu-master.yaml::tinyllama-bf16-cpu-vllm-tp1-mtp::isl128-osl32-conc4" in text
-    # The plugin stopped what it started: no vLLM of this run is left.
-    assert vllm_server_under(os.getpid()) is None
+    # The plugin stopped what it started: no vLLM serves the ports its servers' logs name.
+    logs = sorted((process_run.results / "server-logs").glob("*.log"))
+    ports = [int(port) for log in logs
+             for port in re.findall(r"Starting vLLM server on http://[^:]+:(\d+)", log.read_text())]
+    assert len(ports) == 2, [log.name for log in logs]
+    assert not [pid for port in ports for pid in vllm_servers_on(port)]
 
 
 def test_gsm8k_item_runs_and_random_weights_fail_the_threshold(process_run: PluginRun) -> None:

@@ -134,16 +134,29 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def vllm_port(pid: int) -> int | None:
+    """The port of process `pid` when it is a vLLM API server, else None."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return None
+    if SERVER_MODULE in words and "--port" in words:
+        return int(words[words.index("--port") + 1])
+    return None
+
+
 def vllm_server_under(pid: int) -> tuple[int, int] | None:
     """The vLLM API server started below process `pid`, and its port."""
     for child in descendants(pid):
-        try:
-            words = Path(f"/proc/{child}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if SERVER_MODULE in words and "--port" in words:
-            return child, int(words[words.index("--port") + 1])
+        port = vllm_port(child)
+        if port is not None:
+            return child, port
     return None
+
+
+def vllm_servers_on(port: int) -> list[int]:
+    """Every vLLM API server of this host serving `port`, whoever started it."""
+    return [int(p.name) for p in Path("/proc").glob("[0-9]*") if vllm_port(int(p.name)) == port]
 
 
 def scrape(base_url: str) -> dict[str, float]:
