@@ -96,7 +96,7 @@ class HttpServerHandle(ServerHandle):
         counts words (`loadgen/tokenizer.py`): the words scheme is its exact tokenizer."""
         if not self._tokenizer_looked_up:
             self._tokenizer = None if self.simulated else load_local_tokenizer(
-                self.spec.served_model)
+                self.spec.tokenizer_source)
             self._tokenizer_looked_up = True
         return self._tokenizer
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 
 from . import reaper
-from .base import ServerDiedError
+from .base import PointNotMeasuredError, ServerDiedError
 from .http import HttpServerHandle
 from .readiness import LogPump, ReadinessProbe, startup_timeout, wait_until_ready
 
@@ -86,8 +86,11 @@ class SupervisedHandle(HttpServerHandle):
         return measurement
 
     def _check_alive_after_failures(self) -> None:
-        """Failed requests may mean the server is dying: wait until it either exits (raise)
-        or answers its health check again (return, the failures are the point's own)."""
+        """Failed requests may mean the server is dying: wait until it either exits (raise
+        ServerDiedError) or answers its health check again (return, the failures are the
+        point's own). A server that still runs and never answers (hung, stopped, swapping)
+        fails the point with its log tail, the one place that may say why; the next point
+        tries it again."""
         deadline = time.monotonic() + SETTLE_S
         with httpx.Client(trust_env=False, timeout=1.0) as client:
             while True:
@@ -99,7 +102,11 @@ class SupervisedHandle(HttpServerHandle):
                     pass
                 if time.monotonic() >= deadline:
                     self.check_alive()
-                    return
+                    raise PointNotMeasuredError(
+                        f"server {self.supervised.name} still runs but did not answer "
+                        f"{self.health_url} for {SETTLE_S:g} s after requests of this point "
+                        f"failed (hung or stopped?); log {self.supervised.log.path}\n"
+                        f"--- last log lines ---\n{self.log_tail()}")
                 time.sleep(0.1)
 
     @property

@@ -101,6 +101,14 @@ class ServerSpec:
     # Where a user's own copy of this spec goes to override it (the local launch directory's
     # file of the node's name); the packaged file itself is not the user's to edit.
     override_file: Path | None = None
+    # Where the client finds the served model's tokenizer (a local directory or hub name) when
+    # the served name is not one (`--served-model-name`): "" means the served model itself.
+    tokenizer: str = ""
+
+    @property
+    def tokenizer_source(self) -> str:
+        """What the client loads the model's tokenizer from."""
+        return self.tokenizer or self.served_model
 
     @property
     def user_file(self) -> Path:
@@ -121,7 +129,7 @@ class ServerSpec:
 
 LAUNCH_KEYS = ("image", "command", "args", "env", "files", "mounts", "port", "health-path",
                "startup-timeout", "served-model", "client", "overlays", "roles", "serve-role",
-               "nodes", "agentic")
+               "nodes", "agentic", "tokenizer")
 ROLE_KEYS = ("count", "command", "args", "env", "srun-args", "overlays", "settings")
 # A multinode server's worker pools: a role of one of these names runs the recipe's workers of
 # that pool (its count is their num-worker; `{tp}`, `{ep}`, `{gpus}` and its overlays are
@@ -249,6 +257,10 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
             "/").endswith(("/completions", "/chat/completions")):
         raise LaunchSpecError(f"{path}: client.endpoint: {endpoint!r} (expected "
                               "/v1/completions or /v1/chat/completions)")
+    tokenizer = data.get("tokenizer", "")
+    if not isinstance(tokenizer, str):
+        raise LaunchSpecError(f"{path}: tokenizer: {tokenizer!r} (expected a path or model name "
+                              "the tokenizer is loaded from)")
     use_chat_template = client.get("use-chat-template", False)
     if not isinstance(use_chat_template, bool):
         raise LaunchSpecError(f"{path}: client.use-chat-template: "
@@ -276,6 +288,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
         files=tuple((fname, yaml.safe_dump(content, sort_keys=False))
                     for fname, content in filled.items()),
         override_file=override,
+        tokenizer=fill_placeholders(tokenizer, values),
     )
 
 

