@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..frameworks import registry, specdecode
 from . import catalog, trtllm
 from .acceptance import SpecConfig, distribution_from_position_rates
-from .config import EngineConfig
+from .config import NATIVE_CONTEXT, EngineConfig
 from .offload_args import HICACHE_FLAG, OFFLOAD_FIELDS, OffloadArgvError, read_kv_offload
 
 if TYPE_CHECKING:
@@ -255,13 +255,15 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     pool_cap = v.get("max_total_tokens")
     if "num_gpu_blocks" in v:
         pool_cap = v["num_gpu_blocks"] * fields["block_size"]
+    if v.get("max_model_len", 2) < 2:
+        raise ArgvError(f"the context length must be >= 2 tokens, got {v['max_model_len']}")
     jitter = v.get("jitter", float(env.get("INFERBENCH_SIM_JITTER", "0") or 0))
     seed = v.get("seed", int(env.get("INFERBENCH_SIM_SEED", "0") or 0))
     try:
         config = EngineConfig(
             hardware=catalog.hardware(hardware).name, model=catalog.checkpoint(model).name,
             framework=fw.name, tp=tp, ep=ep, dp_attn=dp_attn,
-            max_model_len=v.get("max_model_len", 32768),
+            max_model_len=v.get("max_model_len", NATIVE_CONTEXT),
             kv_cache_free_fraction=v.get("kv_cache_free_fraction"),
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
             spec=_spec(argv, env, options), prefix_caching=prefix_caching,

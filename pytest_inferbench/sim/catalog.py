@@ -76,6 +76,9 @@ class Architecture:
     vocab: int
     tied_embeddings: bool
     attention: AttentionShape
+    # Native context length in tokens (the HF config's max_position_embeddings): what an
+    # engine serves when the launch argv names no context length.
+    context: int
     eagle_fusion_inputs: int = 0
     mtp_layers: int = 0  # native multi-token-prediction layers (DeepSeek-style MTP)
 
@@ -126,6 +129,7 @@ class Checkpoint:
     architecture: Architecture
     dtypes: dict[str, str]  # part -> stored dtype
     draft_for: str | None
+    context: int  # native context length: the checkpoint's own, else its architecture's
 
     def part_bytes(self) -> dict[str, float]:
         params = self.architecture.part_params()
@@ -224,6 +228,17 @@ def hardware(name: str) -> Hardware:
     )
 
 
+def _context(where: str, value: Any) -> int:
+    """A catalog `context` (native context length, tokens): a whole number of at least 2."""
+    if value is None:
+        raise CatalogError(f"catalog/models.yaml: {where} has no `context` (its native context "
+                           "length in tokens, the HF config's max_position_embeddings)")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise CatalogError(f"catalog/models.yaml: {where}: `context` must be a whole number of "
+                           f"tokens >= 2, got {value!r}")
+    return value
+
+
 @cache
 def architecture(name: str) -> Architecture:
     key, d = _pick("architecture", _load("models.yaml")["architectures"], name)
@@ -235,6 +250,7 @@ def architecture(name: str) -> Architecture:
         shared_experts=int(d["shared_experts"]), shared_ffn=int(d["shared_ffn"]),
         vocab=int(d["vocab"]), tied_embeddings=bool(d["tied_embeddings"]),
         attention=AttentionShape.from_catalog(d),
+        context=_context(f"architecture {key}", d.get("context")),
         eagle_fusion_inputs=int(d.get("eagle_fusion_inputs", 0)),
         mtp_layers=int(d.get("mtp_layers", 0)),
     )
@@ -260,7 +276,7 @@ def mtp_draft(target: Checkpoint) -> Checkpoint:
     if not arch.mtp_layers:
         raise CatalogError(f"{arch.name} has no native MTP layer; name a draft model")
     return Checkpoint(name=f"{target.name} (MTP layer)", architecture=mtp_architecture(arch),
-                      dtypes=dict(target.dtypes), draft_for=arch.name)
+                      dtypes=dict(target.dtypes), draft_for=arch.name, context=target.context)
 
 
 @cache
@@ -277,8 +293,10 @@ def checkpoint(name: str) -> Checkpoint:
         if dtype not in DTYPE_BYTES:
             raise CatalogError(f"checkpoint {key}: {part} dtype {dtype!r} unknown; "
                                f"known: {', '.join(DTYPE_BYTES)}")
-    return Checkpoint(name=key, architecture=architecture(str(d["architecture"])),
-                      dtypes=dtypes, draft_for=d.get("draft_for"))
+    arch = architecture(str(d["architecture"]))
+    return Checkpoint(name=key, architecture=arch, dtypes=dtypes, draft_for=d.get("draft_for"),
+                      context=_context(f"checkpoint {key}", d["context"]) if "context" in d
+                      else arch.context)
 
 
 def framework(name: str) -> Framework:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import catalog
 from .acceptance import SpecConfig
 from .physics import Efficiency
 
-__all__ = ["EngineConfig", "KVOffload", "SpecConfig"]
+__all__ = ["NATIVE_CONTEXT", "EngineConfig", "KVOffload", "SpecConfig"]
+
+# `max_model_len` when the launch names no context length: the engines then serve the model's
+# native context (its HF config), which the catalog holds per checkpoint.
+NATIVE_CONTEXT = 0
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class EngineConfig:
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: str = "auto"
-    max_model_len: int = 32768
+    max_model_len: int = NATIVE_CONTEXT  # resolved to the checkpoint's native context
     # TensorRT-LLM: the KV cache takes this fraction of the memory left after the weights
     # (`kv_cache_config.free_gpu_memory_fraction`) instead of gpu_memory_utilization x HBM.
     kv_cache_free_fraction: float | None = None
@@ -63,6 +68,8 @@ class EngineConfig:
     calibration: str | None = None
 
     def __post_init__(self) -> None:
+        if self.max_model_len == NATIVE_CONTEXT:
+            object.__setattr__(self, "max_model_len", catalog.checkpoint(self.model).context)
         checks = [
             (self.tp >= 1, f"tp must be >= 1, got {self.tp}"),
             (self.ep >= 1, f"ep must be >= 1, got {self.ep}"),
