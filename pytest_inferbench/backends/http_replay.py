@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..loadgen.affinity import pinned_to_one_cpu
-from ..loadgen.replay import ReplayConfig, replay
+from ..loadgen.replay import replay
+from ..loadgen.replay_schedule import ReplayConfig
 from ..loadgen.selfcheck import LoopMonitor, point_verdict
 from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
 from ..loadgen.trace_sessions import sessions
