@@ -1,11 +1,9 @@
 """`run_point` of an agentic-coding point over HTTP: the trace replay (`loadgen/replay.py`).
 
-The traces are the file `--inferbench-traces` names, else the seeded synthetic ones
-(`loadgen/synthetic_traces.py`, default settings, seed 0); the result says which
-(`agentic_traces`). Like the fixed-length load: `/metrics` scraped before and after, the
-event-loop monitor and the client self-check, one `RequestRecord` per request. There is no
-warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not implemented), so
-every request of the replay is measured.
+The traces and the result's description of the replay are `agentic_traces`'s. Like the
+fixed-length load: `/metrics` scraped before and after, the event-loop monitor and the client
+self-check, one `RequestRecord` per request. There is no warmup phase yet (agentic.md §3.3: t*,
+primers and per-lane warmups are not implemented), so every request of the replay is measured.
 """
 
 from __future__ import annotations
@@ -13,20 +11,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
-import tempfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..loadgen.affinity import pinned_to_one_cpu
 from ..loadgen.replay import replay
 from ..loadgen.replay_schedule import ReplayConfig
 from ..loadgen.selfcheck import LoopMonitor, point_verdict
-from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
-from ..loadgen.trace_sessions import sessions
-from ..loadgen.traces import TraceError, load_traces
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
-from .base import PointNotMeasuredError
+from .agentic_traces import replay_note, replay_traces, replay_workload
 
 if TYPE_CHECKING:
     import httpx
@@ -37,9 +30,6 @@ if TYPE_CHECKING:
     from ..loadgen.trace_sessions import SessionTree
     from ..loadgen.workload import LoadSettings
     from ..recipe.model import BenchPoint
-    from ..results.record import JSONValue
-
-SYNTHETIC_SEED = 0
 
 
 class HttpServerHandle(Protocol):
@@ -55,27 +45,6 @@ class HttpServerHandle(Protocol):
                       ) -> ClientConfig: ...
     def check_alive(self) -> None: ...
     async def _scrape(self, client: httpx.AsyncClient, notes: list[str]) -> Snapshot: ...
-
-
-def replay_traces(path: Path | None) -> tuple[str, tuple[SessionTree, ...]]:
-    """(what the result calls the source, the session trees) of `path` or of the synthetic
-    traces; a bad file raises PointNotMeasuredError with every problem, file:line each."""
-    if path is None:
-        with tempfile.TemporaryDirectory(prefix="inferbench-traces-") as tmp:
-            settings = SyntheticTraceSettings(seed=SYNTHETIC_SEED)
-            traces = load_traces(write_synthetic_traces(Path(tmp), settings))
-        label = f"synthetic (seed {SYNTHETIC_SEED}, {len(traces)} traces)"
-    else:
-        try:
-            traces = load_traces(path)
-        except TraceError as exc:
-            raise PointNotMeasuredError(f"--inferbench-traces {path}:\n{exc}") from None
-        label = str(path)
-    trees = tuple(sessions(t) for t in traces)
-    trees = tuple(t for t in trees if t.streams.get(t.trace.id))  # a trace with no root turn
-    if not trees:
-        raise PointNotMeasuredError(f"--inferbench-traces {path}: no trace has a request")
-    return label, trees
 
 
 def run_replay_point(handle: HttpServerHandle, point: BenchPoint, load: LoadSettings
@@ -100,8 +69,7 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     from ..loadgen.client import make_http_client
     from ..loadgen.scrape import point_metrics
 
-    notes = [f"agentic replay of {label} traces for {settings.duration_s:g} s at "
-             f"{point.conc} lanes"]
+    notes = [replay_note(label, settings, point.conc)]
     if handle.simulated:
         notes.append(SIMULATED_NOTE)
     async with make_http_client(cfg, 1) as client:
@@ -120,18 +88,8 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
             handle.check_alive()
         after = await handle._scrape(client, notes) if not before.error else before
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
-    hit = sum(q.hit_blocks for q in run.requests)
-    total = sum(q.total_blocks for q in run.requests)
-    described: dict[str, JSONValue] = {
-        "kind": "agentic-replay", "traces": label, "trace_count": len(trees),
-        "lanes": point.conc, "duration_s": settings.duration_s,
-        "delay_scale": settings.delay_scale, "plays": run.plays,
-        "plays_completed": run.plays_completed,
-        # agentic.md §4.2: theoretical_prefix_cache_hit sum / count, over the requests sent.
-        "theoretical_cache_hit_rate": hit / total if total else None,
-        "token_source": cfg.text_token_source,
-        "token_counts_estimated": cfg.text_token_source.endswith("(approximate)"),
-    }
+    described = replay_workload(label, trees, point.conc, settings, run.requests, run.plays,
+                                run.plays_completed, cfg.text_token_source)
     server = point_metrics(before, after) if not before.error else {
         "scrape_error": before.error}
     return PointMeasurement(

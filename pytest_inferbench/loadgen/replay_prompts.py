@@ -96,3 +96,32 @@ def prompt_tokens(input_length: int, *, chat: bool) -> int:
     if chat:
         return max(input_length, CHAT_HEAD_TOKENS + 1) + CHAT_TAIL_TOKENS
     return max(input_length, 1)
+
+
+def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: int, *,
+                      chat: bool) -> tuple[int, ...]:
+    """A key for each full `block_size` block of the prompt sent for `turn` in play `play`,
+    without building its text: two blocks' keys are equal exactly where the simulated server's
+    content hashes of the sent prompts are (`sim.prefix_cache.block_hashes`, each hash standing
+    for its block and all before it), so an engine fed these keys caches as the server does.
+
+    A prefix of the sent tokens is known by the play (its marker, and the chat header before
+    it), the stream words it covers (the trace blocks they lie in, past them the turn's own
+    tail) and, past the `in` words, how many of the chat template's closing tokens it holds."""
+    r = turn.request
+    words = r.input_length
+    total = prompt_tokens(words, chat=chat)
+    hashed = min(words, len(r.hash_ids) * trace_block_size)  # words drawn from trace blocks
+    chain = [hash(play)]  # chain[k]: the play and its first k trace blocks
+    for h in r.hash_ids[:-(-hashed // trace_block_size)]:
+        chain.append(hash((chain[-1], h)))
+    tail = (turn.session_id, turn.index)
+    keys = []
+    for end in range(block_size, total - total % block_size + 1, block_size):
+        covered = min(end, words)
+        if covered <= hashed:
+            key = hash((chain[-(-covered // trace_block_size)], covered))
+        else:
+            key = hash((chain[-1], tail, covered))
+        keys.append(key if end <= words else hash((key, end - words)))
+    return tuple(keys)

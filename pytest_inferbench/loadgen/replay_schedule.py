@@ -85,6 +85,7 @@ class Dispatch:
     tree: SessionTree
     turn: Turn
     due: float | None  # the due time before any idle cap moved it; None: a lane's first turn
+    at: float  # when it fell due: its timer as the caps moved it, or when it became ready
     previous_end: float | None
 
     def described(self) -> ReplayedRequest:
@@ -126,6 +127,7 @@ class _Pending:
     play: _Play
     session: str
     due: float | None
+    at: float  # when it became ready (a timer's: set when it fires)
 
 
 class ReplaySchedule:
@@ -170,7 +172,7 @@ class ReplaySchedule:
                 continue
             del self._timer_of[key]
             del play.timers[key]
-            self._ready.append(pending)
+            self._ready.append(_Pending(play, pending.session, pending.due, due[0]))
         ready, self._ready = self._ready, []
         return [self._send(p) for p in ready]
 
@@ -243,7 +245,7 @@ class ReplaySchedule:
             stream.outcome = False
             self._settled(play, session, now)
             return
-        pending = _Pending(play, session, due)
+        pending = _Pending(play, session, due, now)
         if due is None or due <= now:
             self._ready.append(pending)
             return
@@ -279,7 +281,8 @@ class ReplaySchedule:
             self._advance(play, root, now)
         if any(s.outcome is None for s in play.streams.values()):
             return
-        del self._live[play.play]
+        if self._live.pop(play.play, None) is None:
+            return  # the root settling above drained it already
         for key in play.timers:
             self._timer_of.pop(key, None)
         play.timers.clear()
@@ -300,7 +303,7 @@ class ReplaySchedule:
         self._system_idle_since = None
         return Dispatch(key=key, lane=play.lane, play=play.play, tree=play.tree,
                         turn=stream.turns[stream.pos], due=pending.due,
-                        previous_end=stream.previous_end)
+                        at=pending.at, previous_end=stream.previous_end)
 
     def _close(self) -> None:
         """The end: every pending turn is cut; trees with nothing in flight drain."""

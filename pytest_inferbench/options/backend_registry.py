@@ -24,16 +24,16 @@ class BackendInfo:
     class_name: str
     simulated: bool  # its results are predictions of a performance model, not measurements
     multinode: bool = False  # it runs multinode entries (disaggregated or aggregated)
-    agentic: bool = False  # it replays agentic-coding traces (`loadgen/replay.py`, over HTTP)
+    # It replays agentic-coding traces (`loadgen/replay_schedule.py`: over HTTP, or in process).
+    agentic: bool = False
     # What it lacks to replay them, where that is more than the wiring: said in the skip reason.
     agentic_missing: str | None = None
     kv_offload: bool = True  # its servers offload KV to CPU DRAM when the launch says so
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
-    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, kv_offload=False,
-                agentic_missing="the in-process replay on the virtual clock; the sim-server "
-                "backend replays over HTTP"),
+    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, agentic=True,
+                kv_offload=False),
     # The simulator has no CPU-DRAM tier yet.
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True,
                 kv_offload=False),

@@ -1,6 +1,7 @@
 """Agentic-coding points run on the sim-server backend: the trace replay over real HTTP, the
 point's files written through the usual path, the traces' source said in the result and the
-table; dram-offload points and the in-process simulator skip, saying what is missing."""
+table; the default `sim` backend replays them in process on its virtual clock; dram-offload
+points skip, saying what is missing."""
 
 from __future__ import annotations
 
@@ -70,19 +71,39 @@ def test_a_bad_traces_file_fails_the_point_saying_file_and_line(
     assert "Traceback" not in result.stdout.str()
 
 
-def test_dram_points_skip_on_sim_server_and_every_point_on_sim(
+def test_dram_points_skip_on_sim_server_and_on_sim(pytester: pytest.Pytester) -> None:
+    write(pytester.path)
+    for backend in ("sim-server", "sim"):
+        result = pytester.runpytest_subprocess(*FAST, f"--inferbench-backend={backend}", "-k",
+                                               "qwen3.5", "-m", "inferbench(kv_offloading='dram')")
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(["*kv-offloading dram is not simulated yet (missing: a "
+                                     "CPU-DRAM KV-offload tier in the simulator)*"])
+
+
+def test_an_agentic_point_replays_in_process_on_the_default_backend(
     pytester: pytest.Pytester,
 ) -> None:
     write(pytester.path)
-    result = pytester.runpytest_subprocess(*FAST, "-k", "qwen3.5", "-m",
-                                "inferbench(kv_offloading='dram')")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*kv-offloading dram is not simulated yet (missing: a "
-                                 "CPU-DRAM KV-offload tier in the simulator)*"])
-    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", *TP8_CONC4)
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*not implemented on the sim backend yet (missing: the "
-                                 "in-process replay on the virtual clock*"])
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--inferbench-no-plots",
+                                "--inferbench-replay-duration=120", *TP8_CONC4)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*[[]SIMULATED:*", "*traces:synthetic*passed*"])
+    point = _point(pytester)
+    assert point["backend"] == "sim" and point["simulated"] is True
+    workload = point["workload"]
+    assert isinstance(workload, dict)
+    assert workload["kind"] == "agentic-replay"
+    assert str(workload["traces"]).startswith("synthetic (seed 0")
+    assert workload["lanes"] == 4 and workload["plays"] >= 4 and workload["duration_s"] == 120
+    assert point["completed"] == point["num_prompts"] > 0
+    assert 0 < workload["theoretical_cache_hit_rate"] < 1
+    junit = pytester.path / "junit.xml"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
+                                "--inferbench-replay-duration=120", f"--junitxml={junit}",
+                                *TP8_CONC4)
+    result.assert_outcomes(passed=1)
+    assert 'name="agentic_traces" value="synthetic' in junit.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("value", ["0", "inf"])
