@@ -18,13 +18,18 @@ import httpx
 import pytest
 
 from pytest_inferbench.loadgen.client import CHAT_ENDPOINT, ClientConfig
-from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayRun, replay
+from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayedRequest, ReplayRun, replay
 from pytest_inferbench.loadgen.trace_sessions import sessions
 from pytest_inferbench.loadgen.traces import load_traces
+from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.replay_driver import simulate_replay
 from pytest_inferbench.sim.server.launcher import launch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from pytest_inferbench.results.metrics import RequestRecord
 
 CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 MODEL = "amd/MiniMax-M3-MXFP4"
@@ -70,6 +75,32 @@ def test_corpus_prompts_hit_exactly_the_theoretical_blocks(tmp_path: Path) -> No
     assert counters["vllm:prefix_cache_hits_total"] == expected
     # max_tokens is the recorded output length, met under ignore_eos.
     assert [r.output_tokens for r in run.records] == [q.output_length for q in run.requests]
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="the shared agentic corpus is not here")
+def test_the_in_process_replay_sends_what_the_http_replay_sends(tmp_path: Path) -> None:
+    """One lane plays the trees turn by turn (a subagent between the turns that spawn and join
+    it), so both replays finish their requests in one order: the same turns, the same
+    prompt and output lengths, play after play."""
+    settings = ReplayConfig(duration_s=1.0, delay_scale=0.0)
+    run, _ = _serve(tmp_path, CORPUS, 1, settings, "0")
+    config, _ = engine_config_from_argv(
+        ["vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(BLOCK)],
+        hardware="MI355X")
+    trees = [sessions(t) for t in load_traces(CORPUS)]
+    sim = simulate_replay(Engine(config, keep_traces=True), trees, 1,
+                          ReplayConfig(duration_s=60.0, delay_scale=0.0), chat=True)
+
+    def sent(requests: Sequence[ReplayedRequest], records: Sequence[RequestRecord]
+             ) -> list[tuple[object, ...]]:
+        return [(q.play, q.session_id, q.turn, r.input_tokens, r.output_tokens, r.success)
+                for q, r in zip(requests, records, strict=True)]
+
+    over_http = sent(run.requests, run.records)
+    in_process = sent(sim.requests, sim.records)
+    n = min(len(over_http), len(in_process))
+    assert n >= 9  # every trace played through at least once by both
+    assert in_process[:n] == over_http[:n]
 
 
 def _trace_file(tmp_path: Path) -> Path:
