@@ -114,7 +114,7 @@ class SimHandle(ServerHandle):
     def _run_replay(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
         """An agentic-coding point: its traces replayed on the engine's virtual clock, as the
         HTTP replay plays them (`sim/replay_driver.py`), recorded gaps as recorded."""
-        if self.deployment is not None:
+        if self.deployment is not None:  # collection skips these (`backend_registry`)
             raise PointNotMeasuredError(f"{point.name}: the agentic replay of a multinode "
                                         "deployment is not simulated yet")
         config = self.config if self.config.seed == load.seed else replace(
@@ -122,8 +122,13 @@ class SimHandle(ServerHandle):
         label, trees = replay_traces(load.traces)
         settings = ReplayConfig(duration_s=load.replay_duration_s, seed=load.seed)
         started = time.time()
-        outcome = simulate_replay(Engine(config, keep_traces=True), trees, point.conc, settings,
-                                  chat=self.client.chat)
+        try:
+            outcome = simulate_replay(Engine(config, keep_traces=True), trees, point.conc,
+                                      settings, chat=self.client.chat)
+        except RequestRejectedError as exc:
+            raise PointNotMeasuredError(
+                f"{point.name}: the simulated server rejects the replay's requests (a real "
+                f"server answers them with HTTP 400): {exc}") from None
         notes = [replay_note(label, settings, point.conc), SIMULATED_NOTE]
         if self.ignored and not self._notes_given:
             notes.append("ignored by the simulator: " + " ".join(self.ignored))

@@ -335,8 +335,8 @@ class ReplaySchedule:
         if self.total_in_flight or not self._timer_of:
             return
         since = self._system_idle_since if self._system_idle_since is not None else now
-        shift = min(t[0] for _, _, t in self._timer_of.values()) - (
-            since + self.cfg.system_idle_cap_s)
+        first = self.next_due()
+        shift = 0.0 if first is None else first - (since + self.cfg.system_idle_cap_s)
         if shift > 0:
             for other in {id(p): p for p, _, _ in self._timer_of.values()}.values():
                 self._shift(other, shift)

@@ -26,14 +26,16 @@ class BackendInfo:
     multinode: bool = False  # it runs multinode entries (disaggregated or aggregated)
     # It replays agentic-coding traces (`loadgen/replay_schedule.py`: over HTTP, or in process).
     agentic: bool = False
+    agentic_multinode: bool = True  # and those of multinode entries (against a deployment)
     # What it lacks to replay them, where that is more than the wiring: said in the skip reason.
     agentic_missing: str | None = None
     kv_offload: bool = True  # its servers offload KV to CPU DRAM when the launch says so
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
+    # It replays them on one engine: a deployment's pools and router replay no traces yet.
     BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, agentic=True,
-                kv_offload=False),
+                agentic_multinode=False, kv_offload=False),
     # The simulator has no CPU-DRAM tier yet.
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True,
                 kv_offload=False),
@@ -66,6 +68,9 @@ def unsupported_reason(backend: str, *, multinode: bool, agentic: bool = False,
     if agentic and offloading != "none" and not info.kv_offload:
         return (f"agentic-coding: kv-offloading {offloading} is not simulated yet (missing: a "
                 "CPU-DRAM KV-offload tier in the simulator)")
+    if agentic and multinode and info.multinode and not info.agentic_multinode:
+        return (f"agentic-coding: the trace replay of a multinode deployment is not simulated "
+                f"on the {backend} backend yet")
     if multinode and not info.multinode:
         runs = ", ".join(name for name, info in BACKENDS.items() if info.multinode)
         return f"multinode: not supported by the {backend} backend yet (runs on: {runs})"

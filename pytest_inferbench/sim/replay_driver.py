@@ -12,7 +12,10 @@ token. Between events the engine runs stretches of identical decode steps in one
 As in the fixed-length driver, a request the schedule makes due while a step runs joins the
 step after it ends; one sent at a step's end (a completion released it) joins the step after
 that, as on the server; an idle engine takes it at once. A request the engine can never run
-(longer than its context) fails at once, as the server's HTTP 400, and its stream goes on.
+(longer than its context) fails at once, as the server's HTTP 400, and its stream goes on;
+once more than a tenth of the requests answered so far failed so, the replay stops with
+`RequestRejectedError`, as AIPerf cancels a run past its failed-request threshold (and on the
+virtual clock a lane whose requests all fail would otherwise never see time pass).
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ if TYPE_CHECKING:
     from ..loadgen.trace_sessions import SessionTree
     from ..results.record import JSONValue
     from .engine import Trace
+
+
+# AIPerf's --failed-request-threshold (InferenceX keeps its default): past it the run is cancelled.
+FAILED_REQUEST_THRESHOLD = 0.10
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,11 @@ class _Run:
         try:
             engine.add_request(dispatch.key, tokens, max(1, r.output_length), block_hashes=keys)
         except RequestRejectedError as exc:
+            if len(self.rejected) + 1 > FAILED_REQUEST_THRESHOLD * (len(self.requests) + 1):
+                raise RequestRejectedError(
+                    f"{len(self.rejected) + 1} of the first {len(self.requests) + 1} requests "
+                    f"of the replay rejected (more than {FAILED_REQUEST_THRESHOLD:.0%}), "
+                    f"the last one: {exc}") from None
             self.rejected[len(self.requests)] = RequestRecord(
                 send_time=dispatch.at, end_time=now, input_tokens=tokens, output_tokens=0,
                 success=False, error=f"HTTP 400: {exc}",

@@ -154,15 +154,18 @@ def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
         "nvidia-master.yaml::qwen3.5-fp8-b200-sglang-agentic-mtp-tp4-offload-dram-hicache"
         "::agentic-conc16",
     ]
-    # The sim backend runs multinode servers, but not agentic ones: both kinds skip, saying so.
+    # The sim backend simulates no CPU-DRAM tier yet: both dram points skip, saying so.
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider",
                                 "-m", "inferbench(kv_offloading='dram')")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(
-        ["SKIPPED [[]2[]] *agentic trace replay is not implemented on the sim backend yet*"])
-    result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "-k", "agentic",
-                                "-m", "inferbench(exp_name='qwen3.5_tp8_conc8_kvnone_spec-mtp')")
+        ["SKIPPED [[]2[]] *kv-offloading dram is not simulated yet (missing: a CPU-DRAM "
+         "KV-offload tier*"])
+    # A multinode agentic entry without offloading skips too: the replay runs on one engine.
+    write(pytester.path, AGENTIC.replace(
+        "kv-offloading: dram\n        kv-offload-backend: { name: native, version: "
+        "1.3.0rc22.post1 }\n", "kv-offloading: none\n"))
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "-k", "agentx")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*agentic-coding: agentic trace replay is not implemented on "
-                                 "the sim backend yet (missing: the in-process replay on the "
-                                 "virtual clock; the sim-server backend replays over HTTP)*"])
+    result.stdout.fnmatch_lines(["*agentic-coding: the trace replay of a multinode deployment "
+                                 "is not simulated on the sim backend yet*"])

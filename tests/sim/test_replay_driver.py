@@ -28,7 +28,7 @@ from pytest_inferbench.loadgen.tokenizer import render_chat
 from pytest_inferbench.loadgen.trace_sessions import SessionTree, sessions
 from pytest_inferbench.loadgen.traces import load_traces
 from pytest_inferbench.sim.args import engine_config_from_argv
-from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.engine import Engine, RequestRejectedError
 from pytest_inferbench.sim.prefix_cache import block_hashes
 from pytest_inferbench.sim.replay_driver import SimulatedReplay, simulate_replay
 
@@ -150,10 +150,22 @@ def test_nothing_is_sent_after_the_duration_and_what_is_in_flight_counts() -> No
 
 @needs_corpus
 def test_a_request_too_long_for_the_engine_fails_and_its_stream_goes_on() -> None:
-    # The linear trace's last turn (1024 in + 256 out) exceeds a 1200-token context.
-    out = _replay(_trees(CORPUS)[:1], 1, ReplayConfig(duration_s=30.0),
+    # The linear trace's last turn (1024 in + 2 template + 256 out) exceeds a 1200-token
+    # context; the others fit. Played after three others, it stays under a tenth of all.
+    linear, subagent, _ = _trees(CORPUS)
+    out = _replay([subagent, subagent, subagent, linear], 1, ReplayConfig(duration_s=200.0),
                   extra=("--max-model-len", "1200"))
     failed = [(q, r) for q, r in zip(out.requests, out.records, strict=True) if not r.success]
-    assert failed and all(q.turn == 2 for q, _ in failed)
+    assert failed and all((q.trace_id, q.turn) == ("syn-linear-001", 2) for q, _ in failed)
     assert "maximum context length" in failed[0][1].error
-    assert out.plays > 1  # the lane went on to the next play
+    assert failed[0][1].send_time == failed[0][1].end_time  # answered at once
+    assert out.plays > 4  # the lane went on to the next play
+
+
+@needs_corpus
+def test_a_replay_whose_requests_mostly_fail_stops_saying_why() -> None:
+    # Every third request of the linear trace fails: past AIPerf's 10 % threshold.
+    with pytest.raises(RequestRejectedError, match=r"1 of the first 3 requests .*maximum "
+                       "context length"):
+        _replay(_trees(CORPUS)[:1], 1, ReplayConfig(duration_s=30.0),
+                extra=("--max-model-len", "1200"))
