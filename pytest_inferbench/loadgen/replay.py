@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 from .client import ClientConfig, _RecordBuilder, make_http_client, send_raw
 from .prompts import Prompt
 from .replay_prompts import BlockText, marker, prompt_text, prompt_tokens
-from .replay_schedule import Dispatch, ReplayConfig, ReplayedRequest, ReplaySchedule
+from .replay_schedule import (
+    Dispatch,
+    ReplayConfig,
+    ReplayedRequest,
+    ReplaySchedule,
+    is_context_overflow,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -146,7 +152,8 @@ class Replayer:
                                  on_read=self.on_read, expired=self.expired)
         finally:
             self.free.append(client)
-        schedule.complete(dispatch.key, raw.ended)
+        schedule.complete(dispatch.key, raw.ended, overflow=bool(raw.error) and
+                          is_context_overflow(raw.error))
         self.wake.set()
         self.requests.append(dispatch.described())
         self.records.append(None)

@@ -21,9 +21,12 @@ timers shift by as much), and once nothing anywhere is in flight every timer shi
 fires at most `system_idle_cap_s` after the system went idle. After `duration_s` nothing is sent;
 what is in flight finishes and counts (§3.4 "End of profiling").
 
-Not yet done: the startup at a seeded t* with primers and per-lane warmup requests (§3.3), the
-nested chain splitting of subagents (§2.3), and ending a session on a context-overflow error
-(§3.4 "Errors"); every lane starts its first trace at turn 0.
+A request that failed does not end its stream, which goes on as if it had succeeded (§3.4
+"Errors"), except a context overflow (`is_context_overflow`): its turns after it are only
+larger, so that stream ends there; a root turn waiting on it to join goes on.
+
+Not yet done: the startup at a seeded t* with primers and per-lane warmup requests (§3.3) and
+the nested chain splitting of subagents (§2.3); every lane starts its first trace at turn 0.
 """
 
 from __future__ import annotations
@@ -39,12 +42,22 @@ if TYPE_CHECKING:
 
     from .trace_sessions import SessionTree, Turn
 
-__all__ = ["SYSTEM_IDLE_CAP_S", "TRACE_IDLE_CAP_S", "Dispatch", "ReplayConfig",
-           "ReplaySchedule", "ReplayedRequest"]
+__all__ = ["CONTEXT_OVERFLOW_SUBSTRINGS", "SYSTEM_IDLE_CAP_S", "TRACE_IDLE_CAP_S", "Dispatch",
+           "ReplayConfig", "ReplaySchedule", "ReplayedRequest", "is_context_overflow"]
 
+# What an error says when the prompt did not fit the server's context: AIPerf's
+# AIPERF_AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS (§3.4 "Errors"), matched in lower case.
+CONTEXT_OVERFLOW_SUBSTRINGS = ("context length", "maximum context", "context_length_exceeded",
+                               "prompt is too long")
 # InferenceX's idle caps (§3.1 scenario locks and flags, §3.4).
 SYSTEM_IDLE_CAP_S = 10.0
 TRACE_IDLE_CAP_S = 300.0
+
+
+def is_context_overflow(error: str) -> bool:
+    """Whether a failed request's error says its prompt overflowed the server's context."""
+    text = error.lower()
+    return any(s in text for s in CONTEXT_OVERFLOW_SUBSTRINGS)
 
 
 @dataclass(frozen=True)
@@ -192,9 +205,10 @@ class ReplaySchedule:
             return False
         return now >= self.end or not (self._ready or self._timer_of)
 
-    def complete(self, key: int, t: float) -> None:
+    def complete(self, key: int, t: float, *, overflow: bool = False) -> None:
         """Request `key` completed at `t`: its stream's next turn, the subagents it spawns, the
-        join it releases, and the lane's next play become ready or timed."""
+        join it releases, and the lane's next play become ready or timed. `overflow`: it
+        failed on a context overflow, which ends its stream (module doc)."""
         play, session = self._sent.pop(key)
         play.in_flight -= 1
         self.total_in_flight -= 1
@@ -206,9 +220,13 @@ class ReplaySchedule:
         turn = stream.turns[stream.pos]
         stream.pos += 1
         stream.previous_end = t
-        if session == play.tree.trace.id:
-            self._spawn(play, turn.index, t)
-        self._advance(play, session, t)
+        if overflow:
+            stream.outcome = False
+            self._settled(play, session, t)
+        else:
+            if session == play.tree.trace.id:
+                self._spawn(play, turn.index, t)
+            self._advance(play, session, t)
         self._cap(play, t)
 
     # ----------------------------------------------------------------- internals

@@ -12,7 +12,8 @@ token. Between events the engine runs stretches of identical decode steps in one
 As in the fixed-length driver, a request the schedule makes due while a step runs joins the
 step after it ends; one sent at a step's end (a completion released it) joins the step after
 that, as on the server; an idle engine takes it at once. A request the engine can never run
-(longer than its context) fails at once, as the server's HTTP 400, and its stream goes on;
+(longer than its context) fails at once, as the server's HTTP 400, which ends its stream (a
+context overflow, `replay_schedule`);
 once more than a tenth of the requests answered so far failed so, the replay stops with
 `RequestRejectedError`, as AIPerf cancels a run past its failed-request threshold (and on the
 virtual clock a lane whose requests all fail would otherwise never see time pass).
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..loadgen.replay_prompts import prompt_block_keys, prompt_tokens
-from ..loadgen.replay_schedule import ReplaySchedule
+from ..loadgen.replay_schedule import ReplaySchedule, is_context_overflow
 from ..results.metrics import RequestRecord
 from .driver import MAX_STRETCH, _Done, _records, _Timeline, server_metrics
 from .engine import Engine, RequestRejectedError
@@ -92,7 +93,7 @@ class _Run:
                 success=False, error=f"HTTP 400: {exc}",
                 scheduled_time=_scheduled(dispatch))
             self.requests.append(dispatch.described())
-            self.schedule.complete(dispatch.key, now)
+            self.schedule.complete(dispatch.key, now, overflow=is_context_overflow(str(exc)))
             return
         self.sent[dispatch.key] = (dispatch, dispatch.at)
 
