@@ -7,9 +7,10 @@ and runs each point's `run_point` with the default load (the synthetic traces, t
 3600 s replay) over `--jobs` processes. A point the `sim` backend skips (dram KV offloading)
 is counted as skipped, with its reason. Prints wall and CPU seconds in all, the points run,
 skipped and failed, and the slowest nodes; `--profile N` instead profiles the first N points
-in this process and prints where the time goes.
+in this process and prints where the time goes; `--sample K` runs every K-th node only (largest
+first), an estimate of the whole on a busy machine.
 
-    python benchmarks/bench_agentic_matrix.py [TREE] [--jobs 2] [--duration 3600]
+    python benchmarks/bench_agentic_matrix.py [TREE] [--jobs 2] [--duration 3600] [--sample K]
     python benchmarks/bench_agentic_matrix.py --profile 20
 """
 
@@ -89,18 +90,24 @@ def _run_node(job: tuple[ServerConfig, float]) -> tuple[str, int, list[str], flo
     return server.node_name, done, skipped, time.process_time() - c0, failures
 
 
-def run(tree: Path, jobs: int, duration: float) -> int:
+def run(tree: Path, jobs: int, duration: float, sample: int = 1) -> int:
     servers = agentic_servers(tree)
     # Largest total concurrency first, so the last process is not left with a big node.
     servers.sort(key=lambda s: (-sum(p.conc for p in s.points()), s.node_name))
+    every = len(servers)
+    servers = servers[::sample]  # every K-th node of that order: an even spread of sizes
     total = sum(len(s.points()) for s in servers)
-    print(f"{tree}: {len(servers)} agentic-coding server nodes, {total} points, "
+    print(f"{tree}: {len(servers)} of {every} agentic-coding server nodes, {total} points, "
           f"{duration:g} s replays, {jobs} processes", flush=True)
     t0 = time.perf_counter()
     results = []
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        # A line per node as it ends: a run stopped early still says how far it got.
         for result in pool.imap_unordered(_run_node, [(s, duration) for s in servers]):
             results.append(result)
+            print(f"  [{len(results)}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
+                  f"{result[0]}: {result[1]} run, {len(result[2])} skipped, "
+                  f"{len(result[4])} failed, {result[3]:.2f} s CPU", flush=True)
     wall = time.perf_counter() - t0
     done = sum(r[1] for r in results)
     reasons = collections.Counter(reason for r in results for reason in r[2])
@@ -113,6 +120,8 @@ def run(tree: Path, jobs: int, duration: float) -> int:
     print(f"agentic matrix: {done} run, {sum(reasons.values())} skipped, {len(failures)} "
           f"failed of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU over {jobs} "
           "processes")
+    if sample > 1:
+        print(f"  (every {sample}th node: the whole matrix is about {sample} times as much)")
     for reason, n in reasons.most_common():
         print(f"  {n} skipped: {reason}")
     print("load average at the end (1/5/15 min): "
@@ -146,12 +155,14 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--duration", type=float, default=LoadSettings().replay_duration_s,
                         help="replay seconds per point (default: the plugin's default)")
+    parser.add_argument("--sample", type=int, default=1, metavar="K",
+                        help="only every K-th node, largest first (an estimate of the whole)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile the nodes of the first N points in this process")
     args = parser.parse_args()
     if args.profile:
         return profile(args.tree, args.profile, args.duration)
-    return run(args.tree, args.jobs, args.duration)
+    return run(args.tree, args.jobs, args.duration, args.sample)
 
 
 if __name__ == "__main__":
