@@ -30,6 +30,13 @@ RUNNERS_FILE = "runners.yaml"
 MAX_AVAILABLE_CPU_DRAM_MIB = 2_861_022
 BYTES_PER_MIB = 1024 * 1024
 BYTES_PER_GB = 1_000_000_000
+# The context an agentic server is launched with: InferenceX replays traces at the model's native
+# context limit, never lower. Its trace corpus follows the model prefix (`benchmark_lib.sh`
+# `resolve_trace_source`): these prefixes get the full corpus (1M-context models), the others its
+# `_256k` variant, whose requests all fit 256k tokens.
+FULL_CORPUS_PREFIXES = ("dsv4", "glm5.2", "minimaxm3", "kimik3")
+FULL_CORPUS_CONTEXT = 1_048_576
+CORPUS_256K_CONTEXT = 262_144
 
 
 # What these functions read of `model.ServerConfig` (which asks them for its agentic names).
@@ -158,6 +165,13 @@ def total_cpu_dram_gb(server: ServerConfig, hardware: RunnerHardware) -> int:
     share = (Decimal(available) * BYTES_PER_MIB * Decimal(str(server.dram_utilization))
              * gpus / gpn)
     return int(share / BYTES_PER_GB)
+
+
+def context_length(model_prefix: str) -> int:
+    """The `{max_model_len}` an agentic server of this model prefix is launched with."""
+    if model_prefix.startswith(FULL_CORPUS_PREFIXES):
+        return FULL_CORPUS_CONTEXT
+    return CORPUS_256K_CONTEXT
 
 
 def offload_suffix(server: ServerConfig) -> str:

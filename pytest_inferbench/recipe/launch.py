@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ..util import yamllines
+from . import agentic
 from .model import max_model_len
 from .spec_values import LaunchSpecError as LaunchSpecError
 from .spec_values import (
@@ -203,8 +204,10 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     overlay_args, client = _apply_overlays(path, "overlays", data.get("overlays", {}), on, env,
                                            files, client)
     args = _place_overlay_args(path, args, overlay_args)
-    # A server node serves every ISL/OSL of its entry: its context is sized for the longest.
-    context = max((max_model_len(s.isl, s.osl) for s in server.sweeps), default=32768)
+    # A server node serves every ISL/OSL of its entry: its context is sized for the longest; an
+    # agentic one (no ISL/OSL) replays traces at the model's native context.
+    context = (agentic.context_length(server.model_prefix) if server.scenario == agentic.SCENARIO
+               else max((max_model_len(s.isl, s.osl) for s in server.sweeps), default=32768))
     p = server.parallel
     values = {"{model}": server.model, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.tp),
               "{max_model_len}": str(context),
