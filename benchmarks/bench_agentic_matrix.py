@@ -54,6 +54,7 @@ def agentic_servers(tree: Path) -> list[ServerConfig]:
 def _run_node(job: tuple[ServerConfig, float]) -> tuple[str, int, list[str], float, list[str]]:
     """All points of one node: (node, points run, skip reasons, CPU seconds, failures)."""
     from pytest_inferbench.backends.base import ServerStartError
+    from pytest_inferbench.recipe.launch import LaunchSpecError
 
     server, duration = job
     load = replace(LoadSettings(), replay_duration_s=duration)
@@ -75,7 +76,7 @@ def _run_node(job: tuple[ServerConfig, float]) -> tuple[str, int, list[str], flo
     try:
         handle = SimBackend().start(
             server, resolve(server, local if local.is_dir() else packaged_launch_dir()), ctx)
-    except ServerStartError as exc:
+    except (LaunchSpecError, ServerStartError) as exc:  # as the node's setup error in pytest
         return server.node_name, 0, skipped, time.process_time() - c0, [f"start: {exc}"]
     failures: list[str] = []
     done = 0
