@@ -53,7 +53,7 @@ def _replay(trees: Sequence[SessionTree], lanes: int, settings: ReplayConfig, *,
 
 @needs_corpus
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
-@pytest.mark.parametrize("block", [16, 48, 64])
+@pytest.mark.parametrize("block", [1, 16, 48, 64])
 def test_block_keys_are_equal_where_the_servers_hashes_of_the_sent_prompts_are(
         chat: bool, block: int) -> None:
     server_to_key: dict[int, int] = {}
