@@ -181,7 +181,7 @@ def test_multinode_runs_on_the_simulator_and_skips_elsewhere(
     result = pytester.runpytest("-rs", "--inferbench-prompts-per-conc", "1")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(
-        ["*agentic-coding: agentic trace replay is not implemented on the sim backend yet*"])
+        ["*agentic-coding: kv-offloading cpu is not simulated yet (missing: a CPU-DRAM*"])
     # Other backends do not run multinode servers yet: they skip, saying which backend does.
     result = pytester.runpytest("-rs", "--inferbench-backend", "process")
     result.assert_outcomes(skipped=3)
