@@ -1,31 +1,24 @@
 """`run_point` of an agentic-coding point over HTTP: the trace replay (`loadgen/replay.py`).
 
-The traces are the file `--inferbench-traces` names, else the seeded synthetic ones
-(`loadgen/synthetic_traces.py`, default settings, seed 0); the result says which
-(`agentic_traces`). Like the fixed-length load: the measured phase's bracket (`measured.py`:
-scrapes, event-loop monitor, KV usage sampled during the replay), the client self-check, one
-`RequestRecord` per request. There is no
-warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not implemented), so
-every request of the replay is measured.
+The traces and the result's description of the replay are `agentic_traces`'s. Like the
+fixed-length load: the measured phase's bracket (`measured.py`: scrapes, event-loop monitor, KV
+usage and GPU power sampled during the replay), the client self-check, one `RequestRecord` per
+request. There is no warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not
+implemented), so every request of the replay is measured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..loadgen.affinity import pinned_to_one_cpu
-from ..loadgen.replay import ReplayConfig, replay
+from ..loadgen.replay import replay
+from ..loadgen.replay_schedule import ReplayConfig
 from ..loadgen.selfcheck import point_verdict
-from ..loadgen.synthetic_traces import SyntheticTraceSettings, write_synthetic_traces
-from ..loadgen.trace_sessions import sessions
-from ..loadgen.traces import TraceError, load_traces
-from ..results.agentic import ReplayMeta
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
-from .base import PointNotMeasuredError
+from .agentic_traces import replay_meta, replay_note, replay_traces, replay_workload
 from .measured import measured_phase
 
 if TYPE_CHECKING:
@@ -34,9 +27,6 @@ if TYPE_CHECKING:
     from ..loadgen.trace_sessions import SessionTree
     from ..loadgen.workload import LoadSettings
     from ..recipe.model import BenchPoint
-    from ..results.record import JSONValue
-
-SYNTHETIC_SEED = 0
 
 
 class HttpServerHandle(Protocol):
@@ -52,27 +42,6 @@ class HttpServerHandle(Protocol):
                       stall_timeout_s: float = ..., point_timeout_s: float | None = ...
                       ) -> ClientConfig: ...
     def check_alive(self) -> None: ...
-
-
-def replay_traces(path: Path | None) -> tuple[str, tuple[SessionTree, ...]]:
-    """(what the result calls the source, the session trees) of `path` or of the synthetic
-    traces; a bad file raises PointNotMeasuredError with every problem, file:line each."""
-    if path is None:
-        with tempfile.TemporaryDirectory(prefix="inferbench-traces-") as tmp:
-            settings = SyntheticTraceSettings(seed=SYNTHETIC_SEED)
-            traces = load_traces(write_synthetic_traces(Path(tmp), settings))
-        label = f"synthetic (seed {SYNTHETIC_SEED}, {len(traces)} traces)"
-    else:
-        try:
-            traces = load_traces(path)
-        except TraceError as exc:
-            raise PointNotMeasuredError(f"--inferbench-traces {path}:\n{exc}") from None
-        label = str(path)
-    trees = tuple(sessions(t) for t in traces)
-    trees = tuple(t for t in trees if t.streams.get(t.trace.id))  # a trace with no root turn
-    if not trees:
-        raise PointNotMeasuredError(f"--inferbench-traces {path}: no trace has a request")
-    return label, trees
 
 
 def run_replay_point(handle: HttpServerHandle, point: BenchPoint, load: LoadSettings
@@ -96,8 +65,7 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
                    ) -> PointMeasurement:
     from ..loadgen.client import make_http_client
 
-    notes = [f"agentic replay of {label} traces for {settings.duration_s:g} s at "
-             f"{point.conc} lanes"]
+    notes = [replay_note(label, settings, point.conc)]
     if handle.simulated:
         notes.append(SIMULATED_NOTE)
     async with make_http_client(cfg, 1) as client:
@@ -105,22 +73,10 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
                                      lambda: replay(cfg, trees, point.conc, settings))
     run, stats, server = phase.run, phase.loop, phase.server_metrics
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
-    hit = sum(q.hit_blocks for q in run.requests)
-    total = sum(q.total_blocks for q in run.requests)
-    described: dict[str, JSONValue] = {
-        "kind": "agentic-replay", "traces": label, "trace_count": len(trees),
-        "lanes": point.conc, "duration_s": settings.duration_s,
-        "delay_scale": settings.delay_scale, "plays": run.plays,
-        "plays_completed": run.plays_completed,
-        # agentic.md §4.2: theoretical_prefix_cache_hit sum / count, over the requests sent.
-        "theoretical_cache_hit_rate": hit / total if total else None,
-        "token_source": cfg.text_token_source,
-        "token_counts_estimated": cfg.text_token_source.endswith("(approximate)"),
-    }
-    replayed = ReplayMeta(
-        num_gpus=point.server.gpus, clock_start=run.start, start_unix=phase.started_unix,
-        duration_s=settings.duration_s, hit_blocks=hit, total_blocks=total,
-        cancelled=run.cancelled, expected_output=tuple(q.output_length for q in run.requests))
+    described = replay_workload(label, trees, point.conc, settings, run.requests, run.plays,
+                                run.plays_completed, cfg.text_token_source)
+    replayed = replay_meta(point.server.gpus, settings, run.requests, clock_start=run.start,
+                           start_unix=phase.started_unix, cancelled=run.cancelled)
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,

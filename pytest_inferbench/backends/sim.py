@@ -3,7 +3,8 @@
 `start()` reads the launch spec's argv (what the real server would get) and the recipe runner's
 GPU into an `EngineConfig`, so a bad argv, an unknown model or weights that do not fit fail the
 server node's setup with a clear message. Every point runs on a fresh engine seeded from the
-load seed, so a point's numbers do not depend on which points ran before it. Results are
+load seed, so a point's numbers do not depend on which points ran before it; an agentic-coding
+point replays its traces on the virtual clock under the HTTP replay's schedule. Results are
 simulated predictions and say so (`simulated=True` and a note), each with the simulator's
 expected error in its regime (`sim.expected_error`). With `--inferbench-sim-calibration`, a
 single-node server the file has an entry for runs on its knobs, its points say so in a note and
@@ -17,6 +18,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..loadgen.prompts import point_workload
+from ..loadgen.replay_schedule import ReplayConfig
+from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from ..results.power import SIMULATED_SOURCE, PowerReading
 from ..sim import catalog, expected_error, power
@@ -37,6 +40,8 @@ from ..sim.disagg import (
 from ..sim.driver import SimulatedPoint, simulate_point
 from ..sim.engine import Engine, RequestRejectedError
 from ..sim.physics import EngineConfigError
+from ..sim.replay_driver import simulate_replay
+from .agentic_traces import replay_meta, replay_note, replay_traces, replay_workload
 from .base import Backend, PointNotMeasuredError, ServerHandle, ServerStartError
 
 if TYPE_CHECKING:
@@ -74,6 +79,8 @@ class SimHandle(ServerHandle):
 
     def run_point(self, point: BenchPoint, load: LoadSettings,
                   progress: ProgressOutput | None = None) -> PointMeasurement:
+        if point.server.scenario == AGENTIC_SCENARIO:
+            return self._run_replay(point, load)
         # Milliseconds of wall time per point: the point's line when it ends is all the progress
         # it needs (`report.live`).
         config = self.config
@@ -136,6 +143,40 @@ class SimHandle(ServerHandle):
         work = power.step_work(engine.cost, outcome.busy_s, outcome.server_metrics)
         watts = power.mean_power_w(figures, work, outcome.duration_s)
         return PowerReading(SIMULATED_SOURCE, avg_power_w=watts, num_gpus=point.server.gpus)
+
+    def _run_replay(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
+        """An agentic-coding point: its traces replayed on the engine's virtual clock, as the
+        HTTP replay plays them (`sim/replay_driver.py`), recorded gaps as recorded."""
+        if self.deployment is not None:  # collection skips these (`backend_registry`)
+            raise PointNotMeasuredError(f"{point.name}: the agentic replay of a multinode "
+                                        "deployment is not simulated yet")
+        config = self.config if self.config.seed == load.seed else replace(
+            self.config, seed=load.seed)
+        label, trees = replay_traces(load.traces)
+        settings = ReplayConfig(duration_s=load.replay_duration_s, seed=load.seed)
+        started = time.time()
+        try:
+            outcome = simulate_replay(Engine(config, keep_traces=True), trees, point.conc,
+                                      settings, chat=self.client.chat)
+        except RequestRejectedError as exc:
+            raise PointNotMeasuredError(
+                f"{point.name}: the simulated server rejects the replay's requests (a real "
+                f"server answers them with HTTP 400): {exc}") from None
+        notes = [replay_note(label, settings, point.conc), SIMULATED_NOTE]
+        if self.ignored and not self._notes_given:
+            notes.append("ignored by the simulator: " + " ".join(self.ignored))
+        self._notes_given = True
+        self._log.append(f"{point.name}: {len(outcome.records)} replayed requests in "
+                         f"{outcome.duration_s:.1f} virtual s")
+        return PointMeasurement(
+            records=outcome.records, duration_s=outcome.duration_s,
+            num_prompts=len(outcome.records), max_concurrency=point.conc, simulated=True,
+            server_metrics=outcome.server_metrics, notes=tuple(notes), started_unix=started,
+            workload=replay_workload(label, trees, point.conc, settings, outcome.requests,
+                                     outcome.plays, outcome.plays_completed, "words"),
+            # The records' virtual clock starts at 0 when the replay starts.
+            replay=replay_meta(point.server.gpus, settings, outcome.requests, clock_start=0.0,
+                               start_unix=started))
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._log[-lines:])

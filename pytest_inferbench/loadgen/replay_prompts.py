@@ -26,9 +26,13 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .tokenizer import _WORDS
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from .trace_sessions import Turn
 
 MARKER_HEX = 12
@@ -96,3 +100,47 @@ def prompt_tokens(input_length: int, *, chat: bool) -> int:
     if chat:
         return max(input_length, CHAT_HEAD_TOKENS + 1) + CHAT_TAIL_TOKENS
     return max(input_length, 1)
+
+
+def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: int, *,
+                      chat: bool) -> tuple[int, ...]:
+    """A key for each full `block_size` block of the prompt sent for `turn` in play `play`,
+    without building its text: two blocks' keys are equal exactly where the simulated server's
+    content hashes of the sent prompts are (`sim.prefix_cache.block_hashes`, each hash standing
+    for its block and all before it), so an engine fed these keys caches as the server does.
+
+    A prefix of the sent tokens is known by the play (its marker; the chat header before it
+    alone is every prompt's), the stream words it covers (the trace blocks they lie in, past
+    them the turn's own tail) and, past the `in` words, how many of the chat template's
+    closing tokens it holds.
+    The keys are mixed in one vectorized pass (an engine block may be a single token)."""
+    r = turn.request
+    words = r.input_length
+    blocks = prompt_tokens(words, chat=chat) // block_size
+    if blocks < 1:
+        return ()
+    hashed = min(words, len(r.hash_ids) * trace_block_size)  # words drawn from trace blocks
+    chain = [hash(play)]  # chain[k]: the play and its first k trace blocks
+    for h in r.hash_ids[:-(-hashed // trace_block_size)]:
+        chain.append(hash((chain[-1], h)))
+    chain.append(hash((chain[-1], turn.session_id, turn.index)))  # past them: the turn's tail
+    ends = np.arange(1, blocks + 1, dtype=np.int64) * block_size
+    covered = np.minimum(ends, words)
+    which = np.where(covered <= hashed, -(-covered // trace_block_size), len(chain) - 1)
+    head = np.asarray(chain, dtype=np.int64)[which].view(np.uint64)
+    keys = _mix(_mix(head, covered), ends - covered)
+    if chat:  # a block of the chat header alone (a one-token block) is every prompt's
+        header = ends <= CHAT_HEAD_TOKENS
+        keys[header] = _mix(np.zeros(int(header.sum()), np.uint64), ends[header])
+    out: tuple[int, ...] = tuple(keys.view(np.int64).tolist())
+    return out
+
+
+def _mix(keys: npt.NDArray[np.uint64], values: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+    """One 64-bit key for each (key, value) pair (a multiply-xorshift mix: distinct pairs
+    collide with a chance of about 2**-64)."""
+    with np.errstate(over="ignore"):
+        x = keys ^ (values.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        x = (x ^ (x >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
+        mixed: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(29))
+    return mixed

@@ -24,15 +24,18 @@ class BackendInfo:
     class_name: str
     simulated: bool  # its results are predictions of a performance model, not measurements
     multinode: bool = False  # it runs multinode entries (disaggregated or aggregated)
-    agentic: bool = False  # it replays agentic-coding traces (`loadgen/replay.py`, over HTTP)
+    # It replays agentic-coding traces (`loadgen/replay_schedule.py`: over HTTP, or in process).
+    agentic: bool = False
+    agentic_multinode: bool = True  # and those of multinode entries (against a deployment)
+    kv_offload: bool = True  # a kv-offloading point's KV tier is served (real or simulated)
     # What it lacks to replay them, where that is more than the wiring: said in the skip reason.
     agentic_missing: str | None = None
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
-    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True,
-                agentic_missing="the in-process replay on the virtual clock; the sim-server "
-                "backend replays over HTTP"),
+    # It replays them on one engine: a deployment's pools and router replay no traces yet.
+    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, agentic=True,
+                agentic_multinode=False, kv_offload=False),
     # Its engine has the CPU-DRAM tier a dram point's offload flags size (docs/simulator.md).
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True),
     # The backends that start a server replay agentic traces against it over HTTP.
@@ -68,6 +71,12 @@ def unsupported_reason(backend: str, *, multinode: bool, agentic: bool = False,
         # `kv-offloading: dram`'s total-cpu-dram-gb.
         return (f"agentic-coding: offloading {offloading} is not simulated (the simulator's "
                 "CPU-DRAM tier serves kv-offloading: dram)")
+    if agentic and offloading != "none" and not info.kv_offload:
+        return (f"agentic-coding: kv-offloading {offloading} is not simulated on the {backend} "
+                "backend yet (the sim-server backend simulates the CPU-DRAM tier)")
+    if agentic and multinode and info.multinode and not info.agentic_multinode:
+        return (f"agentic-coding: the trace replay of a multinode deployment is not simulated "
+                f"on the {backend} backend yet")
     if multinode and not info.multinode:
         runs = ", ".join(name for name, info in BACKENDS.items() if info.multinode)
         return f"multinode: not supported by the {backend} backend yet (runs on: {runs})"

@@ -5,6 +5,9 @@ cache finds, over every request sent, the theoretical hits the trace implies and
 cache-bust marker keeps plays apart). With the server on its real clock, a stream's next turn
 leaves no earlier than the recorded end-to-start gap after the previous one ended, a joining
 root turn waits for its subagent, and either idle cap (system, per tree) shortens a long gap.
+The in-process replay on the simulated engine (`sim/replay_driver.py`) follows the same schedule:
+it sends what the HTTP replay sends, and on its virtual clock the rules hold exactly. A context
+overflow ends its session both ways.
 """
 
 from __future__ import annotations
@@ -18,13 +21,19 @@ import httpx
 import pytest
 
 from pytest_inferbench.loadgen.client import CHAT_ENDPOINT, ClientConfig
-from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayRun, replay
+from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayedRequest, ReplayRun, replay
 from pytest_inferbench.loadgen.trace_sessions import sessions
 from pytest_inferbench.loadgen.traces import load_traces
+from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.replay_driver import SimulatedReplay, simulate_replay
 from pytest_inferbench.sim.server.launcher import launch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from pytest_inferbench.loadgen.trace_sessions import SessionTree
+    from pytest_inferbench.results.metrics import RequestRecord
 
 CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 MODEL = "amd/MiniMax-M3-MXFP4"
@@ -32,8 +41,9 @@ BLOCK = 16  # divides the traces' 64-token blocks: every trace block is whole en
 
 
 def _serve(tmp_path: Path, traces: Path, conc: int, settings: ReplayConfig,
-           time_scale: str) -> tuple[ReplayRun, dict[str, float]]:
-    argv = ("vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(BLOCK))
+           time_scale: str, *extra: str) -> tuple[ReplayRun, dict[str, float]]:
+    argv = ("vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(BLOCK),
+            *extra)
     server = launch(argv, ("--hardware", "MI355X", "--time-scale", time_scale),
                     log_dir=tmp_path)
     try:
@@ -51,6 +61,15 @@ def _serve(tmp_path: Path, traces: Path, conc: int, settings: ReplayConfig,
         if name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
             counters[name] = float(line.rsplit(" ", 1)[1])
     return run, counters
+
+
+def _in_process(trees: Sequence[SessionTree], lanes: int, settings: ReplayConfig,
+                *extra: str) -> SimulatedReplay:
+    """The same replay on the simulated engine in process (`sim/replay_driver.py`)."""
+    config, _ = engine_config_from_argv(
+        ["vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(BLOCK),
+         *extra], hardware="MI355X")
+    return simulate_replay(Engine(config, keep_traces=True), trees, lanes, settings, chat=True)
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="the shared agentic corpus is not here")
@@ -72,9 +91,59 @@ def test_corpus_prompts_hit_exactly_the_theoretical_blocks(tmp_path: Path) -> No
     assert [r.output_tokens for r in run.records] == [q.output_length for q in run.requests]
 
 
+@pytest.mark.skipif(not CORPUS.exists(), reason="the shared agentic corpus is not here")
+def test_the_in_process_replay_sends_what_the_http_replay_sends(tmp_path: Path) -> None:
+    """One lane plays the trees turn by turn (a subagent between the turns that spawn and join
+    it), so both replays finish their requests in one order: the same turns, the same
+    prompt and output lengths, play after play."""
+    # Long enough for three plays on a busy machine; the comparison is over what both sent.
+    settings = ReplayConfig(duration_s=5.0, delay_scale=0.0)
+    run, _ = _serve(tmp_path, CORPUS, 1, settings, "0")
+    trees = [sessions(t) for t in load_traces(CORPUS)]
+    sim = _in_process(trees, 1, ReplayConfig(duration_s=60.0, delay_scale=0.0))
+
+    def sent(requests: Sequence[ReplayedRequest], records: Sequence[RequestRecord]
+             ) -> list[tuple[object, ...]]:
+        return [(q.play, q.session_id, q.turn, r.input_tokens, r.output_tokens, r.success)
+                for q, r in zip(requests, records, strict=True)]
+
+    over_http = sent(run.requests, run.records)
+    in_process = sent(sim.requests, sim.records)
+    n = min(len(over_http), len(in_process))
+    assert n >= 9  # every trace played through at least once by both
+    assert in_process[:n] == over_http[:n]
+
+
+def _overflow_trace(tmp_path: Path) -> Path:
+    """One stream of four turns whose third (2048 in) overflows a 1000-token context and whose
+    fourth would fit again."""
+    requests = [{"t": float(k), "type": "n", "model": "x", "in": n, "out": 4,
+                 "hash_ids": list(range(n // 64)), "api_time": 0.1}
+                for k, n in enumerate((64, 128, 2048, 128))]
+    trace = {"id": "overflow", "models": ["x"], "block_size": 64, "hash_id_scope": "local",
+             "requests": requests}
+    path = tmp_path / "overflow.jsonl"
+    path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_context_overflow_ends_its_session_over_http(tmp_path: Path) -> None:
+    """The server answers the third turn (2048 in) with HTTP 400 for its 1000-token context:
+    that stream ends there in every play, its smaller fourth turn never sent."""
+    run, _ = _serve(tmp_path, _overflow_trace(tmp_path), 1,
+                    ReplayConfig(duration_s=2.0, delay_scale=0.0), "0",
+                    "--max-model-len", "1000")
+    plays: dict[int, list[tuple[int, bool]]] = {}
+    for q, r in zip(run.requests, run.records, strict=True):
+        plays.setdefault(q.play, []).append((q.turn, r.success))
+    assert len(plays) > 1 and run.plays_completed == 0
+    assert plays[0] == [(0, True), (1, True), (2, False)]
+    assert all(turns == plays[0][:len(turns)] for turns in plays.values())
+
+
 def _trace_file(tmp_path: Path) -> Path:
     """A root of three turns with gaps of 0.4 s and 6 s, and a subagent spawned by turn 0 and
-    joined by turn 1 (the subagent's own turns 0.3 s apart)."""
+    joined by turn 2 (it ends at 0.7 s, after turn 1 started; its own turns 0.3 s apart)."""
     def req(t: float, blocks: Sequence[int], api: float) -> dict[str, object]:
         return {"t": t, "type": "n", "model": "x", "in": 64 * len(blocks), "out": 4,
                 "hash_ids": list(blocks), "api_time": api}
@@ -109,11 +178,80 @@ def test_gaps_joins_and_the_idle_caps_at_time_scale_1(tmp_path: Path, system_cap
         assert q.delay_s is not None
         # Never earlier than the recorded gap (capped at the system cap) after the end.
         assert r.send_time - q.previous_end >= min(q.delay_s, cap) - 1e-3, (session, turn)
-    root1_sent = by_turn[("gaps", 1)][1].send_time
+    root2_sent = by_turn[("gaps", 2)][1].send_time
     sub_last = by_turn[("gaps::sa:sa1", 1)][1]
-    assert root1_sent >= sub_last.end_time  # the join waits for the subagent
+    assert root2_sent >= sub_last.end_time  # the join waits for the subagent
     sub0 = by_turn[("gaps::sa:sa1", 0)][1]
     assert sub0.send_time >= by_turn[("gaps", 0)][1].end_time  # spawned by root turn 0
     # The 6 s gap (nothing in flight in the tree, nor anywhere) is shortened by the cap.
     gap = by_turn[("gaps", 2)][1].send_time - by_turn[("gaps", 1)][1].end_time
     assert cap - 1e-3 <= gap < 6.0
+
+
+@pytest.mark.parametrize(("system_cap", "trace_cap"),
+                         [(1.0, 300.0), (100.0, 1.0), (100.0, 300.0)],
+                         ids=["system-cap", "trace-cap", "no-cap"])
+def test_gaps_joins_and_idle_caps_hold_exactly_on_the_virtual_clock(
+        tmp_path: Path, system_cap: float, trace_cap: float) -> None:
+    trees = [sessions(t) for t in load_traces(_trace_file(tmp_path))]
+    out = _in_process(trees, 1, ReplayConfig(duration_s=30.0, system_idle_cap_s=system_cap,
+                                         trace_idle_cap_s=trace_cap))
+    by_turn = {(q.session_id, q.turn): r for q, r in zip(out.requests, out.records, strict=True)
+               if q.play == 0}
+    assert len(by_turn) == 5 and out.plays_completed >= 1
+    root0, root1, root2 = (by_turn[("gaps", k)] for k in range(3))
+    sub0, sub1 = (by_turn[("gaps::sa:sa1", k)] for k in range(2))
+    assert sub0.send_time == root0.end_time  # spawned by root turn 0, at offset 0
+    recorded = {("gaps::sa:sa1", 1): 0.3, ("gaps", 1): 0.4}
+    assert sub1.send_time == pytest.approx(sub0.end_time + recorded[("gaps::sa:sa1", 1)])
+    assert root1.send_time == pytest.approx(root0.end_time + recorded[("gaps", 1)])
+    # The 6 s gap, with nothing in flight anywhere, is shortened to the cap; turn 2 joins the
+    # subagent, long done by then.
+    assert root2.send_time - root1.end_time == pytest.approx(min(6.0, system_cap, trace_cap))
+    assert root2.send_time > sub1.end_time
+    # The lane recycles the drained tree at once, under a new play.
+    next_play = [r for q, r in zip(out.requests, out.records, strict=True) if q.play == 1]
+    assert next_play and next_play[0].send_time == root2.end_time
+
+
+def test_a_joining_turn_waits_for_a_long_subagent_in_process(tmp_path: Path) -> None:
+    """The subagent decodes 1500 tokens; the root turn that joins it is due 0.05 s after the
+    turn before (recorded as a minute long, replayed in a blink), long before the subagent
+    ends: it is sent when the subagent completes."""
+    def req(t: float, out: int, api: float = 0.1) -> dict[str, object]:
+        return {"t": t, "type": "n", "model": "x", "in": 128, "out": out, "hash_ids": [0, 1],
+                "api_time": api}
+    trace = {"id": "join", "models": ["x"], "block_size": 64, "hash_id_scope": "local",
+             "requests": [req(0.0, 4),
+                          {"t": 0.1, "type": "subagent", "agent_id": "long",
+                           "subagent_type": "Subagent", "status": "completed", "models": ["x"],
+                           "duration_ms": 60_000, "requests": [req(0.1, 1500)]},
+                          req(0.2, 4, api=59.95), req(60.2, 4)]}
+    path = tmp_path / "join.jsonl"
+    path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+    tree = sessions(load_traces(path)[0])
+    assert [(link.spawn_turn, link.join_turn) for link in tree.links] == [(0, 2)]
+    out = _in_process([tree], 1, ReplayConfig(duration_s=120.0))
+    by_turn = {(q.session_id, q.turn): r for q, r in zip(out.requests, out.records, strict=True)
+               if q.play == 0}
+    root0, root1, root2 = (by_turn[("join", k)] for k in range(3))
+    sub = by_turn[("join::sa:long", 0)]
+    assert sub.send_time == root0.end_time
+    assert root1.send_time == pytest.approx(root0.end_time + 0.1)  # turn 1 joins nothing
+    assert root1.end_time + 0.05 < sub.end_time
+    assert root2.send_time == sub.end_time  # released by the subagent's end, not its timer
+
+
+def test_a_context_overflow_ends_its_session_in_process(tmp_path: Path) -> None:
+    # Played after four plays of another tree, the one failure stays under a tenth of all.
+    gaps = sessions(load_traces(_trace_file(tmp_path))[0])
+    overflow = sessions(load_traces(_overflow_trace(tmp_path))[0])
+    out = _in_process([gaps] * 4 + [overflow], 1, ReplayConfig(duration_s=200.0),
+                  "--max-model-len", "1000")
+    sent = [(q, r) for q, r in zip(out.requests, out.records, strict=True)
+            if q.trace_id == "overflow" and q.play == 4]
+    assert [q.turn for q, _ in sent] == [0, 1, 2]  # the fourth turn is never sent
+    assert [r.success for _, r in sent] == [True, True, False]
+    assert "maximum context length" in sent[2][1].error
+    assert sent[2][1].send_time == sent[2][1].end_time  # answered at once
+    assert out.plays > 5 and out.plays_completed < out.plays  # the lane went on

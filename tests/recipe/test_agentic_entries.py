@@ -154,15 +154,74 @@ def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
         "nvidia-master.yaml::qwen3.5-fp8-b200-sglang-agentic-mtp-tp4-offload-dram-hicache"
         "::agentic-conc16",
     ]
-    # The sim backend runs multinode servers, but not agentic ones: both kinds skip, saying so.
+    # The sim backend's in-process replay has no CPU-DRAM tier yet: both dram points skip,
+    # saying so.
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider",
                                 "-m", "inferbench(kv_offloading='dram')")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(
-        ["SKIPPED [[]2[]] *agentic trace replay is not implemented on the sim backend yet*"])
-    result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "-k", "agentic",
-                                "-m", "inferbench(exp_name='qwen3.5_tp8_conc8_kvnone_spec-mtp')")
+        ["SKIPPED [[]2[]] *kv-offloading dram is not simulated on the sim backend yet*"])
+    # A multinode agentic entry without offloading skips too: the replay runs on one engine.
+    write(pytester.path, AGENTIC.replace(
+        "kv-offloading: dram\n        kv-offload-backend: { name: native, version: "
+        "1.3.0rc22.post1 }\n", "kv-offloading: none\n"))
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "-k", "agentx")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*agentic-coding: agentic trace replay is not implemented on "
-                                 "the sim backend yet (missing: the in-process replay on the "
-                                 "virtual clock; the sim-server backend replays over HTTP)*"])
+    result.stdout.fnmatch_lines(["*agentic-coding: the trace replay of a multinode deployment "
+                                 "is not simulated on the sim backend yet*"])
+
+
+CONTEXTS = """\
+kimik2.5-fp4-mi355x-vllm:
+  image: vllm/vllm-openai-rocm:v0.22.0
+  model: amd/Kimi-K2.5-MXFP4
+  model-prefix: kimik2.5
+  runner: mi355x
+  precision: fp4
+  framework: vllm
+  multinode: false
+  scenarios:
+    fixed-seq-len:
+    - { isl: 8192, osl: 1024, search-space: [{ tp: 8, conc-list: [4] }] }
+kimik2.5-fp4-mi355x-vllm-agentic:
+  image: vllm/vllm-openai-rocm:v0.22.0
+  model: amd/Kimi-K2.5-MXFP4
+  model-prefix: kimik2.5
+  runner: cluster:mi355x-amds
+  precision: fp4
+  framework: vllm
+  multinode: false
+  scenarios:
+    agentic-coding:
+    - search-space: [{ tp: 8, kv-offloading: none, conc-list: [4] }]
+minimaxm3-fp8-mi300x-vllm-agentic:
+  image: vllm/vllm-openai-rocm:v0.22.0
+  model: MiniMaxAI/MiniMax-M3-MXFP8
+  model-prefix: minimaxm3
+  runner: cluster:mi300x-amds
+  precision: fp8
+  framework: vllm
+  multinode: false
+  scenarios:
+    agentic-coding:
+    - search-space: [{ tp: 8, kv-offloading: none, conc-list: [4] }]
+"""
+
+
+def test_an_agentic_server_is_launched_at_the_models_native_context(tmp_path: Path) -> None:
+    # The packaged vLLM specs pass `--max-model-len {max_model_len}`: a fixed-seq-len node is
+    # sized for its longest ISL+OSL; an agentic node (no ISL/OSL) passes no context at all, as
+    # InferenceX's agentic scripts do, so the engine serves the model's native context.
+    from pytest_inferbench.recipe.launch import packaged_launch_dir, resolve
+    from pytest_inferbench.recipe.model import max_model_len
+
+    path = tmp_path / "amd-master.yaml"
+    path.write_text(CONTEXTS, encoding="utf-8")
+    contexts: dict[str, int | None] = {}
+    for server in load_recipe(path).servers:
+        argv = resolve(server, packaged_launch_dir()).argv
+        contexts[server.config_key] = (int(argv[argv.index("--max-model-len") + 1])
+                                       if "--max-model-len" in argv else None)
+    assert contexts == {"kimik2.5-fp4-mi355x-vllm": max_model_len(8192, 1024),
+                        "kimik2.5-fp4-mi355x-vllm-agentic": None,
+                        "minimaxm3-fp8-mi300x-vllm-agentic": None}

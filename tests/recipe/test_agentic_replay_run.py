@@ -1,7 +1,8 @@
 """Agentic-coding points run on the sim-server backend: the trace replay over real HTTP, the
 point's files written through the usual path, the traces' source said in the result and the
-table; a dram-offload point runs with the simulator's CPU-DRAM tier; the in-process simulator
-skips, saying what is missing."""
+table; the default `sim` backend replays them in process on its virtual clock; a dram-offload
+point runs with the simulator's CPU-DRAM tier on sim-server and skips on sim, saying what is
+missing."""
 
 from __future__ import annotations
 
@@ -71,12 +72,42 @@ def test_a_bad_traces_file_fails_the_point_saying_file_and_line(
     assert "Traceback" not in result.stdout.str()
 
 
-def test_every_agentic_point_skips_on_sim(pytester: pytest.Pytester) -> None:
+def test_dram_points_skip_on_sim_in_process(pytester: pytest.Pytester) -> None:
     write(pytester.path)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", *TP8_CONC4)
+    result = pytester.runpytest_subprocess(*FAST, "--inferbench-backend=sim", "-k", "qwen3.5",
+                                           "-m", "inferbench(kv_offloading='dram')")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*not implemented on the sim backend yet (missing: the "
-                                 "in-process replay on the virtual clock*"])
+    result.stdout.fnmatch_lines(["*kv-offloading dram is not simulated on the sim backend yet*"])
+
+
+def test_an_agentic_point_replays_in_process_on_the_default_backend(
+    pytester: pytest.Pytester,
+) -> None:
+    write(pytester.path)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--inferbench-no-plots",
+                                "--inferbench-replay-duration=120", *TP8_CONC4)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*[[]SIMULATED:*", "*traces:synthetic*passed*"])
+    point = _point(pytester)
+    assert point["backend"] == "sim" and point["simulated"] is True
+    workload = point["workload"]
+    assert isinstance(workload, dict)
+    assert workload["kind"] == "agentic-replay"
+    assert str(workload["traces"]).startswith("synthetic (seed 0")
+    assert workload["lanes"] == 4 and workload["plays"] >= 4 and workload["duration_s"] == 120
+    assert point["completed"] == point["num_prompts"] > 0
+    assert 0 < workload["theoretical_cache_hit_rate"] < 1
+    # AgentX's aggregate has what the replay knows: the theoretical hits and recorded lengths.
+    metrics = point["agentic"]["request_metrics"]
+    assert metrics["cache"]["theoretical_cache_hit_rate"] == pytest.approx(
+        workload["theoretical_cache_hit_rate"])
+    assert metrics["tokens"]["output_expected"] == metrics["tokens"]["output_actual"]
+    junit = pytester.path / "junit.xml"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
+                                "--inferbench-replay-duration=120", f"--junitxml={junit}",
+                                *TP8_CONC4)
+    result.assert_outcomes(passed=1)
+    assert 'name="agentic_traces" value="synthetic' in junit.read_text(encoding="utf-8")
 
 
 # The same vLLM server with and without a CPU-DRAM tier (vllm-simple), its KV pool capped at

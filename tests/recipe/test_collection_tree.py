@@ -181,7 +181,8 @@ def test_multinode_runs_on_the_simulator_and_skips_elsewhere(
     result = pytester.runpytest("-rs", "--inferbench-prompts-per-conc", "1")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(
-        ["*agentic-coding: agentic trace replay is not implemented on the sim backend yet*"])
+        ["*agentic-coding: offloading cpu is not simulated (the simulator's CPU-DRAM tier "
+         "serves kv-offloading: dram)*"])
     # Other backends do not run multinode servers yet: they skip, saying which backend does
     # (the process backend replays the agentic point against the server it starts).
     result = pytester.runpytest("-rs", "--inferbench-backend", "process", "-k", "not agentic")

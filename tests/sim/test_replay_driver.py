@@ -1,0 +1,110 @@
+"""The agentic trace replay in process (`sim/replay_driver.py`): the HTTP replay's schedule on
+the engine's virtual clock.
+
+The engine is fed block keys, not prompt text: they must be equal exactly where the simulated
+server's content hashes of the prompts the HTTP replay sends are, so the prefix cache finds the
+trace's theoretical hits and no more. Nothing is sent after the duration; a replay most of whose
+requests fail stops. (`tests/loadgen/test_replay.py` plays the same traces both ways.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_inferbench.loadgen.replay_prompts import (
+    BlockText,
+    marker,
+    prompt_block_keys,
+    prompt_text,
+    prompt_tokens,
+)
+from pytest_inferbench.loadgen.replay_schedule import ReplayConfig
+from pytest_inferbench.loadgen.tokenizer import render_chat
+from pytest_inferbench.loadgen.trace_sessions import SessionTree, sessions
+from pytest_inferbench.loadgen.traces import load_traces
+from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.engine import Engine, RequestRejectedError
+from pytest_inferbench.sim.prefix_cache import block_hashes
+from pytest_inferbench.sim.replay_driver import SimulatedReplay, simulate_replay
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
+MODEL = "amd/MiniMax-M3-MXFP4"
+needs_corpus = pytest.mark.skipif(not CORPUS.exists(),
+                                  reason="the shared agentic corpus is not here")
+
+
+def _trees(path: Path) -> list[SessionTree]:
+    return [sessions(t) for t in load_traces(path)]
+
+
+def _replay(trees: Sequence[SessionTree], lanes: int, settings: ReplayConfig, *,
+            block: int = 16, chat: bool = True, extra: Sequence[str] = ()) -> SimulatedReplay:
+    config, _ = engine_config_from_argv(
+        ["vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(block),
+         *extra], hardware="MI355X")
+    return simulate_replay(Engine(config, keep_traces=True), trees, lanes, settings, chat=chat)
+
+
+@needs_corpus
+@pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
+@pytest.mark.parametrize("block", [1, 16, 48, 64])
+def test_block_keys_are_equal_where_the_servers_hashes_of_the_sent_prompts_are(
+        chat: bool, block: int) -> None:
+    server_to_key: dict[int, int] = {}
+    key_to_server: dict[int, int] = {}
+    blocks = 0
+    for play, tree in enumerate(_trees(CORPUS) * 2):  # each trace in two plays
+        text = BlockText(tree.trace.id, tree.trace.block_size)
+        rid = marker("run", play, 0, tree.trace.id)
+        for turns in tree.streams.values():
+            for turn in turns:
+                sent = prompt_text(text.stream(turn), rid, chat=chat)
+                tokens = (render_chat([("user", sent)]) if chat else sent).split()
+                assert len(tokens) == prompt_tokens(turn.request.input_length, chat=chat)
+                hashes = block_hashes(tokens, block)
+                keys = prompt_block_keys(turn, tree.trace.block_size, play, block, chat=chat)
+                assert len(keys) == len(hashes)
+                for h, k in zip(hashes, keys, strict=True):
+                    assert server_to_key.setdefault(h, k) == k
+                    assert key_to_server.setdefault(k, h) == h
+                blocks += len(hashes)
+    assert len(server_to_key) < blocks  # blocks are shared: the equalities were put to test
+
+
+@needs_corpus
+def test_in_process_prefix_hits_are_the_theoretical_hits() -> None:
+    out = _replay(_trees(CORPUS), 3, ReplayConfig(duration_s=300.0))
+    assert out.records and all(r.success for r in out.records)
+    assert {q.trace_id for q in out.requests} == {"syn-linear-001", "syn-subagent-002",
+                                                  "syn-idle-003"}
+    assert out.plays_completed >= 3
+    metrics = out.server_metrics
+    assert metrics["prefix_cache_queries"] == sum(r.input_tokens for r in out.records)
+    expected = sum(q.hit_blocks * q.block_size for q in out.requests)
+    assert expected > 0
+    assert metrics["prefix_cache_hits"] == expected
+    assert [r.output_tokens for r in out.records] == [q.output_length for q in out.requests]
+
+
+@needs_corpus
+def test_nothing_is_sent_after_the_duration_and_what_is_in_flight_counts() -> None:
+    out = _replay(_trees(CORPUS), 2, ReplayConfig(duration_s=20.0))
+    sends = [r.send_time for r in out.records]
+    assert sends and max(sends) < 20.0
+    assert out.duration_s >= max(r.end_time for r in out.records)
+    assert len({q.play for q in out.requests}) == out.plays
+
+
+@needs_corpus
+def test_a_replay_whose_requests_mostly_fail_stops_saying_why() -> None:
+    # Every third request of the linear trace fails: past AIPerf's 10 % threshold.
+    with pytest.raises(RequestRejectedError, match=r"1 of the first 3 requests .*maximum "
+                       "context length"):
+        _replay(_trees(CORPUS)[:1], 1, ReplayConfig(duration_s=30.0),
+                extra=("--max-model-len", "1200"))
