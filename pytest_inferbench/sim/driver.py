@@ -75,7 +75,7 @@ class SimulatedPoint:
     busy_s: float = 0.0  # the measured steps' total duration (the rest the engine was idle)
 
 
-class _Timeline:
+class StepTimeline:
     """End time of every engine step, indexed by the engine's global step number."""
 
     def __init__(self) -> None:
@@ -102,10 +102,10 @@ class _Timeline:
         self.now = float(ends[-1])
 
 
-def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
+def _run_load(engine: Engine, clock: StepTimeline, isl: npt.NDArray[np.int64],
               osl: npt.NDArray[np.int64], arrivals: npt.NDArray[np.float64], concurrency: int,
               first_id: int, chains: list[list[int]] | None = None, plan: bool = True,
-              hashes: Hashes | None = None) -> _Done:
+              hashes: Hashes | None = None) -> Finished:
     """Send request i when it is due and fewer than `concurrency` are in flight (the client's
     semaphore); returns the finished requests.
 
@@ -128,7 +128,7 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
         clock.extend(durations)
         after = np.asarray(finished.sent_after, np.int64)
         sends = np.where(after < 0, start, clock.ends[np.maximum(after, 0)])
-        return _Done(finished.index, sends.tolist(), finished.first_step, finished.chunks,
+        return Finished(finished.index, sends.tolist(), finished.first_step, finished.chunks,
                      finished.scheduled, None, finished.broken, request_tokens=finished.tokens)
     # A chain (a conversation's turns) goes on in the slot its last request freed, as the
     # client's per-connection worker sends it; chains start in order as slots free up.
@@ -181,11 +181,11 @@ def _run_load(engine: Engine, clock: _Timeline, isl: npt.NDArray[np.int64],
             if i in successor:
                 pending.appendleft(successor[i])
         send_due()
-    return _Done.of(done, engine.k > 0)
+    return Finished.of(done, engine.k > 0)
 
 
 @dataclass(frozen=True)
-class _Done:
+class Finished:
     """The finished requests of a load in finish order, as columns: index, send time, the
     step whose end brought its first chunk (-1 where a preemption broke its steps: `steps`
     has them by position), its chunks, the step that first computed part of its prompt, and
@@ -202,7 +202,7 @@ class _Done:
     request_tokens: npt.NDArray[np.int64] | None = None
 
     @classmethod
-    def of(cls, done: list[tuple[int, float, Trace]], drafting: bool) -> _Done:
+    def of(cls, done: list[tuple[int, float, Trace]], drafting: bool) -> Finished:
         firsts: list[int] = []
         broken: dict[int, npt.NDArray[np.int64]] = {}
         for pos, (_, _, trace) in enumerate(done):
@@ -232,7 +232,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
     bs, template = engine.block_size, workload.template_tokens
     warm_hashes = prompt_block_hashes(workload.warmup, bs, template)
     hashes = prompt_block_hashes(workload.requests, bs, template)
-    warm = _Timeline()
+    warm = StepTimeline()
     if workload.warmup and warmup_shortcut and warm_hashes is None and _warmup_leaves_no_trace(
             engine, *workload.warmup_length_arrays, concurrency):
         # All it would change is where the acceptance stream stands: it draws the same.
@@ -247,7 +247,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
     engine.counters_state.peak_usage = 0.0
     engine.counters_state.peak_waiting = 0
     before = engine.counters()
-    clock = _Timeline()
+    clock = StepTimeline()
     clock.n = engine.steps_done
     clock.ends = np.zeros(engine.steps_done + 4096)
     open_loop = workload.send_offsets is not None
@@ -258,7 +258,7 @@ def simulate_point(config: EngineConfig, workload: Workload,
                      hashes=hashes)
     after = engine.counters()
     ends = clock.ends
-    records = _records(done, ends, isl, osl, arrivals if open_loop else None)
+    records = finished_records(done, ends, isl, osl, arrivals if open_loop else None)
     sched = np.asarray(done.scheduled, np.int64)
     queue_s = np.where(sched > 0, ends[np.maximum(sched - 1, 0)], 0.0) - np.asarray(done.send)
     metrics = server_metrics(before, after, engine)
@@ -267,9 +267,9 @@ def simulate_point(config: EngineConfig, workload: Workload,
     return SimulatedPoint(records, clock.now, metrics, busy_s=clock.busy)
 
 
-def _records(done: _Done, ends: npt.NDArray[np.float64], isl: npt.NDArray[np.int64],
-             osl: npt.NDArray[np.int64], scheduled: npt.NDArray[np.float64] | None
-             ) -> Sequence[RequestRecord]:
+def finished_records(done: Finished, ends: npt.NDArray[np.float64],
+                     isl: npt.NDArray[np.int64], osl: npt.NDArray[np.int64],
+                     scheduled: npt.NDArray[np.float64] | None) -> Sequence[RequestRecord]:
     """The finished requests' records in send order: columns over the step timeline, or
     (where a preemption broke a request's run of steps) one record each."""
     n = len(done.index)

@@ -30,7 +30,7 @@ import numpy as np
 from ..loadgen.replay_prompts import prompt_block_keys, prompt_tokens
 from ..loadgen.replay_schedule import ReplaySchedule, is_context_overflow
 from ..results.metrics import RequestRecord
-from .driver import MAX_STRETCH, _Done, _records, _Timeline, server_metrics
+from .driver import MAX_STRETCH, Finished, StepTimeline, finished_records, server_metrics
 from .engine import Engine, RequestRejectedError
 from .stretch import advance
 
@@ -109,8 +109,9 @@ class _Run:
 
     def records(self, ends: npt.NDArray[np.float64]) -> Sequence[RequestRecord]:
         lengths = np.asarray(self.lengths, np.int64).reshape(-1, 2)
-        served = _records(_Done.of(self.done, self.engine.k > 0), ends, lengths[:, 0],
-                          lengths[:, 1], np.asarray(self.scheduled, np.float64))
+        served = finished_records(Finished.of(self.done, self.engine.k > 0), ends,
+                                  lengths[:, 0], lengths[:, 1],
+                                  np.asarray(self.scheduled, np.float64))
         if not self.rejected:
             return served
         out: list[RequestRecord] = []
@@ -133,7 +134,7 @@ def simulate_replay(engine: Engine, trees: Sequence[SessionTree], concurrency: i
     schedule = ReplaySchedule(trees, concurrency, settings, 0.0)
     run = _Run(engine, schedule, chat)
     before = engine.counters()
-    clock = _Timeline()
+    clock = StepTimeline()
     clock.n = engine.steps_done
     clock.ends = np.zeros(engine.steps_done + 4096)
     in_transit: list[Dispatch] = []
