@@ -8,9 +8,14 @@ once here, it stays loaded across runs.
 
 Child processes (pytest runs, xdist workers, simulated servers) compile the project's sources,
 and pytest rewrites its plugins' asserts, anew in each process where PYTHONDONTWRITEBYTECODE is
-set. For the children of this run the bytecode goes to one cache of the run's own
-(PYTHONPYCACHEPREFIX), so the first child compiles and the rest read; no __pycache__ is
-written beside any source or test file, and the cache is removed at the end.
+set. The children's bytecode goes to a cache of the suite's own in the user's cache directory
+(PYTHONPYCACHEPREFIX), so one child compiles and the rest read; no __pycache__ is written
+beside any source or test file. With a prefix Python reads bytecode only from there (not from
+site-packages' __pycache__), so the cache is kept between runs: only the first run compiles
+the libraries the children import. Python checks each entry against its source's size and
+modification time, as it does in __pycache__. The entries of sources under the temporary
+directory (pytester's files, which no later run imports) are dropped at the start of a run, so
+the cache does not grow run after run.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -27,21 +33,32 @@ for _name in ("hypothesis",):
     if importlib.util.find_spec(_name) is not None:
         importlib.import_module(_name)
 
-_BYTECODE_CACHE = pytest.StashKey[tuple[str, str]]()
+_DONT_WRITE = pytest.StashKey[str]()
+
+
+def bytecode_cache() -> Path:
+    """The children's bytecode cache: the user's own cache directory, never a shared one."""
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache_home) / "pytest-inferbench" / "tests-pyc"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or "PYTHONPYCACHEPREFIX" in os.environ:
         return  # bytecode is cached already, or the environment chose where
-    cache = tempfile.mkdtemp(prefix="inferbench-tests-pyc-")
-    config.stash[_BYTECODE_CACHE] = (cache, os.environ.pop("PYTHONDONTWRITEBYTECODE"))
-    os.environ["PYTHONPYCACHEPREFIX"] = cache
+    cache = bytecode_cache()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # no writable cache directory: children compile, as before
+    # Where the bytecode of files under the temporary directory lands (the prefix mirrors
+    # each source's absolute path); a run still using it at the same time only recompiles.
+    temporary = Path(tempfile.gettempdir()).resolve()
+    shutil.rmtree(cache.joinpath(*temporary.parts[1:]), ignore_errors=True)
+    config.stash[_DONT_WRITE] = os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _BYTECODE_CACHE not in config.stash:
-        return
-    cache, dont_write = config.stash[_BYTECODE_CACHE]
-    os.environ.pop("PYTHONPYCACHEPREFIX", None)
-    os.environ["PYTHONDONTWRITEBYTECODE"] = dont_write
-    shutil.rmtree(cache, ignore_errors=True)
+    if _DONT_WRITE in config.stash:
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = config.stash[_DONT_WRITE]
