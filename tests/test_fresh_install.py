@@ -34,10 +34,12 @@ class Venv:
     def __init__(self, root: Path, clone: Path) -> None:
         self.bin = root / "bin"
         self.clone = clone
-        # This suite's own PYTHONPATH (a worktree run) must not reach into the fresh one.
+        # This suite's own PYTHONPATH (a worktree run) must not reach into the fresh one, nor
+        # its bytecode cache (tests/conftest.py): the fresh environment reads the bytecode pip
+        # compiled into it, as a new user's does.
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER",
-                                 "PYTEST_CURRENT_TEST")}
+                                 "PYTEST_CURRENT_TEST", "PYTHONPYCACHEPREFIX")}
         self.env.update(PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
                         VIRTUAL_ENV=str(root), PIP_DISABLE_PIP_VERSION_CHECK="1")
 
