@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -33,10 +34,12 @@ class Venv:
     def __init__(self, root: Path, clone: Path) -> None:
         self.bin = root / "bin"
         self.clone = clone
-        # This suite's own PYTHONPATH (a worktree run) must not reach into the fresh one.
+        # This suite's own PYTHONPATH (a worktree run) must not reach into the fresh one, nor
+        # its bytecode cache (tests/conftest.py): the fresh environment reads the bytecode pip
+        # compiled into it, as a new user's does.
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER",
-                                 "PYTEST_CURRENT_TEST")}
+                                 "PYTEST_CURRENT_TEST", "PYTHONPYCACHEPREFIX")}
         self.env.update(PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
                         VIRTUAL_ENV=str(root), PIP_DISABLE_PIP_VERSION_CHECK="1")
 
@@ -85,29 +88,32 @@ def test_first_command_runs_the_matrix_with_the_base_install(venv: Venv) -> None
 
 @pytest.mark.slow
 def test_documented_flows_work_with_the_base_install(venv: Venv, tmp_path: Path) -> None:
-    # Selecting points.
-    listed = venv.ok("pytest", "--collect-only", "-q", "-k", "minimaxm3 and mi355x and atom")
-    points = [line for line in listed.splitlines() if "-conc" in line and "::" in line]
-    assert len(points) == 72  # as the README says
-    listed = venv.ok("pytest", "--collect-only", "-q", "-m", "inferbench(conc=64, tp=4)")
-    points = [line for line in listed.splitlines() if "::" in line]
-    assert points and all(line.endswith("-conc64") and "-tp4" in line for line in points)
-    # The simulator as a server: usage, then serving until healthy, then a run against it as an
+    # The simulator as a server, started first: it loads while the listings below run (they
+    # only read the clone); then usage, serving until healthy, and a run against it as an
     # external server.
-    assert "serve" in venv.ok("python", "-m", "pytest_inferbench.sim", "--help")
     port = free_port()
-    server = subprocess.Popen(
-        ["python", "-m", "pytest_inferbench.sim", "serve", "--hardware", "MI355X",
-         "--time-scale", "0", "--", *ATOM_ARGV, "--server-port", str(port)],
-        cwd=venv.clone, env=venv.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server_log = tmp_path / "server.log"  # a file: a pipe nobody reads meanwhile could fill
+    with server_log.open("wb") as log:
+        server = subprocess.Popen(
+            ["python", "-m", "pytest_inferbench.sim", "serve", "--hardware", "MI355X",
+             "--time-scale", "0", "--", *ATOM_ARGV, "--server-port", str(port)],
+            cwd=venv.clone, env=venv.env, stdout=subprocess.DEVNULL, stderr=log)
     no_gates = tmp_path / "no-gates.yaml"
     no_gates.write_text("slo: []\n")  # time scale 0 is for functional checks: no SLO applies
     small = ("-k", SMALL_POINT, "-m", "not eval", "--inferbench-prompts-per-conc=1",
              f"--inferbench-gates={no_gates}", "--inferbench-no-plots")
     try:
+        # Selecting points.
+        listed = venv.ok("pytest", "--collect-only", "-q", "-k", "minimaxm3 and mi355x and atom")
+        points = [line for line in listed.splitlines() if "-conc" in line and "::" in line]
+        assert len(points) == 72  # as the README says
+        listed = venv.ok("pytest", "--collect-only", "-q", "-m", "inferbench(conc=64, tp=4)")
+        points = [line for line in listed.splitlines() if "::" in line]
+        assert points and all(line.endswith("-conc64") and "-tp4" in line for line in points)
+        assert "serve" in venv.ok("python", "-m", "pytest_inferbench.sim", "--help")
         deadline = time.monotonic() + 120
         while True:
-            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            assert server.poll() is None, server_log.read_text(errors="replace")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                     break
@@ -140,8 +146,12 @@ def test_documented_flows_work_with_the_base_install(venv: Venv, tmp_path: Path)
 @pytest.mark.slow
 def test_second_command_installs_the_test_extra_and_bare_pytest_works(venv: Venv) -> None:
     venv.ok("pip", "install", "-q", "-e", ".[test]")
-    listed = venv.ok("pytest", "tests", "--collect-only", "-q", "-p", "no:cacheprovider")
+    # The collection and the test run side by side: both only read the clone.
+    with ThreadPoolExecutor(2) as pool:
+        listing = pool.submit(venv.ok, "pytest", "tests", "--collect-only", "-q", "-p",
+                              "no:cacheprovider")
+        run = pool.submit(venv.ok, "pytest", "tests/report/test_report.py", "-k", "xdist", "-p",
+                          "no:cacheprovider")
+        listed, out = listing.result(), run.result()
     assert "tests collected" in listed and "error" not in listed.splitlines()[-1]
-    out = venv.ok("pytest", "tests/report/test_report.py", "-k", "xdist", "-p",
-                  "no:cacheprovider")
     assert "1 passed" in out

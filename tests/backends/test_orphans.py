@@ -26,6 +26,13 @@ WRAPPER = ("import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:], "
 # A pytest run of the recipe with the process backend (each test adds its selection).
 PROCESS_RUN = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-backend",
                "process")
+# The same run as a terminal's foreground job: SIGINT raises KeyboardInterrupt. A suite started
+# in the background by a non-interactive shell (`pytest tests &`, nohup) hands its children
+# SIGINT ignored, and Python keeps an inherited SIG_IGN, so the run would sleep through the
+# Ctrl-C; the run restores the terminal's disposition before pytest starts.
+FOREGROUND_RUN = (sys.executable, "-c", "import signal, sys, pytest; "
+                  "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                  "sys.exit(pytest.console_main())", *PROCESS_RUN[3:])
 
 
 def marked_processes(owner: str) -> list[int]:
@@ -41,6 +48,14 @@ def marked_processes(owner: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def catches(pid: int, sig: signal.Signals) -> bool:
+    """Does process `pid` have a handler for `sig` (/proc/<pid>/status SigCgt)?"""
+    status = (Path("/proc") / str(pid) / "status").read_text()
+    caught = int(next(line.split()[1] for line in status.splitlines()
+                      if line.startswith("SigCgt:")), 16)
+    return bool(caught >> (sig - 1) & 1)
 
 
 def wait_for(predicate: object, timeout_s: float) -> bool:
@@ -119,7 +134,7 @@ def test_a_ctrl_c_reaches_pytest_only_and_its_teardown_stops_the_server(
                  sim_options={"fp4": ("--startup-delay", "60")})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     # The run's own group plays the terminal's foreground group.
-    run = subprocess.Popen([*PROCESS_RUN, "-k", "conc1"], cwd=pytester.path, env=env,
+    run = subprocess.Popen([*FOREGROUND_RUN, "-k", "conc1"], cwd=pytester.path, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0)
     owner = f"{socket.gethostname()}:{run.pid}"
     try:
@@ -127,6 +142,7 @@ def test_a_ctrl_c_reaches_pytest_only_and_its_teardown_stops_the_server(
         server = marked_processes(owner)[0]
         assert os.getsid(server) == os.getsid(run.pid)
         assert os.getpgid(server) == server != os.getpgid(run.pid)
+        assert catches(run.pid, signal.SIGINT), "the run would ignore the Ctrl-C"
         os.killpg(run.pid, signal.SIGINT)
         output = run.communicate(timeout=60)[0].decode()
         assert "KeyboardInterrupt" in output

@@ -121,14 +121,20 @@ def test_reformatted_old_entry(pr_repo: Path, variant) -> None:  # type: ignore[
 
 
 def test_changed_since_selects_exactly_the_nodes_the_pr_touched(pr_repo: Path) -> None:
-    def collect(*args: str) -> list[str]:
-        result = subprocess.run(
+    def collect(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
              "--inferbench-changed-since", "main", *args],
-            cwd=pr_repo, capture_output=True, text=True, timeout=600, check=True)
-        return [line for line in result.stdout.splitlines() if "::" in line]
+            cwd=pr_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    ids = collect()
+    def ids_of(run: subprocess.Popen[str]) -> list[str]:
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, out[-3000:] + err[-3000:]
+        return [line for line in out.splitlines() if "::" in line]
+
+    # Both collections of the whole checkout at once: they read the same commit, nothing more.
+    runs = collect(), collect("-k", "mtp")
+    ids, mtp_ids = (ids_of(run) for run in runs)
     nodes = {i.rsplit("::", 1)[0] for i in ids if i.startswith(".github/")}
     # The two MiniMax-M3 MXFP4 MI355X ATOM configs the PR changed (plain and EAGLE3).
     assert nodes == {".github/configs/amd-master.yaml::minimaxm3-fp4-mi355x-atom-tp4",
@@ -137,5 +143,5 @@ def test_changed_since_selects_exactly_the_nodes_the_pr_touched(pr_repo: Path) -
     entries = (pr_repo / CHANGELOG).read_text(encoding="utf-8").count("\n- config-keys:") + 1
     assert changelog_items == [f"{CHANGELOG}::entry{entries}"]  # only the entry the PR added
     # Composable with -k (the added changelog entry names the mtp config, so it stays).
-    assert {i.rsplit("::", 1)[0] for i in collect("-k", "mtp")} == {
+    assert {i.rsplit("::", 1)[0] for i in mtp_ids} == {
         ".github/configs/amd-master.yaml::minimaxm3-fp4-mi355x-atom-mtp-tp4", CHANGELOG}
