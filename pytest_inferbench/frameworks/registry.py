@@ -146,6 +146,14 @@ def split_metric(name: str) -> tuple[str, tuple[str, str] | None]:
     return family, (label.strip(), value.strip().strip('"'))
 
 
+# The KV-tier quantities a point reports (registry `metrics` keys, and the simulator's engine
+# counters of the same names), counters as deltas over the point, gauges as read after it.
+KV_TIER_COUNTERS = ("prefix_cache_hits", "device_cache_hits", "host_cache_queries",
+                    "host_cache_hits", "offload_bytes_written", "offload_bytes_read",
+                    "offload_seconds_written", "offload_seconds_read")
+KV_TIER_GAUGES = ("host_tokens_used", "host_tokens_total")
+
+
 def sample_name(name: str, *, counter: bool) -> str:
     """How a scrape keys a metric's sample: counters with `_total`, a labelled series as
     `family_total{label="value"}` (`loadgen/scrape.parse_metrics`)."""

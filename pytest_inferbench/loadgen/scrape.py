@@ -310,11 +310,6 @@ def _lines_of(text: str, names: tuple[str, ...]) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if line.startswith(heads))
 
 
-# The KV-tier quantities a point reports (registry `metrics` keys), counters as deltas.
-KV_TIER_COUNTERS = ("prefix_cache_hits", "device_cache_hits", "host_cache_queries",
-                    "host_cache_hits", "offload_bytes_written", "offload_bytes_read",
-                    "offload_seconds_written", "offload_seconds_read")
-KV_TIER_GAUGES = ("host_tokens_used", "host_tokens_total")
 
 
 def kv_tiers(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
@@ -329,11 +324,11 @@ def kv_tiers(before: Snapshot, after: Snapshot) -> dict[str, JSONValue]:
         if hits not in after.counters:
             continue
         out: dict[str, JSONValue] = {}
-        for key in KV_TIER_COUNTERS:
+        for key in registry.KV_TIER_COUNTERS:
             if key in names:
                 name = registry.sample_name(names[key], counter=True)
                 out[key] = _delta(before.counters, after.counters, name)
-        for key in KV_TIER_GAUGES:
+        for key in registry.KV_TIER_GAUGES:
             if key in names:
                 out[key] = after.gauges.get(registry.sample_name(names[key], counter=False))
         hbm = out.get("device_cache_hits", out.get("prefix_cache_hits"))

@@ -35,7 +35,7 @@ class BackendInfo:
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
     # It replays them on one engine: a deployment's pools and router replay no traces yet.
     BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, agentic=True,
-                agentic_multinode=False, kv_offload=False),
+                agentic_multinode=False),
     # Its engine has the CPU-DRAM tier a dram point's offload flags size (docs/simulator.md).
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True),
     # The backends that start a server replay agentic traces against it over HTTP.

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..frameworks import registry
 from ..results.metrics import RequestRecord, StepRecords
 from ..results.request_records import ONE_PER_CHUNK, chunk_token_sums
 from .closed_loop import fits_whole, plan_closed_loop
@@ -356,6 +357,8 @@ def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
         hits = after.prefix_cache_hits - before.prefix_cache_hits
         out.update({"prefix_cache_queries": queries, "prefix_cache_hits": hits,
                     "prefix_cache_hit_rate": hits / queries})
+    if after.host_tier:
+        out["kv_tiers"] = kv_tiers(before, after)
     if drafts:
         hist = [a - b for a, b in zip(after.spec_accepted_histogram,
                                       before.spec_accepted_histogram, strict=True)]
@@ -367,4 +370,18 @@ def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
             "acceptance_length": 1.0 + accepted / drafts,
             "acceptance_rate": accepted / (drafts * engine.k),
         })
+    return out
+
+
+def kv_tiers(before: EngineCounters, after: EngineCounters) -> dict[str, JSONValue]:
+    """The CPU-DRAM tier's numbers over the point, under the quantity names a scrape of a
+    server with the tier reports them (`loadgen.scrape.kv_tiers`)."""
+    out: dict[str, JSONValue] = {}
+    for key in registry.KV_TIER_COUNTERS:
+        if hasattr(after, key):
+            out[key] = getattr(after, key) - getattr(before, key)
+    for key in registry.KV_TIER_GAUGES:
+        out[key] = getattr(after, key)
+    out["hbm_hit_tokens"] = out["prefix_cache_hits"]
+    out["dram_hit_tokens"] = out["host_cache_hits"]
     return out

@@ -154,13 +154,14 @@ def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
         "nvidia-master.yaml::qwen3.5-fp8-b200-sglang-agentic-mtp-tp4-offload-dram-hicache"
         "::agentic-conc16",
     ]
-    # The sim backend's in-process replay has no CPU-DRAM tier yet: both dram points skip,
-    # saying so.
-    result = pytester.runpytest("-rs", "-p", "no:cacheprovider",
+    # The single-node dram point replays in process with the engine's CPU-DRAM tier; the
+    # multinode one skips: the replay runs on one engine.
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "--inferbench-no-plots",
+                                "--inferbench-replay-duration=60",
                                 "-m", "inferbench(kv_offloading='dram')")
-    result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(
-        ["SKIPPED [[]2[]] *kv-offloading dram is not simulated on the sim backend yet*"])
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*agentic-coding: the trace replay of a multinode deployment "
+                                 "is not simulated on the sim backend yet*"])
     # A multinode agentic entry without offloading skips too: the replay runs on one engine.
     write(pytester.path, AGENTIC.replace(
         "kv-offloading: dram\n        kv-offload-backend: { name: native, version: "

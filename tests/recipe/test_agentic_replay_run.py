@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_agentic_entries import write
@@ -72,14 +73,6 @@ def test_a_bad_traces_file_fails_the_point_saying_file_and_line(
     assert "Traceback" not in result.stdout.str()
 
 
-def test_dram_points_skip_on_sim_in_process(pytester: pytest.Pytester) -> None:
-    write(pytester.path)
-    result = pytester.runpytest_subprocess(*FAST, "--inferbench-backend=sim", "-k", "qwen3.5",
-                                           "-m", "inferbench(kv_offloading='dram')")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*kv-offloading dram is not simulated on the sim backend yet*"])
-
-
 def test_an_agentic_point_replays_in_process_on_the_default_backend(
     pytester: pytest.Pytester,
 ) -> None:
@@ -140,8 +133,10 @@ startup-timeout: 120
 """
 
 
-def test_a_dram_point_on_sim_server_hits_dram_and_beats_the_same_point_without_offload(
-        pytester: pytest.Pytester) -> None:
+def _offload_project(pytester: pytest.Pytester) -> Path:
+    """The offload recipe (a dram point and its twin without offload) with a small HBM pool,
+    and its traces: two sessions of four back-to-back turns, each repeating the last one's
+    ~16k tokens."""
     from pytest_inferbench.loadgen.synthetic_traces import (
         SyntheticTraceSettings,
         write_synthetic_traces,
@@ -153,10 +148,23 @@ def test_a_dram_point_on_sim_server_hits_dram_and_beats_the_same_point_without_o
         encoding="utf-8")
     pytester.mkdir("launch").joinpath("qwen3.5_fp8_b200_vllm.yaml").write_text(
         SMALL_HBM_SPEC, encoding="utf-8")
-    # Two sessions of four back-to-back turns, each repeating the last one's ~16k tokens.
-    traces = write_synthetic_traces(pytester.path, SyntheticTraceSettings(
+    return write_synthetic_traces(pytester.path, SyntheticTraceSettings(
         traces=2, turns=4, subagents=0, first_blocks=250, growth_blocks=10, output_tokens=16,
         think_time_s=0.0, seed=1))
+
+
+def _points(pytester: pytest.Pytester) -> dict[str, Any]:
+    points = {}
+    for path in (pytester.path / "inferbench-results" / "points").glob("*.json"):
+        if not path.name.startswith("agg_"):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            points[data["inferbench"]["exp_name"]] = data
+    return points
+
+
+def test_a_dram_point_on_sim_server_hits_dram_and_beats_the_same_point_without_offload(
+        pytester: pytest.Pytester) -> None:
+    traces = _offload_project(pytester)
     # Model time, not as fast as possible: TTFT is only compared where it is the model's.
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--inferbench-backend=sim-server",
@@ -166,11 +174,7 @@ def test_a_dram_point_on_sim_server_hits_dram_and_beats_the_same_point_without_o
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 2, result.stdout.str()
     assert "Traceback" not in result.stdout.str()
-    points = {}
-    for path in (pytester.path / "inferbench-results" / "points").glob("*.json"):
-        if not path.name.startswith("agg_"):
-            data = json.loads(path.read_text(encoding="utf-8"))
-            points[data["inferbench"]["exp_name"]] = data
+    points = _points(pytester)
     plain = points["qwen3.5_tp8_conc2_kvnone"]
     offload = points["qwen3.5_tp8_conc2_kvdram-vllm-simple"]
     tiers = offload["inferbench"]["server_metrics"]["kv_tiers"]
@@ -181,6 +185,24 @@ def test_a_dram_point_on_sim_server_hits_dram_and_beats_the_same_point_without_o
     assert deltas["vllm:external_prefix_cache_hits_total"] == tiers["dram_hit_tokens"]
     assert deltas["vllm:kv_offload_bytes_cpu_to_gpu_total"] == tiers["offload_bytes_read"]
     assert "kv_tiers" not in plain["inferbench"]["server_metrics"]  # no tier, none reported
+    assert offload["mean_ttft_ms"] < plain["mean_ttft_ms"]
+
+
+def test_a_dram_point_in_process_hits_dram_and_beats_the_same_point_without_offload(
+        pytester: pytest.Pytester) -> None:
+    # The same recipe, spec and traces on the default backend: the engine's CPU-DRAM tier
+    # under the in-process replay, on the virtual clock (TTFT is the model's at any load).
+    traces = _offload_project(pytester)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--inferbench-replay-duration=2",
+                                "--inferbench-no-plots", f"--inferbench-traces={traces}")
+    result.assert_outcomes(passed=2)
+    points = _points(pytester)
+    plain = points["qwen3.5_tp8_conc2_kvnone"]
+    offload = points["qwen3.5_tp8_conc2_kvdram-vllm-simple"]
+    tiers = offload["inferbench"]["server_metrics"]["kv_tiers"]
+    assert tiers["dram_hit_tokens"] > 0
+    assert tiers["offload_bytes_written"] > 0 and tiers["offload_bytes_read"] > 0
+    assert "kv_tiers" not in plain["inferbench"]["server_metrics"]
     assert offload["mean_ttft_ms"] < plain["mean_ttft_ms"]
 
 
