@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pytest_inferbench.recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from pytest_inferbench.results.power import AGG_KEYS as POWER_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -249,5 +250,13 @@ def test_no_two_live_points_of_the_current_configs_share_a_file_name(
               if hasattr(item, "point") and item.get_closest_marker("skip") is None]
     multinode = [p for p in points if p.server.multinode]
     assert multinode and len(multinode) < len(points)
-    names = [p.result_filename() for p in points]
+    fixed = [p for p in points if p.server.scenario != AGENTIC_SCENARIO]
+    names = [p.result_filename() for p in fixed]
     assert len(set(names)) == len(names)
+    # InferenceX names an agentic point by its exp name, precision, framework and runner, so two
+    # config keys that differ in nothing else (e.g. qwen3.5's plain and `-hicache` entries at
+    # `kv-offloading: none`) are named alike there as here (the writer gives the second `_2`);
+    # within one config key no two agentic points share a name.
+    agentic = [(p.server.config_key, p.result_filename()) for p in points
+               if p.server.scenario == AGENTIC_SCENARIO]
+    assert agentic and len(set(agentic)) == len(agentic)

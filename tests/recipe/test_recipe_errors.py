@@ -109,8 +109,8 @@ def errors_of(tmp_path: Path, text: str) -> list[str]:
             "  runner: mi355x\n",
             "  runner: tpu-v5\n",
             "L5: k-fp4-mi355x-atom.runner: unknown runner 'tpu-v5' (expected a name starting with "
-            "one of: b200, b300, gb200, gb300, h100, h200, mi300x, mi325x, mi355x, rtx6000pro, "
-            "optionally after 'cluster:')",
+            "one of: b200, b300, cpu, gb200, gb300, h100, h200, mi300x, mi325x, mi355x, "
+            "rtx6000pro, optionally after 'cluster:')",
         ),
         (
             "  model: amd/MiniMax-M3-MXFP4\n",
