@@ -176,7 +176,9 @@ class SimHandle(ServerHandle):
                                      outcome.plays, outcome.plays_completed, "words"),
             # The records' virtual clock starts at 0 when the replay starts.
             replay=replay_meta(point.server.gpus, settings, outcome.requests, clock_start=0.0,
-                               start_unix=started))
+                               start_unix=started),
+            power=PowerReading.missing(SIMULATED_SOURCE, "the simulator's power model covers "
+                                       "fixed-length points, not the agentic replay yet"))
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._log[-lines:])

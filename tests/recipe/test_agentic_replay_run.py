@@ -95,6 +95,8 @@ def test_an_agentic_point_replays_in_process_on_the_default_backend(
     assert metrics["cache"]["theoretical_cache_hit_rate"] == pytest.approx(
         workload["theoretical_cache_hit_rate"])
     assert metrics["tokens"]["output_expected"] == metrics["tokens"]["output_actual"]
+    # No power model for a replay yet: the record says so instead of leaving the keys out.
+    assert point["power_valid"] == 0 and "agentic replay" in point["power_invalid_reason"]
     junit = pytester.path / "junit.xml"
     result = pytester.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
                                 "--inferbench-replay-duration=120", f"--junitxml={junit}",
