@@ -36,7 +36,9 @@ class LocalProcess:
         self.name = name
         self.argv = tuple(argv)
         try:
-            self.process = reaper.start_in_own_group(self.argv, env)
+            with reaper.sigint_held():
+                self.process = reaper.start_in_own_group(self.argv, env)
+                reaper.track(self, self.terminate)  # stopped at exit whatever happens next
         except OSError as exc:
             raise ServerStartError(
                 f"server {name}: cannot run {self.argv[0]!r}: {redactor.text(str(exc))}") from None

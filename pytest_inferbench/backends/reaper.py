@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Union
 from ..util.pids import pid_alive
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from types import FrameType
 
     from docker import DockerClient
@@ -83,6 +83,24 @@ def stop_container(container: Container, grace_s: float = GRACE_S) -> None:
             container.kill()
     with contextlib.suppress(*errors):
         container.remove(force=True, v=True)
+
+
+@contextlib.contextmanager
+def sigint_held() -> Iterator[None]:
+    """A Ctrl-C during the block is raised when it ends, not inside it: a server started in the
+    block (Popen waits for its exec) is tracked before the KeyboardInterrupt unwinds, instead of
+    running on with no one holding it. Only the main thread receives signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, None)  # Python's handler: raises KeyboardInterrupt here
 
 
 def start_in_own_group(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:

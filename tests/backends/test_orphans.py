@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from lifecycle_helpers import write_recipe
 
+from pytest_inferbench.backends import reaper
 from pytest_inferbench.backends.reaper import OWNER_ENV
 
 # A prefix in the role of `srun ...`: the server runs as its child, so the server group holds
@@ -151,3 +152,15 @@ def test_a_ctrl_c_reaches_pytest_only_and_its_teardown_stops_the_server(
         run.kill()
         for pid in marked_processes(owner):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_ctrl_c_while_a_server_starts_is_raised_once_the_server_is_tracked() -> None:
+    # Popen waits for the child's exec: a KeyboardInterrupt raised inside it would leave the
+    # server running with no one holding it. Held, it is raised when the block ends.
+    reached = []
+    with pytest.raises(KeyboardInterrupt), reaper.sigint_held():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the signal is delivered here, between bytecodes
+        reached.append("after the signal")
+    assert reached == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
