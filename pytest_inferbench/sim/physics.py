@@ -227,7 +227,7 @@ class StepCost:
     tp: int
     ep: bool
     overhead_s: float
-    allreduce_latency_s: float
+    allreduce_latency_s: float  # one collective among the TP ranks (the hardware's)
     allreduce_bytes_per_elem: float
     link_bytes_per_s: float
     mem_bytes_per_s: float  # hbm_efficiency x peak bandwidth
@@ -242,7 +242,7 @@ class StepCost:
         eff = (efficiency if efficiency is not None
                else profile_efficiency(hw, fw, target.layers))
         return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=eff.step_overhead_s,
-                   allreduce_latency_s=fw.allreduce_latency_s,
+                   allreduce_latency_s=hw.collective_latency_s(tp),
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
