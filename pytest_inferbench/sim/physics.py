@@ -232,6 +232,10 @@ class StepCost:
     link_bytes_per_s: float
     mem_bytes_per_s: float  # hbm_efficiency x peak bandwidth
     eta_flops: float
+    # Attention kernels' achieved fraction of the bf16 peak: the chip's realizable fraction
+    # (FlashAttention-3 reaches 740 of H100's 989 TFLOP/s, FlashMLA 580-660 of H800's 989),
+    # not the profile's GEMM figure.
+    attn_eta_flops: float
     dp_attn: bool = False  # attention data-parallel over the TP ranks
 
     @classmethod
@@ -246,7 +250,8 @@ class StepCost:
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
-                   eta_flops=eff.compute_efficiency, dp_attn=dp_attn)
+                   eta_flops=eff.compute_efficiency, attn_eta_flops=hw.achievable_flops,
+                   dp_attn=dp_attn)
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -310,7 +315,7 @@ class StepCost:
         # and a step priced alone gives exactly what it gives priced in a stretch.
         t = (_longer(dense_bytes / bw, n_tok * dense_s / eta)
              + _longer(m.lm_head_bytes / bw, n_sampled * m.lm_head_s_per_token / eta)
-             + _longer(kv_bytes / bw, attn_cmp / eta))
+             + _longer(kv_bytes / bw, attn_cmp / self.attn_eta_flops))
         if m.experts:
             t = t + _longer(m.weight_bytes_read(n_tok) - m.base_bytes,
                             n_tok * m.expert_s_per_token * bw / eta) / bw
