@@ -61,7 +61,8 @@ def compute_dtype(stored: str, hw: Hardware) -> str:
 
     Without fp4 tensor cores (MI300X, MI325X, Hopper) 4-bit weights stay 4-bit in HBM and are
     dequantized in the GEMM (weight-only, W4A16: vLLM/SGLang Marlin and Triton MXFP4 kernels,
-    which is how gpt-oss and DeepSeek-V4 run on Hopper), so they compute in bf16."""
+    which is how gpt-oss and DeepSeek-V4 run on Hopper), so they compute in bf16. Used for
+    the dense GEMMs; the routed experts compute at the bf16 rate (`shard_model`)."""
     dtype = COMPUTE_DTYPE[stored]
     return dtype if hw.supports(dtype) else "bf16"
 
@@ -121,8 +122,13 @@ def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dt
     linear = (gemm_s("attention", params["attention"]) + gemm_s("dense_ffn", params["dense_ffn"])
               + gemm_s("shared_experts", params["shared_experts"])
               + gemm_s("router", params["router"]))
-    experts_s = (gemm_s("experts", arch.moe_layers * arch.top_k * arch.expert_params)
-                 if arch.experts else 0.0)
+    # The routed experts multiply at the bf16 rate whatever their dtype: a grouped GEMM sees
+    # N x top_k / experts rows per expert (a few hundred in a prefill chunk, a handful in
+    # decode), too few to reach an fp8 / fp4 tensor-core peak, and the MoE paths around it
+    # (permute, quantize the activations, combine) do not speed up with the weights' dtype.
+    # Their bytes stay their own (docs/simulator.md, "Step time").
+    experts_s = (2.0 * arch.moe_layers * arch.top_k * arch.expert_params
+                 / (tp * hw.peak_flops["bf16"]) if arch.experts else 0.0)
     linear += experts_s
     kv_b_per_elem = KV_DTYPE_BYTES.get(kv_dtype)
     if kv_b_per_elem is None:

@@ -10,7 +10,7 @@ import pytest
 from pytest_inferbench.sim import calibration, catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.sim.physics import Efficiency, PrefillTerms
+from pytest_inferbench.sim.physics import Efficiency, PrefillTerms, shard_model
 
 DSR1 = ["vllm", "serve", "deepseek-ai/DeepSeek-R1-0528", "-tp", "8"]
 
@@ -51,3 +51,19 @@ def test_atoms_compute_efficiency_prices_the_calibration_prefill_as_fitted() -> 
     per_token = cost.step_with(0.0, 0.0, 0.0, chunk) / 7373
     assert per_token == pytest.approx(23.75e-6, rel=0.01)
     assert per_token == pytest.approx(23e-6, rel=0.05)
+
+
+def test_routed_experts_prefill_alike_in_bf16_and_fp8_but_stream_their_own_bytes() -> None:
+    """The same architecture as a bf16 and an fp8 checkpoint on 8 x H100: the fp8 experts are
+    half the bytes to stream in decode, but their grouped GEMMs multiply at the same (bf16)
+    rate; the dense GEMMs (attention projections) keep the fp8 tensor rate."""
+    hw = catalog.hardware("H100")
+    bf16, fp8 = (shard_model(catalog.checkpoint(name), hw, tp=8, dp_attn=False, kv_dtype="auto",
+                             online_quant=None)
+                 for name in ("Qwen/Qwen3-235B-A22B-Instruct-2507",
+                              "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"))
+    assert fp8.expert_bytes == pytest.approx(bf16.expert_bytes / 2, rel=0.01)
+    assert fp8.expert_s_per_token == pytest.approx(bf16.expert_s_per_token)
+    dense = (bf16.linear_s_per_token - bf16.expert_s_per_token,
+             fp8.linear_s_per_token - fp8.expert_s_per_token)
+    assert dense[1] == pytest.approx(dense[0] / 2, rel=0.01)
