@@ -8,12 +8,11 @@ decode path prices a whole stretch of steps in one call). Equations: docs/simula
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import calibration
 from .attention import kv_terms
 from .catalog import (
     COMPUTE_DTYPE,
@@ -24,8 +23,8 @@ from .catalog import (
     Checkpoint,
     Framework,
     Hardware,
-    checkpoint,
 )
+from .efficiency import Efficiency, eager_overhead_s, profile_efficiency
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -189,43 +188,6 @@ class PrefillTerms:
 
 
 @dataclass(frozen=True)
-class Efficiency:
-    """The named knobs a calibration fits (`sim/calibrate/`): what the roofline cannot derive
-    and a framework's profile otherwise gives.
-
-    - step_overhead_s: fixed cost of every engine step (launches, scheduling, sampling)
-    - hbm_efficiency: achieved fraction of the chip's peak HBM bandwidth
-    - compute_efficiency: achieved fraction of the chip's dense peak FLOP/s (this chip's own,
-      not rescaled by `achievable_flops` as a profile's is)
-    """
-
-    step_overhead_s: float
-    hbm_efficiency: float
-    compute_efficiency: float
-
-
-def profile_efficiency(hw: Hardware, fw: Framework, layers: int) -> Efficiency:
-    """The knobs as the framework's profile sets them on this chip for a model of `layers`
-    decoder layers (no calibration)."""
-    # The framework's compute efficiency was fitted on one chip; scale it by how much of its
-    # peak each chip realizes relative to that one. Its step overhead was fitted on one model:
-    # under CUDA/HIP graphs what remains of it is paid per kernel boundary, so it scales with
-    # the layers a forward runs (as a draft forward's share is priced below).
-    return Efficiency(
-        step_overhead_s=fw.step_overhead_s * layers / overhead_layers(),
-        hbm_efficiency=fw.hbm_efficiency,
-        compute_efficiency=fw.compute_efficiency * hw.achievable_flops
-        / fw.calibration_achievable_flops)
-
-
-@cache
-def overhead_layers() -> int:
-    """Decoder layers of the model the profiles' step overheads were fitted on: the
-    calibration set's (MiniMax-M3, 60; `sim/calibration.py`)."""
-    return checkpoint(calibration.MODEL).architecture.layers
-
-
-@dataclass(frozen=True)
 class StepCost:
     target: ModelOnGpus
     draft: ModelOnGpus | None
@@ -247,11 +209,17 @@ class StepCost:
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
               hw: Hardware, fw: Framework, dp_attn: bool = False,
-              efficiency: Efficiency | None = None) -> StepCost:
-        """`efficiency`: a calibration's knobs in place of the profile's."""
-        eff = (efficiency if efficiency is not None
-               else profile_efficiency(hw, fw, target.layers))
-        return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=eff.step_overhead_s,
+              efficiency: Efficiency | None = None, cuda_graphs: bool = True) -> StepCost:
+        """`efficiency`: a calibration's knobs in place of the profile's (its step overhead
+        is the measured server's, graphs or not, and is used as is); `cuda_graphs`: False when
+        the server runs its forwards eagerly."""
+        if efficiency is not None:
+            eff, overhead = efficiency, efficiency.step_overhead_s
+        else:
+            eff = profile_efficiency(hw, fw, target.layers)
+            overhead = eff.step_overhead_s + (0.0 if cuda_graphs
+                                              else eager_overhead_s(target.layers))
+        return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=overhead,
                    allreduce_latency_s=hw.collective_latency_s(tp),
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
                    link_bytes_per_s=hw.link_bytes_per_s,
@@ -417,6 +385,5 @@ def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_ut
     return int(free // per_token)
 
 
-__all__ = ["Efficiency", "EngineConfigError", "ModelOnGpus", "PrefillTerms", "StepCost",
-           "kv_capacity_tokens", "profile_efficiency", "served_dtypes", "shard_model",
-           "windowed_sum"]
+__all__ = ["EngineConfigError", "ModelOnGpus", "PrefillTerms", "StepCost",
+           "kv_capacity_tokens", "served_dtypes", "shard_model", "windowed_sum"]

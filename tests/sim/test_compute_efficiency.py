@@ -9,8 +9,9 @@ import pytest
 
 from pytest_inferbench.sim import calibration, catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.efficiency import Efficiency
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.sim.physics import Efficiency, PrefillTerms, shard_model
+from pytest_inferbench.sim.physics import PrefillTerms, shard_model
 
 DSR1 = ["vllm", "serve", "deepseek-ai/DeepSeek-R1-0528", "-tp", "8"]
 
