@@ -20,10 +20,9 @@ from ..loadgen.client import (
     ClientConfig,
     LoadRun,
     Timeouts,
-    connection_slots,
-    make_http_client,
     run_load,
 )
+from ..loadgen.connections import connection_slots, make_http_client
 from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.selfcheck import point_verdict

@@ -63,7 +63,7 @@ def run_replay_point(handle: HttpServerHandle, point: BenchPoint, load: LoadSett
 async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfig,
                    trees: tuple[SessionTree, ...], settings: ReplayConfig, label: str
                    ) -> PointMeasurement:
-    from ..loadgen.client import make_http_client
+    from ..loadgen.connections import make_http_client
 
     notes = [replay_note(label, settings, point.conc)]
     if handle.simulated:

@@ -18,7 +18,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .client import ClientConfig, _RecordBuilder, make_http_client, send_raw
+from .client import ClientConfig, _RecordBuilder, send_raw
+from .connections import make_http_client
 from .prompts import Prompt
 from .replay_prompts import BlockText, marker, prompt_text, prompt_tokens
 from .replay_schedule import (
