@@ -168,7 +168,7 @@ class HttpServerHandle(ServerHandle):
                 finally:
                     await progress.stop()
 
-            phase = await measured_phase(self, client, notes, load)
+            phase = await measured_phase(self, client, notes, load, point.server.gpus)
         run, stats, server = phase.run, phase.loop, phase.server_metrics
         check = point_verdict(stats, run.records, time_scale=self.time_scale)
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)

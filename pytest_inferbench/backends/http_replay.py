@@ -70,7 +70,8 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
         notes.append(SIMULATED_NOTE)
     async with make_http_client(cfg, 1) as client:
         phase = await measured_phase(handle, client, notes,
-                                     lambda: replay(cfg, trees, point.conc, settings))
+                                     lambda: replay(cfg, trees, point.conc, settings),
+                                     point.server.gpus)
     run, stats, server = phase.run, phase.loop, phase.server_metrics
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
     described = replay_workload(label, trees, point.conc, settings, run.requests, run.plays,

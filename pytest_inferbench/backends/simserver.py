@@ -4,7 +4,8 @@ The launch spec's argv (the real server's flags) is handed to `python -m pytest_
 serve` after `--`, so the simulator is configured by exactly what the real server would get.
 It runs through the process backend's machinery: own process group, log file, readiness on
 health and exit status, group killed at teardown. Its numbers are simulated and say so, each
-with the error expected of its regime (or its calibration), as the in-process backend's.
+with the error expected of its regime (or its calibration) and its power by the simulator's
+power model (the server's energy counters, read in `measured.py`), as the in-process backend's.
 """
 
 from __future__ import annotations
