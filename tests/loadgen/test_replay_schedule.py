@@ -1,0 +1,182 @@
+"""The agentic replay's schedule on its own (`loadgen/replay_schedule.py`): no clock, no server.
+
+A tiny event loop plays it: each request takes its recorded `api_time` (a warmup one a tenth
+of a second) and completes; the schedule says what to send next. The start (agentic.md §3.3):
+a seeded t* per lane, primers, per-lane warmups, then profiling. Nested agents (§2.3): every
+turn that joins children is sent only after all of them, and so on down the tree.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_inferbench.loadgen.replay_schedule import FROM_TURN_0, ReplayConfig, ReplaySchedule
+from pytest_inferbench.loadgen.replay_start import snapshot, trajectory_start
+from pytest_inferbench.loadgen.synthetic_traces import (
+    SyntheticTraceSettings,
+    write_synthetic_traces,
+)
+from pytest_inferbench.loadgen.trace_sessions import SessionTree, sessions
+from pytest_inferbench.loadgen.traces import load_traces
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pytest_inferbench.loadgen.replay_schedule import Dispatch
+
+CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
+WARMUP_TIME = 0.1
+
+
+def _trees(tmp_path: Path, **settings: int) -> list[SessionTree]:
+    file = write_synthetic_traces(tmp_path / "t.jsonl", SyntheticTraceSettings(**settings))
+    return [sessions(t) for t in load_traces(file)]
+
+
+def _play(trees: Sequence[SessionTree], lanes: int, cfg: ReplayConfig
+          ) -> tuple[list[tuple[Dispatch, float, float]], ReplaySchedule]:
+    """Every request as (dispatch, sent, ended), in the order sent."""
+    schedule = ReplaySchedule(trees, lanes, cfg, 0.0)
+    events: list[tuple[float, int]] = []
+    out: dict[int, list[object]] = {}
+    order: list[int] = []
+    now = 0.0
+    while True:
+        for d in schedule.take(now):
+            took = WARMUP_TIME if d.warmup else (d.turn.request.api_time or 0.1)
+            heapq.heappush(events, (now + took, d.key))
+            out[d.key] = [d, now, None]
+            order.append(d.key)
+        if schedule.finished(now):
+            break
+        due = schedule.next_due()
+        nxt = min([e[0] for e in events[:1]] + ([due] if due is not None else []))
+        now = max(now, nxt)
+        while events and events[0][0] <= now:
+            t, key = heapq.heappop(events)
+            out[key][2] = t
+            schedule.complete(key, t)
+    return [tuple(out[k]) for k in order], schedule  # type: ignore[misc]
+
+
+def test_the_same_seed_gives_the_same_schedule_and_another_seed_another(
+        tmp_path: Path) -> None:
+    trees = _trees(tmp_path, traces=3, turns=8, subagents=2)
+    cfg = ReplayConfig(duration_s=200.0, seed=5)
+
+    def sent(seed: int) -> list[tuple[object, ...]]:
+        played, _ = _play(trees, 4, replace(cfg, seed=seed))
+        return [(d.lane, d.play, d.turn.session_id, d.turn.index, d.warmup, at)
+                for d, at, _ in played]
+
+    assert sent(5) == sent(5)
+    assert sent(5) != sent(6)
+
+
+def test_each_lane_draws_its_own_start_within_the_ratios(tmp_path: Path) -> None:
+    tree = _trees(tmp_path, traces=1, turns=12)[0]
+    starts = [turn.request.t for turns in tree.streams.values() for turn in turns]
+    first, span = min(starts), max(starts) - min(starts)
+    drawn = [trajectory_start(tree, 42, lane, 0.25, 0.75) for lane in range(8)]
+    assert len(set(drawn)) == len(drawn)  # one tree on eight lanes: eight starts
+    assert all(first + 0.25 * span <= t <= first + 0.75 * span for t in drawn)
+    assert drawn == [trajectory_start(tree, 42, lane, 0.25, 0.75) for lane in range(8)]
+    assert trajectory_start(tree, 42, 0, 0.5, 0.5) == first + 0.5 * span
+
+
+def test_primers_then_warmups_then_profiling_from_the_live_state(tmp_path: Path) -> None:
+    """Each lane's first tree: one primer per stream alive at t* (its last turn before t*),
+    then the lane's next K turns in order with no delay, all warmup (one output token); only
+    then, once every lane's warmup has completed, is anything profiled, each stream going on
+    from where its warmup left it, without a turn sent twice or skipped."""
+    trees = _trees(tmp_path, traces=2, turns=20, subagents=0)
+    k = 3
+    cfg = ReplayConfig(duration_s=100.0, seed=1, warmup_per_lane=k)
+    played, schedule = _play(trees, 2, cfg)
+    boundary = schedule.profile_start
+    assert boundary is not None and boundary > 0
+    for lane in range(2):
+        first = [(d, at) for d, at, _ in played if d.lane == lane and d.play == lane]
+        tree = first[0][0].tree
+        start = snapshot(tree, trajectory_start(tree, 1, lane, 0.25, 0.75))
+        root = tree.trace.id
+        resume = start.resume[root]
+        assert 0 < resume < len(tree.streams[root]) - k
+        turns = [d.turn.index for d, _ in first]
+        # The primer, K warmups, then the profiled turns: consecutive, none skipped.
+        assert turns == list(range(resume - 1, resume - 1 + len(turns)))
+        warm = [d for d, _ in first if d.warmup]
+        assert len(warm) == 1 + k
+        assert all(d.output_tokens == 1 for d in warm)
+        assert all(at <= boundary for d, at in first if d.warmup)
+        profiled = [(d, at) for d, at in first if not d.warmup]
+        assert profiled and all(at >= boundary for _, at in profiled)
+        assert profiled[0][0].output_tokens == max(1, profiled[0][0].turn.request.output_length)
+    # Profiling starts when the last warmup request completes, not before.
+    assert boundary == max(end for d, _, end in played if d.warmup)
+    assert schedule.end == boundary + cfg.duration_s
+
+
+def test_a_stream_resumes_at_its_recorded_offset_from_t_star(tmp_path: Path) -> None:
+    """With no warmup requests, each stream's first profiled turn leaves the recorded time
+    after t* (or after its previous turn's recorded end, if later) after the boundary."""
+    trees = _trees(tmp_path, traces=1, turns=10, subagents=0)
+    cfg = ReplayConfig(duration_s=100.0, seed=3, warmup_per_lane=0)
+    played, schedule = _play(trees, 1, cfg)
+    tree = trees[0]
+    t_star = trajectory_start(tree, 3, 0, 0.25, 0.75)
+    resume = snapshot(tree, t_star).resume[tree.trace.id]
+    primer, next_turn = tree.streams[tree.trace.id][resume - 1:resume + 1]
+    profiled = next((d, at) for d, at, _ in played if not d.warmup)
+    assert profiled[0].turn == next_turn
+    offset = next_turn.request.t - max(t_star, primer.request.end)
+    assert schedule.profile_start is not None
+    assert profiled[1] == pytest.approx(schedule.profile_start + offset)
+
+
+def test_from_turn_0_measures_every_request_of_every_play(tmp_path: Path) -> None:
+    trees = _trees(tmp_path, traces=2, turns=4, subagents=1)
+    played, schedule = _play(trees, 2, ReplayConfig(duration_s=50.0, **FROM_TURN_0))
+    assert schedule.profile_start == 0.0
+    assert not any(d.warmup for d, _, _ in played)
+    firsts = [d for d, _, _ in played if d.turn.index == 0 and d.play < 2
+              and d.turn.session_id == d.tree.trace.id]
+    assert [d.play for d in firsts] == [0, 1]
+
+
+def _joins_hold(played: Sequence[tuple[Dispatch, float, float]]) -> int:
+    """Assert that every turn that joins children was sent after each of them (and thus, each
+    of them having waited for its own, after everything under it) ended; the joins seen."""
+    ends: dict[tuple[int, str], float] = {}
+    for d, _, end in played:
+        ends[(d.play, d.turn.session_id)] = max(end, ends.get((d.play, d.turn.session_id), 0))
+    seen = 0
+    for d, at, _ in played:
+        for link in d.tree.links:
+            if d.tree.parent_of(link) == d.turn.session_id and link.join_turn == d.turn.index:
+                child = ends.get((d.play, link.session_id))
+                if child is not None:
+                    assert at >= child, (d.turn.session_id, d.turn.index, link.session_id)
+                    seen += 1
+    return seen
+
+
+def test_nested_agents_join_at_every_level(tmp_path: Path) -> None:
+    trees = _trees(tmp_path, traces=2, turns=4, subagents=2, subagent_turns=3, nested=2)
+    tree = trees[0]
+    depth = {tree.trace.id: 0}
+    for link in tree.links:
+        depth[link.session_id] = depth[tree.parent_of(link)] + 1
+    assert max(depth.values()) == 3  # root > subagent > nested > nested under it
+    assert all(link.join_turn is not None for link in tree.links)
+    played, _ = _play(trees, 1, ReplayConfig(duration_s=500.0, **FROM_TURN_0))
+    # One lane plays one tree at a time; every level joined, play after play.
+    assert _joins_hold(played) >= 2 * len(tree.links)
+    # And the order is the recorded one: within a play, turns go in recorded start order.
+    first = [d.turn.request.t for d, _, _ in played if d.play == 0]
+    assert first == sorted(first)
