@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_inferbench.backends.agentic_traces import replay_meta
 from pytest_inferbench.loadgen.replay_schedule import FROM_TURN_0, ReplayConfig, ReplaySchedule
 from pytest_inferbench.loadgen.replay_start import snapshot, trajectory_start
 from pytest_inferbench.loadgen.synthetic_traces import (
@@ -180,3 +181,16 @@ def test_nested_agents_join_at_every_level(tmp_path: Path) -> None:
     # And the order is the recorded one: within a play, turns go in recorded start order.
     first = [d.turn.request.t for d, _, _ in played if d.play == 0]
     assert first == sorted(first)
+
+
+def test_the_theoretical_hit_rate_counts_the_profiled_requests_only(tmp_path: Path) -> None:
+    """A primer's theoretical hit assumes the history it stands for was sent: it was not."""
+    trees = _trees(tmp_path, traces=2, turns=10, subagents=1)
+    cfg = ReplayConfig(duration_s=60.0, seed=2)
+    played, _ = _play(trees, 2, cfg)
+    requests = [d.described() for d, _, _ in played]
+    warm = [q for q in requests if q.warmup]
+    assert warm and sum(q.hit_blocks for q in warm) > 0
+    meta = replay_meta(8, cfg, requests, clock_start=0.0, start_unix=0.0)
+    assert meta.hit_blocks == sum(q.hit_blocks for q in requests if not q.warmup)
+    assert meta.total_blocks == sum(q.total_blocks for q in requests if not q.warmup)
