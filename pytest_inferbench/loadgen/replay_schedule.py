@@ -232,11 +232,15 @@ class ReplaySchedule:
             self._unpark(play, now)
 
     def _unpark(self, play: _Play, now: float) -> None:
-        """The lane's primers are done (or it had none): its streams go on."""
-        for session, stream in list(play.streams.items()):
-            if stream.parked:
-                stream.parked = False
-                self._advance(play, session, now)
+        """The lane's primers are done (or it had none), or profiling begins: its streams go
+        on, in the recorded order of their next turns (which the warmup budget takes first)."""
+        def recorded(session: str) -> float:
+            stream = play.streams[session]
+            return (stream.turns[stream.pos].request.t if stream.pos < len(stream.turns)
+                    else math.inf)
+        for session in sorted((s for s, st in play.streams.items() if st.parked), key=recorded):
+            play.streams[session].parked = False
+            self._advance(play, session, now)
 
     def _maybe_profile(self, now: float) -> None:
         """Every lane's warmup drained: profiling begins now (module doc)."""

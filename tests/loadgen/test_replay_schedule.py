@@ -9,6 +9,7 @@ turn that joins children is sent only after all of them, and so on down the tree
 from __future__ import annotations
 
 import heapq
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -194,3 +195,64 @@ def test_the_theoretical_hit_rate_counts_the_profiled_requests_only(tmp_path: Pa
     meta = replay_meta(8, cfg, requests, clock_start=0.0, start_unix=0.0)
     assert meta.hit_blocks == sum(q.hit_blocks for q in requests if not q.warmup)
     assert meta.total_blocks == sum(q.total_blocks for q in requests if not q.warmup)
+
+
+def test_a_lane_whose_first_tree_runs_out_in_the_warmup_starts_the_next_with_profiling(
+        tmp_path: Path) -> None:
+    trees = _trees(tmp_path, traces=2, turns=3, subagents=0)
+    played, schedule = _play(trees, 1, ReplayConfig(duration_s=30.0, seed=1))
+    first = [d for d, _, _ in played if d.play == 0]
+    assert first and all(d.warmup for d in first)  # fewer turns after t* than warmups
+    second = [(d, at) for d, at, _ in played if d.play == 1]
+    assert second[0][0].turn.index == 0 and not second[0][0].warmup
+    assert second[0][1] == schedule.profile_start == max(end for d, _, end in played
+                                                         if d.play == 0)
+
+
+def _gaps(tmp_path: Path) -> SessionTree:
+    """A root of three turns (0, 0.5, 6.6 s) and a subagent its turn 0 spawns, with turns at
+    0.2 and 0.6 s, joined by root turn 2."""
+    def req(t: float, blocks: list[int]) -> dict[str, object]:
+        return {"t": t, "type": "n", "model": "x", "in": 64 * len(blocks), "out": 4,
+                "hash_ids": blocks, "api_time": 0.1}
+    trace = {"id": "gaps", "models": ["x"], "block_size": 64, "hash_id_scope": "local",
+             "requests": [
+                 req(0.0, [0, 1]),
+                 {"t": 0.2, "type": "subagent", "agent_id": "sa1", "subagent_type": "Subagent",
+                  "status": "completed", "models": ["x"], "duration_ms": 500,
+                  "requests": [req(0.2, [0, 5]), req(0.6, [0, 5, 6])]},
+                 req(0.5, [0, 1, 2]), req(6.6, [0, 1, 2, 3])]}
+    path = tmp_path / "gaps.jsonl"
+    path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+    return sessions(load_traces(path)[0])
+
+
+@pytest.mark.parametrize(("t_star", "resume", "done", "pending"), [
+    (0.1, {"gaps": 1}, set(), {"gaps::sa:sa1"}),  # spawned, not started: no primer
+    (0.3, {"gaps": 1, "gaps::sa:sa1": 1}, set(), set()),  # both alive: a primer each
+    (0.65, {"gaps": 2}, {"gaps::sa:sa1"}, set()),  # the subagent over: nothing of it sent
+    (5.0, {"gaps": 2}, {"gaps::sa:sa1"}, set()),  # the root waits for its third turn
+])
+def test_the_snapshot_at_t_star(tmp_path: Path, t_star: float, resume: dict[str, int],
+                                done: set[str], pending: set[str]) -> None:
+    start = snapshot(_gaps(tmp_path), t_star)
+    assert (start.resume, set(start.done), set(start.pending)) == (resume, done, pending)
+
+
+def test_a_child_spawned_before_t_star_starts_after_the_primers(tmp_path: Path) -> None:
+    """t* = 0.1 s, between the spawn and the subagent's first turn: the root's primer, then
+    the subagent's first turn (recorded before the root's next) as the lane's one warmup
+    request; then profiling, each stream at its recorded offset: the subagent's turn 1 at
+    0.6 - 0.3 (its previous turn's end) after the boundary, the root's turn 1 at 0.5 - 0.1."""
+    tree = _gaps(tmp_path)
+    span = 6.6
+    cfg = ReplayConfig(duration_s=20.0, trajectory_start=(0.1 / span, 0.1 / span),
+                       warmup_per_lane=1)
+    played, schedule = _play([tree], 1, cfg)
+    first = [(d.turn.session_id, d.turn.index, d.warmup, at) for d, at, _ in played
+             if d.play == 0]
+    assert [f[:3] for f in first[:4]] == [("gaps", 0, True), ("gaps::sa:sa1", 0, True),
+                                          ("gaps::sa:sa1", 1, False), ("gaps", 1, False)]
+    assert schedule.profile_start is not None
+    assert first[2][3] == pytest.approx(schedule.profile_start + 0.3)
+    assert first[3][3] == pytest.approx(schedule.profile_start + 0.4)
