@@ -3,8 +3,9 @@
 The traces and the result's description of the replay are `agentic_traces`'s. Like the
 fixed-length load: the measured phase's bracket (`measured.py`: scrapes, event-loop monitor, KV
 usage and GPU power sampled during the replay), the client self-check, one `RequestRecord` per
-request. There is no warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not
-implemented), so every request of the replay is measured.
+request. The replay's warmup (agentic.md §3.3: each lane's first tree from its seeded t*, its
+primers and per-lane warmup requests) runs inside the bracket; its records are flagged `warmup`
+and measured by no metric, and the duration is the profiling phase's.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class SimHandle(ServerHandle):
         self._log.append(f"{point.name}: {len(outcome.records)} replayed requests in "
                          f"{outcome.duration_s:.1f} virtual s")
         return PointMeasurement(
-            records=outcome.records, duration_s=outcome.duration_s,
+            records=outcome.records, duration_s=outcome.duration_s - outcome.profile_start,
             num_prompts=len(outcome.records), max_concurrency=point.conc, simulated=True,
             server_metrics=outcome.server_metrics, notes=tuple(notes), started_unix=started,
             workload=replay_workload(label, trees, point.conc, settings, outcome.requests,
