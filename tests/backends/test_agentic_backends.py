@@ -1,11 +1,13 @@
 """An agentic-coding point on the process backend: the trace replay over HTTP against the
 server its launch spec starts, with the argv InferenceX's agentic scripts give it (the model's
 native context, the prefix cache on). The same on docker (test_docker_plugin.py) and slurm
-(test_slurm_plugin.py)."""
+(test_slurm_plugin.py). A server that stalls or crashes mid-replay fails its point in bounded
+time, naming the request and the cause."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 from lifecycle_helpers import (
@@ -14,6 +16,8 @@ from lifecycle_helpers import (
     sim_command,
     write_agentic_recipe,
 )
+
+from pytest_inferbench.sim.server.faults import FAULT_EXIT_CODE
 
 # In a subprocess: a run's httpx must be the one its `except` clauses name, and pytester's
 # in-process runs forget and re-import modules.
@@ -29,3 +33,51 @@ def test_an_agentic_point_replays_against_the_server_the_process_backend_starts(
     result.stdout.fnmatch_lines(["*traces:synthetic*passed*"])
     assert_replayed_on_an_agentic_server(
         agentic_point(pytester.path / "inferbench-results"), "process")
+
+
+# A replay that would run two minutes if nothing stopped it.
+LONG = ("-p", "no:cacheprovider", "--inferbench-replay-duration=120", "--inferbench-no-plots",
+        "--inferbench-backend=process", "--inferbench-stall-timeout=2")
+BOUND_S = 90.0  # the server's start and the stop included, on a busy machine
+
+
+def test_a_stream_that_stalls_mid_replay_fails_the_point_naming_it(
+        pytester: pytest.Pytester) -> None:
+    """Every stream stops after 2 tokens, its connection open: the stall timeout (2 s) ends
+    the first one and with it the replay; the point fails naming the request, its lane and
+    the timeout, its result kept."""
+    write_agentic_recipe(pytester.path, sim_command(sys.executable,
+                                                    ("--stall-after-tokens", "2")))
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(*LONG)
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*the agentic replay stopped early: request synthetic-* turn * (play *) on lane *, "
+        "sent * s in, stalled: no data for 2 s (--inferbench-stall-timeout); the replay "
+        "stopped * s in, * other request(s) in flight cancelled*"])
+    assert elapsed < BOUND_S, elapsed
+    point = agentic_point(pytester.path / "inferbench-results")
+    validity = point["agentic"]["validity"]  # type: ignore[index]
+    assert any(r.startswith("run_cancelled: request synthetic-")
+               for r in validity["invalid_reasons"])
+
+
+def test_a_server_that_crashes_mid_replay_fails_the_point_with_its_log(
+        pytester: pytest.Pytester) -> None:
+    """The server exits once 3 requests have finished, cutting the others in flight: the
+    replay stops at the first request that finds it gone, and the point fails naming that
+    request and its lane, then the exit and the server's log tail."""
+    write_agentic_recipe(pytester.path, sim_command(sys.executable,
+                                                    ("--fail-after-requests", "3")))
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(*LONG)
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*request synthetic-* turn * (play *) on lane *, sent * s in, lost the server: "
+        "connection *; the replay stopped * s in, * other request(s) in flight cancelled",
+        f"*server * exited with code {FAULT_EXIT_CODE} during the sweep*",
+        "*--- last log lines ---*",
+        "*--fail-after-requests*"])
+    assert elapsed < BOUND_S, elapsed
