@@ -34,7 +34,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "util": set(),
     "frameworks": set(),
     "recipe": {"frameworks", "util"},
-    "results": {"recipe", "util"},
+    "results": {"frameworks", "recipe", "util"},
     "loadgen": {"frameworks", "recipe", "results", "util"},
     "sim": {"frameworks", "loadgen", "recipe", "results", "util"},
     "sim.server": {"frameworks", "loadgen", "sim", "util"},
