@@ -11,6 +11,11 @@ The export (`export`), from the point's `server_metrics` (`loadgen/scrape.point_
 - the KV-usage gauge sampled during the point with its peak as `max` and its mean as `avg`;
   every other gauge with its value at the point's end as both, the one reading there is.
 
+A point simulated in process was not scraped: its engine's counters over the point
+(`sim/driver.server_metrics`) stand in for the scrapes, under the names the server of its
+framework exports them (the simulated HTTP server's persona, from the framework registry),
+the KV usage as its peak.
+
 The block (`server_block`) reads that export as InferenceX's adapter of the server's framework
 does, picked by the metric names (SGLang's before vLLM's): counters summed over series
 (`total`, else `sum`, `max`, `avg`), gauges the largest over series (`max`, else `avg`,
@@ -24,7 +29,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..frameworks import registry
 from ..frameworks.registry import split_metric
+from .measurement import ENGINE_COUNTERS
 from .record import mapping
 
 if TYPE_CHECKING:
@@ -39,6 +46,11 @@ COUNTER_STATS = ("total", "sum", "max", "avg")
 GAUGE_STATS = ("max", "avg", "total")
 PERCENT_ABOVE = 1.5  # a usage gauge above this is in percent, not a fraction
 NO_EXPORT = "server_metrics_export.json missing or empty"  # InferenceX's warning
+# What the export's numbers are, in the export itself.
+SCRAPE_NOTE = ("counters: their increase over the measured phase; the KV-usage gauge: its peak "
+               "and mean sampled during it; other gauges: their value at its end")
+ENGINE_NOTE = ("simulated in process: the engine's counters over the point and its gauges at "
+               "the end, under the names its framework's server exports; KV usage: its peak")
 
 
 
@@ -49,9 +61,44 @@ def adapter_of(framework: str, names: list[str]) -> str | None:
     return next((a for a, prefix in ADAPTERS if any(n.startswith(prefix) for n in names)), None)
 
 
+# The engine's counters and gauges a point simulated in process reports (`kv_tiers` holds the
+# CPU-DRAM tier's), by their registry quantity names.
+ENGINE_COUNTED = ("prompt_tokens", "generation_tokens", "prefix_cache_queries",
+                  "prefix_cache_hits", *registry.KV_TIER_COUNTERS)
+ENGINE_GAUGES = ("prefix_cache_hit_rate", *registry.KV_TIER_GAUGES)
+
+
+def as_scraped(server: Mapping[str, JSONValue], framework: str) -> Mapping[str, JSONValue]:
+    """A point's server metrics as a scrape has them: a scrape's as they are, the engine's
+    counters of a point simulated in process under its framework server's names."""
+    if server.get("source") != ENGINE_COUNTERS:
+        return server
+    try:
+        names = registry.get(registry.engine_of(framework)).metrics
+    except registry.FrameworkError:
+        return {}
+    counted = {**server, **mapping(server.get("kv_tiers"))}
+    if "kv_tiers" in server:  # beside the DRAM tier's hits, the HBM ones: the prefix cache's
+        counted.setdefault("device_cache_hits", counted.get("prefix_cache_hits"))
+    counters: dict[str, JSONValue] = {
+        registry.sample_name(names[q], counter=True): counted[q] for q in ENGINE_COUNTED
+        if q in names and isinstance(counted.get(q), (int, float))}
+    gauges: dict[str, JSONValue] = {
+        registry.sample_name(names[q], counter=False): counted[q] for q in ENGINE_GAUGES
+        if q in names and isinstance(counted.get(q), (int, float))}
+    peak = server.get("max_kv_cache_usage")
+    usage = names.get("kv_usage")
+    if usage is not None and isinstance(peak, (int, float)):
+        gauges[usage] = peak
+    return {"counter_deltas": counters, "gauges": gauges, "kv_cache_usage_gauge": usage,
+            "kv_cache_usage_peak": peak}
+
+
 def export(server: Mapping[str, JSONValue], framework: str) -> dict[str, JSONValue] | None:
     """`server_metrics_export.json` of a point's `server_metrics` (module doc); None where
     InferenceX reads none (no scrape, or no adapter for the server's names)."""
+    engine = server.get("source") == ENGINE_COUNTERS
+    server = as_scraped(server, framework)
     families: dict[str, tuple[str, list[JSONValue], list[JSONValue]]] = {}
 
     def add(key: str, kind: str, stats: dict[str, JSONValue]) -> None:
@@ -78,10 +125,7 @@ def export(server: Mapping[str, JSONValue], framework: str) -> dict[str, JSONVal
     metrics: dict[str, JSONValue] = {
         name: {"type": kind, "series": list(labelled or plain)}
         for name, (kind, plain, labelled) in sorted(families.items())}
-    return {"metrics": metrics,
-            "inferbench": "counters: their increase over the measured phase; the KV-usage "
-                          "gauge: its peak and mean sampled during it; other gauges: their "
-                          "value at its end"}
+    return {"metrics": metrics, "inferbench": ENGINE_NOTE if engine else SCRAPE_NOTE}
 
 
 def _number(value: JSONValue) -> float | None:

@@ -368,3 +368,36 @@ def test_server_metrics_of_each_framework_as_inferencex_reads_them(
         assert cache["cached_tokens_by_source"] == {"device": 61_000, "host": 9_000}
         assert cache["overall_cache_hit_rate"] == round(70_000 / 90_000, 5)
         assert server["kv_cache"]["cpu_usage_pct"] == 0.25
+
+
+@needs_tree
+def test_a_point_simulated_in_process_exports_its_engines_counts(tmp_path: Path) -> None:
+    """On the default backend nothing is scraped: the engine's counters stand in, under the
+    names SGLang's server gives them, and InferenceX reads them as it reads a scrape."""
+    write(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH"))
+        if p)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-no-plots",
+         "--inferbench-replay-duration=1.5",
+         "-m", "inferbench(exp_name='qwen3.5_tp4_conc16_kvdram-hicache_spec-mtp')"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    results = tmp_path / "inferbench-results"
+    (raw,) = [p for p in (results / "points").glob("*.json") if not p.name.startswith("agg_")]
+    record = point_record(json.loads(raw.read_text(encoding="utf-8")))
+    done = _inferencex(record, results, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    name = str(record["result_filename"])
+    ours = json.loads((results / AGENTIC_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    theirs = json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
+    assert _differences(ours, theirs) == {}
+    server = theirs["server_metrics"]
+    assert server["adapter"] == "sglang" and "warnings" not in theirs
+    assert server["tokens"]["prompt_total"] == record["total_input_tokens"] > 0
+    tiers = record["server_metrics"]["kv_tiers"]  # type: ignore[index]
+    assert server["cache"]["cached_tokens_by_source"] == {
+        "device": tiers["hbm_hit_tokens"], "host": tiers["dram_hit_tokens"]}
+    assert server["cache"]["gpu_cache_hit_rate"] > 0  # the replay re-sends each history
+    assert server["kv_cache"]["cpu_total_tokens"] == tiers["host_tokens_total"] > 0
