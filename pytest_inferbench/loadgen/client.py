@@ -131,7 +131,8 @@ def _exception_reason(exc: BaseException, cfg: ClientConfig) -> str:
         return STALLED
     if isinstance(exc, httpx.TimeoutException):
         return f"{type(exc).__name__}: timed out"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+                        httpx.CloseError)):  # the server went away mid-request
         return f"{CONNECTION_CLOSED} ({type(exc).__name__}: {exc})"
     return f"{type(exc).__name__}: {exc}"
 

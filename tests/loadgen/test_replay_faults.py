@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 ARGV = ("vllm", "serve", MODEL, "--tensor-parallel-size", "4")
-STALL_S = 2.0
+STALL_S = 3.0
 DURATION_S = 60.0  # what an unstopped replay would run for
 BOUND_S = DURATION_S / 2
 
@@ -87,11 +87,12 @@ def _outcomes(run: ReplayRun) -> dict[tuple[int, int], str]:
 def test_a_stream_that_goes_silent_stops_the_replay_and_cancels_the_other_lane(
         tmp_path: Path) -> None:
     """Every stream longer than 8 tokens stops after 8 with its socket open. Lane 0 (trace0)
-    stalls in its second turn at once; lane 1 (trace1) sends its second turn 1.5 s later and
-    stalls too, so it is still in flight when lane 0's stall timeout ends the replay."""
+    stalls in its second turn at once; lane 1 (trace1) sends its second turn half a stall
+    timeout later and stalls too, so it is in flight, half a stall timeout from its own, when
+    lane 0's stall timeout ends the replay."""
     server = _serve(tmp_path, "--time-scale", "0", "--stall-after-tokens", "8")
     try:
-        traces = _traces(tmp_path, [(0.0, 4), (0.0, 32)], [(0.0, 4), (STALL_S * 0.75, 32)])
+        traces = _traces(tmp_path, [(0.0, 4), (0.0, 32)], [(0.0, 4), (STALL_S / 2, 32)])
         run, left = _replay(server, traces, 2)
         health = httpx.get(server.base_url + "/health", timeout=10).status_code
     finally:
