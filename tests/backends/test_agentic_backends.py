@@ -6,18 +6,30 @@ time, naming the request and the cause."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 from lifecycle_helpers import (
     agentic_point,
     assert_replayed_on_an_agentic_server,
+    load_node,
     sim_command,
     write_agentic_recipe,
 )
 
+from pytest_inferbench.backends.base import LoadSettings, PointNotMeasuredError
+from pytest_inferbench.backends.process import ProcessBackend
 from pytest_inferbench.sim.server.faults import FAULT_EXIT_CODE
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pytest_inferbench.backends.base import StartContext
 
 # In a subprocess: a run's httpx must be the one its `except` clauses name, and pytester's
 # in-process runs forget and re-import modules.
@@ -81,3 +93,31 @@ def test_a_server_that_crashes_mid_replay_fails_the_point_with_its_log(
         "*--- last log lines ---*",
         "*--fail-after-requests*"])
     assert elapsed < BOUND_S, elapsed
+
+
+def test_a_server_stopped_mid_replay_fails_the_point_naming_the_stall_and_the_silence(
+        tmp_path: Path, start_context: StartContext) -> None:
+    """SIGSTOP on the server's process group half a second into a minute's replay: its
+    sockets stay open and nothing answers. The stall timeout stops the replay, the server's
+    health check stays silent, and the point fails with the stalled request and the log."""
+    server, spec = load_node(write_agentic_recipe(tmp_path, sim_command(sys.executable)))
+    handle = ProcessBackend().start(server, spec, start_context)
+    pid = handle.local_server_pid
+    assert pid is not None
+    stopper = threading.Timer(0.5, os.killpg, (pid, signal.SIGSTOP))
+    started = time.monotonic()
+    try:
+        stopper.start()
+        with pytest.raises(PointNotMeasuredError) as caught:
+            handle.run_point(server.points()[0], LoadSettings(
+                replay_duration_s=60.0, stall_timeout_s=2.0, warmup_per_conc=0))
+        elapsed = time.monotonic() - started
+    finally:
+        stopper.cancel()
+        os.killpg(pid, signal.SIGCONT)
+        handle.stop()
+    first, *rest = str(caught.value).splitlines()
+    assert first.startswith("request synthetic-") and " on lane " in first
+    assert "stalled: no data for 2 s (--inferbench-stall-timeout)" in first
+    assert "still runs but did not answer" in rest[0] and "--- last log lines ---" in rest
+    assert elapsed < 45.0, elapsed  # not the minute of the replay
