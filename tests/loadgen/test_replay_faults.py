@@ -64,8 +64,10 @@ def _replay(server: SimServer, traces: Path, lanes: int,
                        concurrency=lanes, timeouts=Timeouts(connect_s=5.0, read_s=STALL_S))
 
     async def main() -> tuple[ReplayRun, list[str]]:
-        run = await replay(cfg, trees, lanes, ReplayConfig(duration_s=DURATION_S),
-                           on_record=on_record)
+        # Every lane from its first tree's first turn, no warmup: each request is known.
+        settings = ReplayConfig(duration_s=DURATION_S, trajectory_start=(0.0, 0.0),
+                                warmup_per_lane=0)
+        run = await replay(cfg, trees, lanes, settings, on_record=on_record)
         left = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         return run, left
 

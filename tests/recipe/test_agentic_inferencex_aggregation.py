@@ -49,6 +49,14 @@ REL = 1e-3  # agreement asked of every number
 PLUGIN_ONLY = {"request_metrics.latency.e2e_norm_intvty", "request_metrics.tokens.output_expected"}
 
 
+def _sent_tokens(export: Path) -> tuple[int, int]:
+    """The prompt and output tokens of every request of a point's `profile_export.jsonl`,
+    warmup included."""
+    lines = [json.loads(line) for line in export.read_text(encoding="utf-8").splitlines()]
+    return (sum(x["metrics"]["usage_prompt_tokens"]["value"] for x in lines),
+            sum(x["metrics"]["usage_completion_tokens"]["value"] for x in lines))
+
+
 def _leaves(value: object, path: str = "") -> dict[str, object]:
     if isinstance(value, dict):
         out: dict[str, object] = {}
@@ -137,9 +145,11 @@ def test_the_servers_metrics_come_through_inferencex(agentic_point: dict[str, ob
     assert isinstance(record, dict) and isinstance(theirs, dict)
     server = theirs["server_metrics"]
     assert server["present"] and server["adapter"] == "sglang" and "warnings" not in theirs
-    # Every request of the point succeeded: the server counted what the client counted.
-    assert server["tokens"]["prompt_total"] == record["total_input_tokens"] > 0
-    assert server["tokens"]["generation_total"] == record["total_output_tokens"] > 0
+    # Every request of the point succeeded: the server counted what the client counted, the
+    # replay's warmup included (the scrapes bracket the whole replay).
+    sent = _sent_tokens(Path(str(agentic_point["export"])))
+    assert (server["tokens"]["prompt_total"], server["tokens"]["generation_total"]) == sent
+    assert sent[0] > record["total_input_tokens"] > 0  # the profiled requests' alone
     scraped = record["server_metrics"]
     assert scraped["kv_cache_usage_gauge"] == "sglang:token_usage"
     assert server["kv_cache"]["gpu_usage_pct"] == pytest.approx(
@@ -395,7 +405,8 @@ def test_a_point_simulated_in_process_exports_its_engines_counts(tmp_path: Path)
     assert _differences(ours, theirs) == {}
     server = theirs["server_metrics"]
     assert server["adapter"] == "sglang" and "warnings" not in theirs
-    assert server["tokens"]["prompt_total"] == record["total_input_tokens"] > 0
+    sent = _sent_tokens(results / AGENTIC_DIR / name / ARTIFACTS / EXPORT)
+    assert (server["tokens"]["prompt_total"], server["tokens"]["generation_total"]) == sent
     tiers = record["server_metrics"]["kv_tiers"]  # type: ignore[index]
     assert server["cache"]["cached_tokens_by_source"] == {
         "device": tiers["hbm_hit_tokens"], "host": tiers["dram_hit_tokens"]}
