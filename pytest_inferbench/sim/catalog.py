@@ -155,6 +155,10 @@ class Framework:
     - compute_efficiency: achieved fraction of dense peak FLOP/s (prefill and verify GEMMs) on
       the `calibrated_on` chip; other chips scale it by their realizable-flops fraction
       relative to that chip's
+    - attention_efficiency: `compute` where the profile's compute_efficiency was fitted with
+      attention priced at it (so the fit holds); absent: attention runs at the chip's
+      realizable-flops fraction (`achievable.flops`), what FlashAttention-3 and FlashMLA
+      reach on Hopper (docs/simulator.md, "Attention efficiency")
     - defaults: engine arguments when the argv does not give them
     - kv_transfer: disaggregated serving, the prefill -> decode KV-cache transfer. overlap:
       true when the prefill instance sends each chunk's KV as that chunk completes (only the
@@ -176,6 +180,7 @@ class Framework:
     kv_transfer_overlap: bool  # each prefill chunk's KV is sent as the chunk completes
     kv_transfer_latency_s: float
     kv_transfer_efficiency: float
+    attention_at_compute: bool = False  # attention priced at compute_efficiency (fitted so)
 
 
 @cache
@@ -318,7 +323,17 @@ def framework(name: str) -> Framework:
         kv_transfer_overlap=bool(d["kv_transfer"]["overlap"]),
         kv_transfer_latency_s=float(d["kv_transfer"]["latency_ms"]) / 1e3,
         kv_transfer_efficiency=float(d["kv_transfer"]["efficiency"]),
+        attention_at_compute=_attention_at_compute(entry.name, d.get("attention_efficiency")),
     )
+
+
+def _attention_at_compute(name: str, value: object) -> bool:
+    if value is None:
+        return False
+    if value != "compute":
+        raise CatalogError(f"framework {name}: simulator.attention_efficiency is `compute` "
+                           f"or absent, got {value!r}")
+    return True
 
 
 def mtp_acceptance_length(architecture_name: str, k: int) -> float | None:

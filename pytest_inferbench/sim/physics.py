@@ -233,6 +233,7 @@ class StepCost:
     mem_bytes_per_s: float  # hbm_efficiency x peak bandwidth
     eta_flops: float
     dp_attn: bool = False  # attention data-parallel over the TP ranks
+    eta_attn: float = 0.0  # attention kernels' achieved fraction of peak (0: eta_flops)
 
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
@@ -246,7 +247,9 @@ class StepCost:
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
-                   eta_flops=eff.compute_efficiency, dp_attn=dp_attn)
+                   eta_flops=eff.compute_efficiency, dp_attn=dp_attn,
+                   eta_attn=(eff.compute_efficiency if fw.attention_at_compute
+                             else hw.achievable_flops))
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -310,7 +313,7 @@ class StepCost:
         # and a step priced alone gives exactly what it gives priced in a stretch.
         t = (_longer(dense_bytes / bw, n_tok * dense_s / eta)
              + _longer(m.lm_head_bytes / bw, n_sampled * m.lm_head_s_per_token / eta)
-             + _longer(kv_bytes / bw, attn_cmp / eta))
+             + _longer(kv_bytes / bw, attn_cmp / (self.eta_attn or eta)))
         if m.experts:
             t = t + _longer(m.weight_bytes_read(n_tok) - m.base_bytes,
                             n_tok * m.expert_s_per_token * bw / eta) / bw
