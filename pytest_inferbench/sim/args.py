@@ -235,7 +235,7 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
         parsed.ignored.append(f"--data-parallel-size {dp} (independent replicas not modelled)")
     ep = v.get("ep", tp if parsed.flags & {"enable-expert-parallel", "enable-ep-moe"} else 1)
     quant = v.get("online_quant")
-    defaults = fw.defaults
+    defaults = fw.defaults_on(catalog.hardware(hardware))
     fields: dict[str, Any] = {
         key: v.get(key, defaults[key]) for key in
         ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",

@@ -51,3 +51,29 @@ def test_calibrated_profile_keeps_attention_at_its_fitted_efficiency() -> None:
     assert engine.cost.eta_attn == engine.cost.eta_flops
     hw = catalog.hardware("MI355X")
     assert engine.cost.eta_attn < hw.achievable_flops
+
+
+@pytest.mark.parametrize(("argv", "hardware", "budget", "seqs"), [
+    # vLLM's OpenAI server on a GPU of 70 GiB or more (EngineArgs.get_batch_defaults)
+    (["vllm", "serve", QWEN3, "-tp", "8"], "H100", 8192, 1024),
+    (["vllm", "serve", QWEN3, "-tp", "8"], "B200", 8192, 1024),
+    # SGLang's --chunked-prefill-size by GPU memory: 8192 under 160 GiB, 16384 above
+    (["python3", "-m", "sglang.launch_server", "--model", QWEN3, "--tp", "8"], "H200", 8192, 256),
+    (["python3", "-m", "sglang.launch_server", "--model", QWEN3, "--tp", "8"], "B200", 16384,
+     256),
+    (["python3", "-m", "sglang.launch_server", "--model", QWEN3, "--tp", "8"], "MI300X", 16384,
+     256),
+    # what the argv says wins over the tier
+    (["python3", "-m", "sglang.launch_server", "--model", QWEN3, "--tp", "8",
+      "--chunked-prefill-size", "4096"], "B200", 4096, 256),
+    (["vllm", "serve", QWEN3, "-tp", "8", "--max-num-seqs", "64"], "H100", 8192, 64),
+])
+def test_default_token_budget_and_batch_follow_the_gpus_memory(
+        argv: list[str], hardware: str, budget: int, seqs: int) -> None:
+    config, _ = engine_config_from_argv(argv, hardware=hardware)
+    assert (config.max_num_batched_tokens, config.max_num_seqs) == (budget, seqs)
+
+
+def test_a_memory_tier_naming_an_unknown_argument_is_refused() -> None:
+    with pytest.raises(catalog.CatalogError, match="not among `defaults`"):
+        catalog._memory_defaults("x", [{"min_gib": 70, "max_num_seq": 1}], {"max_num_seqs"})
