@@ -99,7 +99,7 @@ SHORT_CASES = {
     "odd-block-size": (with_room_for(replace(M3, block_size=7), TIGHT), 2000, 400, 32),
     "sliding-window": (with_room_for(GPTOSS, TIGHT), 2000, 400, 32),
     "stuck-chunked-prefills": (with_room_for(replace(M3, max_num_batched_tokens=2048), 17_000),
-                               8000, 50, 6),
+                               8000, 200, 6),
     "queue-behind-max-num-seqs": (with_room_for(replace(M3, max_num_seqs=5), 3 * 2400),
                                   2000, 400, 12),
     "jitter": (with_room_for(replace(M3, jitter=0.05, seed=3), TIGHT), 2000, 400, 32),
