@@ -90,8 +90,9 @@ def test_planned_closed_loop_equals_the_engine_step_by_step(case: str) -> None:
     assert planned.server_metrics["engine_steps"] > 0
 
 
-# Plain decoding where the KV cache runs short: admissions wait for blocks, prefill chunks
-# are cut to what fits, decoders are preempted (a stuck prefill too) and recompute later.
+# Plain decoding where the KV cache runs short: admissions wait for blocks, a prefill chunk
+# waits until its blocks are free, decoders are preempted (a waiting prefill too) and
+# recompute later.
 TIGHT = 8 * 2400  # room for about eight of the 2000/400 requests at once
 SHORT_CASES = {
     "blocks-of-16": (with_room_for(M3, TIGHT), 2000, 400, 32),
