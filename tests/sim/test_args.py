@@ -93,7 +93,7 @@ def test_sglang_flags_and_simulated_acceptance_env() -> None:
          "--tp", "4", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
          "--speculative-draft-model-path", "Inferact/MiniMax-M3-EAGLE3",
          "--speculative-eagle-topk", "1", "--mem-fraction-static", "0.8",
-         "--max-running-requests", "128", "--enable-dp-attention"],
+         "--max-running-requests", "128", "--enable-dp-attention", "--dp-size", "4"],
         hardware="MI355X", env={"SGLANG_SIMULATE_ACC_LEN": "3.1"})
     assert (config.framework, config.tp, config.dp_attn) == ("sglang", 4, True)
     assert (config.gpu_memory_utilization, config.max_num_seqs) == (0.8, 128)

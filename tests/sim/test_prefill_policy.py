@@ -105,3 +105,20 @@ def test_a_prefill_chunk_that_does_not_fit_waits_instead_of_being_cut_and_preemp
         assert metrics["preemptions"] == 0
         assert metrics["max_kv_cache_usage"] > 0.9  # the cache did run short
         assert metrics["prompt_tokens"] == prompts
+
+
+@pytest.mark.parametrize(("dp", "dp_attn"), [([], False), (["--dp-size", "8"], True)])
+def test_sglang_turns_dp_attention_off_without_a_dp_size(dp: list[str], dp_attn: bool) -> None:
+    # SGLang's server_args: DP attention with --dp-size 1 (the default) is switched off.
+    config, ignored = engine_config_from_argv(
+        ["python3", "-m", "sglang.launch_server", "--model", QWEN3, "--tp", "8",
+         "--enable-dp-attention", *dp], hardware="H200")
+    assert (config.tp, config.dp_attn) == (8, dp_attn)
+    assert any("--enable-dp-attention" in flag for flag in ignored) is not dp_attn
+
+
+def test_atom_dp_attention_needs_no_dp_size() -> None:
+    config, _ = engine_config_from_argv(
+        ["python3", "-m", "atom.entrypoints.openai_server", "--model", QWEN3, "-tp", "8",
+         "--enable-dp-attention"], hardware="MI355X")
+    assert config.dp_attn
