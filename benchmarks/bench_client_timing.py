@@ -29,7 +29,8 @@ import numpy as np
 from pytest_inferbench.backends.base import LoadSettings
 from pytest_inferbench.backends.http import HttpServerHandle
 from pytest_inferbench.loadgen.affinity import pinned_to_one_cpu
-from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
+from pytest_inferbench.loadgen.client import ClientConfig, run_load
+from pytest_inferbench.loadgen.connections import connection_slots
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.loadgen.workload import build_workload
 from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 
-from pytest_inferbench.loadgen.client import ClientConfig, connection_slots, run_load
+from pytest_inferbench.loadgen.client import ClientConfig, run_load
+from pytest_inferbench.loadgen.connections import connection_slots
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.loadgen.selfcheck import LoopMonitor, LoopStats
 from pytest_inferbench.loadgen.workload import (

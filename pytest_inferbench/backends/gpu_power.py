@@ -125,5 +125,3 @@ def discard(sampler: GpuPowerMonitor | str) -> None:
 
 NO_TOOL_REASON = "no nvidia-smi or amd-smi on PATH: GPU power not sampled"
 NOT_LOCAL_REASON = "the server's GPUs are not on this host: GPU power not sampled"
-SIMULATED_SERVER_REASON = ("a simulated server over HTTP reports no power (the sim backend's "
-                           "power model runs in process)")

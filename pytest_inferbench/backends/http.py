@@ -20,10 +20,9 @@ from ..loadgen.client import (
     ClientConfig,
     LoadRun,
     Timeouts,
-    connection_slots,
-    make_http_client,
     run_load,
 )
+from ..loadgen.connections import connection_slots, make_http_client
 from ..loadgen.progress import Progress, ProgressOutput, default_output
 from ..loadgen.prompts import load_local_tokenizer, point_workload, render
 from ..loadgen.selfcheck import point_verdict
@@ -35,7 +34,7 @@ from .base import LoadSettings, ServerHandle
 from .measured import measured_phase
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..loadgen.prompts import RenderedWorkload, TextTokenizer
     from ..recipe.launch import ServerSpec
@@ -80,6 +79,10 @@ class HttpServerHandle(ServerHandle):
         # What every point's record says about this server besides the client's own notes
         # (the simulated server's calibration).
         self.server_notes: tuple[str, ...] = ()
+        # How far off a simulated server's point is expected to be, and the line that shows it
+        # (`sim.point_expected_error`, asked with the server's engine config); None: no figure.
+        self.expected_error: (
+            Callable[[BenchPoint], tuple[Mapping[str, JSONValue], str]] | None) = None
         # The simulator's announced clock; 0: it streams on no clock at all.
         self.time_scale = time_scale
         # The leader of a local server's process group (process, sim-server), whose bound
@@ -165,7 +168,7 @@ class HttpServerHandle(ServerHandle):
                 finally:
                     await progress.stop()
 
-            phase = await measured_phase(self, client, notes, load)
+            phase = await measured_phase(self, client, notes, load, point.server.gpus)
         run, stats, server = phase.run, phase.loop, phase.server_metrics
         check = point_verdict(stats, run.records, time_scale=self.time_scale)
         check["prompt_tokens"] = _prompt_token_check(workload, run.records)
@@ -173,9 +176,11 @@ class HttpServerHandle(ServerHandle):
         check["client_cpu_choice"] = pinning.choice
         described = {**workload.workload.describe(), "token_source": workload.token_source,
                      "token_counts_estimated": cfg.text_token_source == APPROXIMATE_WORDS}
+        expected, label = self.expected_error(point) if self.expected_error else ({}, None)
         return PointMeasurement(
             records=run.records, duration_s=run.duration_s, num_prompts=len(workload.prompts),
             max_concurrency=point.conc, simulated=self.simulated, server_metrics=server,
             client_check=check, notes=tuple(notes),
             started_unix=phase.started_unix, workload=described,
-            time_scale=self.time_scale, power=phase.power)
+            time_scale=self.time_scale, power=phase.power, expected_error=expected,
+            expected_error_label=label)

@@ -3,8 +3,9 @@
 The traces and the result's description of the replay are `agentic_traces`'s. Like the
 fixed-length load: the measured phase's bracket (`measured.py`: scrapes, event-loop monitor, KV
 usage and GPU power sampled during the replay), the client self-check, one `RequestRecord` per
-request. There is no warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not
-implemented), so every request of the replay is measured.
+request. The replay's warmup (agentic.md §3.3: each lane's first tree from its seeded t*, its
+primers and per-lane warmup requests) runs inside the bracket; its records are flagged `warmup`
+and measured by no metric, and the duration is the profiling phase's.
 """
 
 from __future__ import annotations
@@ -63,14 +64,15 @@ def run_replay_point(handle: HttpServerHandle, point: BenchPoint, load: LoadSett
 async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfig,
                    trees: tuple[SessionTree, ...], settings: ReplayConfig, label: str
                    ) -> PointMeasurement:
-    from ..loadgen.client import make_http_client
+    from ..loadgen.connections import make_http_client
 
     notes = [replay_note(label, settings, point.conc)]
     if handle.simulated:
         notes.append(SIMULATED_NOTE)
     async with make_http_client(cfg, 1) as client:
         phase = await measured_phase(handle, client, notes,
-                                     lambda: replay(cfg, trees, point.conc, settings))
+                                     lambda: replay(cfg, trees, point.conc, settings),
+                                     point.server.gpus)
     run, stats, server = phase.run, phase.loop, phase.server_metrics
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
     described = replay_workload(label, trees, point.conc, settings, run.requests, run.plays,

@@ -3,7 +3,8 @@
 Around the load: a `/metrics` scrape before, the event-loop monitor, the collector's long-lived
 objects frozen (shorter GC pauses while requests are timed), the server's KV usage sampled while
 the load runs, and after it a dead server turned into its error (`check_alive`) before a
-second scrape. What the two scrapes and the samples say becomes the point's server metrics.
+second scrape. What the two scrapes and the samples say becomes the point's server metrics; a
+simulated server's energy counters in them, the point's power.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor
 from ..loadgen.server_sampler import GaugeSampler
+from ..results.power import SIMULATED_SOURCE, PowerReading
+from ..sim.power import ENERGY_COUNTER, SECONDS_COUNTER
 from .gpu_power import (
     NO_TOOL_REASON,
     NOT_LOCAL_REASON,
-    SIMULATED_SERVER_REASON,
     GpuPowerMonitor,
     discard,
     is_local,
@@ -27,13 +29,12 @@ from .gpu_power import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     import httpx
 
     from ..loadgen.selfcheck import LoopStats
     from ..results.metrics import RequestRecord
-    from ..results.power import PowerReading
     from ..results.record import JSONValue
 
 
@@ -51,6 +52,7 @@ class Run(Protocol):
 class Server(Protocol):
     simulated: bool
     base_url: str
+    time_scale: float | None
 
     def check_alive(self) -> None: ...
 
@@ -77,18 +79,43 @@ async def scrape_noting(client: httpx.AsyncClient, simulated: bool,
         return Snapshot(error=str(exc))
 
 
+SIMULATED = "a simulated server: its power is its model's (/metrics)"
+NO_ENERGY_COUNTER = ("the simulated server exports no energy counter (its power model covers "
+                     "single-node servers of GPUs with power figures)")
+
+
 def power_monitor(server: Server) -> GpuPowerMonitor | str:
     """A GPU power sampler for the measured phase, or why there is none."""
     if server.simulated:
-        return SIMULATED_SERVER_REASON
+        return SIMULATED
     if not is_local(server.base_url):
         return NOT_LOCAL_REASON
     return GpuPowerMonitor.start() or NO_TOOL_REASON
 
 
+def simulated_power(server_metrics: Mapping[str, JSONValue], gpus: int,
+                    time_scale: float | None) -> PowerReading:
+    """Each GPU's mean power over the phase by a simulated server's own power model: the
+    differences of its energy and model-clock counters between the two scrapes."""
+    if time_scale == 0:
+        return PowerReading.missing(SIMULATED_SOURCE, "time scale 0: the simulated server "
+                                    "keeps no clock, so its points' durations price no energy")
+    deltas = server_metrics.get("counter_deltas")
+    joules = deltas.get(f"{ENERGY_COUNTER}_total") if isinstance(deltas, dict) else None
+    seconds = deltas.get(f"{SECONDS_COUNTER}_total") if isinstance(deltas, dict) else None
+    if not isinstance(joules, (int, float)) or not isinstance(seconds, (int, float)):
+        error = server_metrics.get("scrape_error")
+        return PowerReading.missing(SIMULATED_SOURCE, f"/metrics not read: {error}" if error
+                                    else NO_ENERGY_COUNTER)
+    if seconds <= 0:
+        return PowerReading.missing(SIMULATED_SOURCE, "no simulated time passed in the phase")
+    return PowerReading(SIMULATED_SOURCE, avg_power_w=joules / seconds, num_gpus=gpus)
+
+
 async def measured_phase(server: Server, client: httpx.AsyncClient, notes: list[str],
-                         load: Callable[[], Awaitable[R]]) -> Phase[R]:
-    """Run `load()` inside the bracket; `client` is the scrape client, not the load's pool."""
+                         load: Callable[[], Awaitable[R]], gpus: int) -> Phase[R]:
+    """Run `load()` inside the bracket; `client` is the scrape client, not the load's pool;
+    `gpus`: the server's, which a simulated server's power counts."""
     before = await scrape_noting(client, server.simulated, notes)
     # A server without /metrics has no gauge to sample either.
     sampler = GaugeSampler(client) if not before.error else None
@@ -118,7 +145,11 @@ async def measured_phase(server: Server, client: httpx.AsyncClient, notes: list[
     if any(not r.success for r in run.records):
         server.check_alive()
     if before.error:
-        return Phase(run, stats, {"scrape_error": before.error}, started_unix, watts)
-    after = await scrape_noting(client, server.simulated, notes)
-    sampled = kv.describe("kv_cache_usage") if kv is not None else None
-    return Phase(run, stats, point_metrics(before, after, sampled), started_unix, watts)
+        metrics: dict[str, JSONValue] = {"scrape_error": before.error}
+    else:
+        after = await scrape_noting(client, server.simulated, notes)
+        sampled = kv.describe("kv_cache_usage") if kv is not None else None
+        metrics = point_metrics(before, after, sampled)
+    if server.simulated:
+        watts = simulated_power(metrics, gpus, server.time_scale)
+    return Phase(run, stats, metrics, started_unix, watts)

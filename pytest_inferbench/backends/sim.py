@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ..options import Settings
     from ..recipe.launch import ClientOptions, ServerSpec
     from ..recipe.model import BenchPoint, ServerConfig
+    from ..results.record import JSONValue
     from .base import LoadSettings, StartContext
 
 CONFIG_ERRORS = (ArgvError, catalog.CatalogError, DeploymentError, EngineConfigError,
@@ -112,22 +113,14 @@ class SimHandle(ServerHandle):
         self._notes_given = True
         self._log.append(f"{point.name}: {len(outcome.records)} requests in "
                          f"{outcome.duration_s:.1f} virtual s")
-        # How far off the prediction is expected to be, from the published points of its regime.
-        # A calibrated single node: its calibration's own leave-one-out figures.
-        entry = (self.calibration.entry_for(self.config)
-                 if self.calibration is not None and self.deployment is None else None)
-        if entry is not None and self.config.calibration is not None:
-            expected = calibration_file.expected_error(entry, self.config.calibration)
-        else:
-            regime = expected_error.regime(self.config, point.isl, point.osl, point.conc,
-                                           multinode=self.deployment is not None)
-            expected = expected_error.expected_error(regime)
+        expected, label = point_expected_error(self.config, self.calibration, point,
+                                               multinode=self.deployment is not None)
         return PointMeasurement(
             records=outcome.records, duration_s=outcome.duration_s, num_prompts=num,
             max_concurrency=point.conc, simulated=True, server_metrics=outcome.server_metrics,
             notes=tuple(notes), started_unix=started,
             workload={**workload.describe(), "token_source": "words"},
-            expected_error=expected, expected_error_label=expected_error.label(expected),
+            expected_error=expected, expected_error_label=label,
             power=self._power(point, engine, outcome))
 
     def _power(self, point: BenchPoint, engine: Engine | None, outcome: SimulatedPoint
@@ -169,7 +162,7 @@ class SimHandle(ServerHandle):
         self._log.append(f"{point.name}: {len(outcome.records)} replayed requests in "
                          f"{outcome.duration_s:.1f} virtual s")
         return PointMeasurement(
-            records=outcome.records, duration_s=outcome.duration_s,
+            records=outcome.records, duration_s=outcome.duration_s - outcome.profile_start,
             num_prompts=len(outcome.records), max_concurrency=point.conc, simulated=True,
             server_metrics=outcome.server_metrics, notes=tuple(notes), started_unix=started,
             workload=replay_workload(label, trees, point.conc, settings, outcome.requests,
@@ -185,6 +178,22 @@ class SimHandle(ServerHandle):
 
     def stop(self) -> None:
         """Nothing to release: the engine lives only during run_point."""
+
+
+def point_expected_error(config: EngineConfig, calibration: calibration_file.Calibration | None,
+                         point: BenchPoint, *, multinode: bool = False
+                         ) -> tuple[dict[str, JSONValue], str]:
+    """How far off a simulated point's prediction is expected to be, and the line that shows
+    it: the published points of its regime (`sim.expected_error`), or for a calibrated single
+    node its calibration's own leave-one-out figures. The in-process engine and the simulated
+    HTTP server (`simserver`) ask this one function."""
+    entry = calibration.entry_for(config) if calibration is not None and not multinode else None
+    if entry is not None and config.calibration is not None:
+        expected = calibration_file.expected_error(entry, config.calibration)
+    else:
+        expected = expected_error.expected_error(expected_error.regime(
+            config, point.isl, point.osl, point.conc, multinode=multinode))
+    return expected, expected_error.label(expected)
 
 
 def load_calibration(settings: Settings | None) -> calibration_file.Calibration | None:

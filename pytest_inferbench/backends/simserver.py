@@ -3,12 +3,15 @@
 The launch spec's argv (the real server's flags) is handed to `python -m pytest_inferbench.sim
 serve` after `--`, so the simulator is configured by exactly what the real server would get.
 It runs through the process backend's machinery: own process group, log file, readiness on
-health and exit status, group killed at teardown. Its numbers are simulated and say so.
+health and exit status, group killed at teardown. Its numbers are simulated and say so, each
+with the error expected of its regime (or its calibration) and its power by the simulator's
+power model (the server's energy counters, read in `measured.py`), as the in-process backend's.
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 from .base import Backend
@@ -20,6 +23,8 @@ if TYPE_CHECKING:
 
     from ..recipe.launch import ServerSpec
     from ..recipe.model import ServerConfig
+    from ..sim.calibrate.file import Calibration
+    from ..sim.config import EngineConfig
     from .base import StartContext
     from .supervised import SupervisedHandle
 
@@ -43,29 +48,37 @@ class SimServerBackend(Backend):
 
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
+        from .sim import load_calibration, point_expected_error
+
         path = ctx.options.sim_calibration
-        if path is None:
-            return start_sim_server(server.node_name, server.hardware, spec, ctx,
-                                    time_scale=ctx.options.time_scale)
+        calibration = load_calibration(ctx.options)
+        simulator_args = () if path is None else ("--calibration", str(path.resolve()))
         handle = start_sim_server(server.node_name, server.hardware, spec, ctx,
                                   time_scale=ctx.options.time_scale,
-                                  simulator_args=("--calibration", str(path.resolve())))
-        handle.server_notes = (calibration_note(server, spec, ctx),)
+                                  simulator_args=simulator_args)
+        # The server reads the same argv into the same engine config; read here, it says
+        # which calibration entry applies and what error the server's points are expected to
+        # have, as the in-process backend's do.
+        config = engine_config(server, spec, calibration)
+        if calibration is not None:
+            handle.server_notes = (calibration.note(config) if not isinstance(config, str)
+                                   else f"sim calibration {calibration.path}: {config}",)
+        if not isinstance(config, str):
+            handle.expected_error = partial(point_expected_error, config, calibration)
         return handle
 
 
-def calibration_note(server: ServerConfig, spec: ServerSpec, ctx: StartContext) -> str:
-    """What the points of a calibrated simulated server say about its calibration (the server
-    itself applies it; this reads the same argv to say which entry)."""
+def engine_config(server: ServerConfig, spec: ServerSpec,
+                  calibration: Calibration | None) -> EngineConfig | str:
+    """The engine config the simulated server runs (the calibration's knobs applied), or why
+    the argv cannot be read (the server started, so this does not happen; say so)."""
     from ..sim.args import engine_config_from_argv
-    from .sim import CONFIG_ERRORS, load_calibration
+    from .sim import CONFIG_ERRORS
 
-    calibration = load_calibration(ctx.options)
-    assert calibration is not None  # the caller checked the path; preflight read the file
     try:
         config, _ = engine_config_from_argv(
             spec.argv_for_port(spec.port), hardware=server.hardware, env=spec.env_dict,
             framework=spec.framework or server.framework, files=dict(spec.files))
-    except CONFIG_ERRORS as exc:  # the server started, so this does not happen; say so
-        return f"sim calibration {calibration.path}: the server argv cannot be read: {exc}"
-    return calibration.note(config)
+    except CONFIG_ERRORS as exc:
+        return f"the server argv cannot be read: {exc}"
+    return config if calibration is None else calibration.apply(config)

@@ -20,9 +20,7 @@ error events, streams that end without `[DONE]`, no token at all, or fewer token
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import ssl
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -34,11 +32,11 @@ from ..results.metrics import RequestRecord
 from ..util.aio import cancel_and_wait
 from .sse import ERROR_DETAIL_CHARS, ParsedStream, parse_stream, parse_stream_in_slices
 from .tokenizer import count_tokens
-from .transport import SlotTransport, arrival_of, written_at
+from .transport import arrival_of, written_at
 from .workload import DEFAULT_STALL_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import Callable, Sequence
 
     from ..results.record import JSONValue
     from .prompts import Prompt
@@ -64,7 +62,7 @@ class Timeouts:
 
     def httpx(self) -> httpx.Timeout:
         # pool=None: a request waits for a free connection only when the pool is smaller than
-        # the concurrency, which `make_http_client` never allows.
+        # the concurrency, which `connections.make_http_client` never allows.
         return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.write_s,
                              pool=None)
 
@@ -90,46 +88,6 @@ class ClientConfig:
     @property
     def tls(self) -> bool:
         return self.base_url.startswith("https")
-
-
-def tls_verification(cfg: ClientConfig) -> ssl.SSLContext | bool:
-    """A verifying TLS context for https servers; nothing to verify on plain http."""
-    return ssl.create_default_context() if cfg.tls else False
-
-
-def make_http_client(cfg: ClientConfig, connections: int | None = None,
-                     verify: ssl.SSLContext | bool | None = None) -> httpx.AsyncClient:
-    """A keep-alive pool of `connections` (default: the concurrency), no proxies."""
-    size = connections or cfg.concurrency
-    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size,
-                          keepalive_expiry=60.0)
-    # Raw SSE bytes are parsed as they came: no compressed streams.
-    headers = {"Accept-Encoding": "identity"}
-    if cfg.api_key:
-        headers["Authorization"] = f"Bearer {cfg.api_key}"
-    if verify is None:
-        verify = tls_verification(cfg)
-    # A slot (one connection) gets the stamping transport; larger pools and https stay httpx's.
-    transport = SlotTransport() if size == 1 and not cfg.tls else None
-    return httpx.AsyncClient(base_url=cfg.base_url, limits=limits, timeout=cfg.timeouts.httpx(),
-                             trust_env=False, headers=headers, verify=verify,
-                             transport=transport)
-
-
-@contextlib.asynccontextmanager
-async def connection_slots(cfg: ClientConfig) -> AsyncIterator[list[httpx.AsyncClient]]:
-    """One single-connection client per concurrent request (`transport.SlotTransport`).
-
-    httpcore's pool rescans every connection for every queued request (quadratic); at
-    concurrency 64 a shared pool blocked the event loop for ~100 ms per burst. A connection
-    per slot is the same number of keep-alive connections at constant cost.
-    """
-    verify = tls_verification(cfg)  # one context shared by every slot
-    clients = [make_http_client(cfg, 1, verify) for _ in range(cfg.concurrency)]
-    try:
-        yield clients
-    finally:
-        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
 
 def request_body(cfg: ClientConfig, prompt: Prompt) -> dict[str, JSONValue]:

@@ -3,7 +3,8 @@
 The schedule says what is due (lanes of session trees, end-to-start gaps, spawn/join, both idle
 caps, the duration cut; agentic.md §3); this sends each request the moment it is due, every turn
 re-sending its whole prompt (`replay_prompts.py`) with `max_tokens` = the recorded output length
-and `ignore_eos`, and tells the schedule when each one ended.
+(one token for a warmup request, whose record is flagged `warmup`) and `ignore_eos`, and tells
+the schedule when each one ended.
 
 Timestamps and records are the fixed-length client's (`client.py`): `send_raw` stamps arrivals,
 one `RequestRecord` per request, parsed off the dispatch path.
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .client import ClientConfig, _RecordBuilder, make_http_client, send_raw
+from .client import ClientConfig, _RecordBuilder, send_raw
+from .connections import make_http_client
 from .prompts import Prompt
 from .replay_prompts import BlockText, marker, prompt_text, prompt_tokens
 from .replay_schedule import (
@@ -42,17 +45,19 @@ __all__ = ["ReplayConfig", "ReplayRun", "ReplayedRequest", "Replayer", "replay"]
 
 @dataclass(frozen=True)
 class ReplayRun:
-    records: tuple[RequestRecord, ...]  # in completion order
+    records: tuple[RequestRecord, ...]  # in completion order, warmup ones flagged
     requests: tuple[ReplayedRequest, ...]  # the same order
     start: float
     end: float
+    profile_start: float  # when the warmup drained and the measured phase began
     plays: int  # trees started
     plays_completed: int  # trees whose every stream sent every turn
     cancelled: bool = False  # the point's deadline cut the replay off
 
     @property
     def duration_s(self) -> float:
-        return self.end - self.start
+        """The measured phase's: from the end of the warmup to the end."""
+        return self.end - self.profile_start
 
 
 class Replayer:
@@ -107,8 +112,13 @@ class Replayer:
             ended = time.perf_counter()
             await asyncio.gather(*(c.aclose() for c in self.clients), return_exceptions=True)
         await self.builder.finish()
-        return ReplayRun(records=tuple(r for r in self.records if r is not None),
-                         requests=tuple(self.requests), start=self.start, end=ended,
+        pairs = [(r, q) for r, q in zip(self.records, self.requests, strict=True)
+                 if r is not None]
+        records = tuple(replace(r, warmup=True) if q.warmup else r for r, q in pairs)
+        profile_start = schedule.profile_start
+        return ReplayRun(records=records, requests=tuple(q for _, q in pairs), start=self.start,
+                         end=ended, profile_start=ended if profile_start is None
+                         else profile_start,
                          plays=schedule.plays, plays_completed=schedule.plays_completed,
                          cancelled=self.expired.is_set())
 
@@ -128,7 +138,7 @@ class Replayer:
                 return
             due = schedule.next_due()
             wait = None if due is None else max(0.0, min(due, schedule.end) - now)
-            if wait is None and not schedule.total_in_flight:
+            if wait is None and not schedule.total_in_flight and math.isfinite(schedule.end):
                 wait = max(0.0, schedule.end - now)  # nothing to wait for but the end
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), wait)
@@ -147,7 +157,7 @@ class Replayer:
         r = turn.request
         prompt = Prompt(text=prompt_text(text.stream(turn), rid, chat=self.cfg.chat),
                         input_tokens=prompt_tokens(r.input_length, chat=self.cfg.chat),
-                        output_tokens=max(1, r.output_length))
+                        output_tokens=dispatch.output_tokens)
         client = self.free.pop() if self.free else self._client()
         try:
             raw = await send_raw(client, self.cfg, prompt, scheduled=dispatch.due,

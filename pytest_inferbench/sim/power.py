@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from .physics import StepCost
 
 CATALOG_FILE = "power.yaml"
+# The simulated HTTP server's power on /metrics (`sim/server/energy.py`), which a client reads
+# back over a point's measured phase (`backends/measured.py`): the joules each GPU drew by this
+# model, and the seconds of the model's clock they cover (Prometheus adds `_total`).
+ENERGY_COUNTER = "inferbench:simulated_gpu_energy_joules"
+SECONDS_COUNTER = "inferbench:simulated_seconds"
 
 
 @dataclass(frozen=True)
@@ -109,3 +114,8 @@ def mean_power_w(gpu: GpuPower, work: StepWork, duration_s: float,
     compute = min(work.compute_s, busy)
     active = compute + share * (busy - compute)  # seconds at the full dynamic range
     return gpu.idle_w + (gpu.tdp_w - gpu.idle_w) * active / duration_s
+
+
+def energy_j(gpu: GpuPower, work: StepWork, duration_s: float) -> float:
+    """The joules each GPU draws over `duration_s` whose steps did `work`."""
+    return mean_power_w(gpu, work, duration_s) * duration_s if duration_s > 0 else 0.0

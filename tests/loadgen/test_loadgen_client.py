@@ -12,7 +12,8 @@ import pytest
 
 from pytest_inferbench.backends.base import LoadSettings, ServerDiedError
 from pytest_inferbench.backends.http import HttpServerHandle
-from pytest_inferbench.loadgen.client import ClientConfig, Timeouts, connection_slots, run_load
+from pytest_inferbench.loadgen.client import ClientConfig, Timeouts, run_load
+from pytest_inferbench.loadgen.connections import connection_slots
 from pytest_inferbench.loadgen.prompts import render
 from pytest_inferbench.loadgen.workload import build_workload
 from pytest_inferbench.results.measurement import SIMULATED_NOTE

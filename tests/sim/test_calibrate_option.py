@@ -5,10 +5,10 @@ servers calibrate, simulated ones are refused; bad calibration files are clear e
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from calibration_project import CALIBRATION, NAMED, OVERHEAD_MS, only_record, write_project
 
 # In-process pytester runs drop modules first imported during a run; numpy cannot be imported
 # twice in one process, so the simulator is imported here, once.
@@ -16,57 +16,27 @@ import pytest_inferbench.backends.sim  # noqa: F401
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.calibrate import file as calibration_file
 from pytest_inferbench.sim.calibrate.cli import run
-from pytest_inferbench.testing.recipes import master_entry
 
-REPO = Path(__file__).resolve().parents[2]
-ATOM = "minimaxm3-fp4-mi355x-atom"
 FLAGS = ("-p", "no:cacheprovider", "--inferbench-no-plots")
-OVERHEAD_MS = 20.0  # far above the profile's: every decode step costs at least this
-
-CALIBRATION = f"""\
-format: {calibration_file.FORMAT}
-version: {calibration_file.VERSION}
-entries:
-- hardware: MI355X
-  framework: atom
-  model: amd/MiniMax-M3-MXFP4
-  knobs: {{step_overhead_ms: {OVERHEAD_MS}, hbm_efficiency: 0.8, compute_efficiency: 0.09}}
-  points: 3
-  error:
-    leave_one_out: {{ttft: 0.12, tpot: 0.05, throughput: 0.06}}
-"""
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    entry = master_entry(ATOM, ("{ tp: 4, conc-list: [1] }",), osl=64)
-    (pytester.path / "bench-master.yaml").write_text(entry)
-    (pytester.path / "launch").mkdir()
-    shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml",
-                pytester.path / "launch")
-    (pytester.path / "calib.yaml").write_text(CALIBRATION)
-    return pytester
-
-
-def _record(project: pytest.Pytester) -> dict[str, object]:
-    summary = json.loads((project.path / "inferbench-results" / "summary.json").read_text())
-    (point,) = summary["points"]
-    assert isinstance(point, dict)
-    return point
+    return write_project(pytester)
 
 
 def test_the_option_prices_with_the_calibration_and_records_and_tables_name_it(
         project: pytest.Pytester) -> None:
     project.runpytest(*FLAGS).assert_outcomes(passed=1)
-    plain = _record(project)
+    plain = only_record(project)
     assert not any("calibrat" in str(n) for n in plain["notes"])  # type: ignore[attr-defined]
     assert float(plain["mean_tpot_ms"]) < OVERHEAD_MS  # type: ignore[arg-type]
 
     result = project.runpytest(*FLAGS, "--inferbench-sim-calibration",
                                "calib.yaml")
     result.assert_outcomes(passed=1)
-    calibrated = _record(project)
-    named = "calib.yaml (MI355X, atom, amd/MiniMax-M3-MXFP4; 3 points)"
+    calibrated = only_record(project)
+    named = NAMED
     assert any(str(n).startswith(f"calibrated by {named}: step_overhead_ms 20")
                for n in calibrated["notes"]), calibrated["notes"]  # type: ignore[attr-defined]
     expected = calibrated["expected_error"]

@@ -1,6 +1,6 @@
-"""Prefill-heavy load: what a long prompt's attention costs, and how each framework's scheduler
-interleaves prefill chunks with decode by default (docs/simulator.md, "Attention efficiency" and
-"Prefill scheduling defaults")."""
+"""Prefill-heavy load: how each framework's scheduler interleaves prefill chunks with decode by
+default (docs/simulator.md, "Scheduler": the defaults the engines pick by GPU memory, a chunk's
+blocks whole or not at all, SGLang's DP attention)."""
 
 from __future__ import annotations
 
@@ -14,48 +14,8 @@ from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.sim.physics import windowed_sum
 
 QWEN3 = "Qwen/Qwen3-235B-A22B-Instruct-2507"
-
-
-def _late_minus_early_chunk_s(engine: Engine, chunk: int, late_from: int) -> float:
-    """Step time of one prefill chunk late in a long prompt minus the same chunk at its start:
-    the same GEMMs, only the attention over the earlier context differs."""
-    def step(c0: int) -> float:
-        pairs, _ = windowed_sum(float(c0), float(c0 + chunk), float("inf"))
-        return float(engine.cost.step(decode_seqs=0.0, decode_ctx=0.0, decode_ctx_win=0.0,
-                                      prefill_tokens=float(chunk), prefill_seqs=0.0,
-                                      prefill_ctx=float(c0 + chunk),
-                                      prefill_ctx_win=float(c0 + chunk), prefill_pairs=pairs,
-                                      prefill_win_pairs=pairs))
-    return step(late_from) - step(0)
-
-
-@pytest.mark.parametrize("hardware", ["H100", "B200"])
-def test_uncalibrated_attention_runs_at_the_chips_realizable_flops(hardware: str) -> None:
-    # Qwen3-235B: 94 layers of 64 query heads of 128 dims, plain causal attention, over TP8.
-    # Each (query, key) pair costs QK^T and PV: 2 x 2 x heads x head_dim FLOPs per layer.
-    config, _ = engine_config_from_argv(["vllm", "serve", QWEN3, "-tp", "8"], hardware=hardware)
-    engine = Engine(config)
-    chunk, late = 8192, 24576
-    extra_pairs = chunk * late  # each of the chunk's queries sees `late` more keys
-    flops = extra_pairs * 4 * 64 * 128 * 94 / 8
-    hw = catalog.hardware(hardware)
-    realizable = hw.achievable_flops * hw.peak_flops["bf16"]
-    assert _late_minus_early_chunk_s(engine, chunk, late) == pytest.approx(flops / realizable,
-                                                                           rel=0.02)
-
-
-def test_calibrated_profile_keeps_attention_at_its_fitted_efficiency() -> None:
-    # ATOM's compute efficiency was solved with attention priced at it (MiniMax-M3 on MI355X):
-    # its attention stays there, or its calibration table would no longer be reproduced.
-    config, _ = engine_config_from_argv(["python3", "-m", "atom.entrypoints.openai_server",
-                                         "--model", QWEN3, "-tp", "8"], hardware="MI355X")
-    engine = Engine(config)
-    assert engine.cost.eta_attn == engine.cost.eta_flops
-    hw = catalog.hardware("MI355X")
-    assert engine.cost.eta_attn < hw.achievable_flops
 
 
 @pytest.mark.parametrize(("argv", "hardware", "budget", "seqs"), [

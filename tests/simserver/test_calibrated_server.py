@@ -4,43 +4,21 @@ server prices with the file's knobs and its points name the calibration."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
+# In-process pytester runs drop modules first imported during a run; numpy cannot be imported
+# twice in one process, and httpx (which imports httpcore on first use) maps httpcore's errors
+# by class, so a second httpcore's errors would escape it: httpcore and the simulator are
+# imported here, once.
+import httpcore  # noqa: F401
 import pytest
+from calibration_project import NAMED, only_record, write_project
 
-from pytest_inferbench.testing.recipes import master_entry
-
-REPO = Path(__file__).resolve().parents[2]
-ATOM = "minimaxm3-fp4-mi355x-atom"
-CALIBRATION = """\
-format: pytest-inferbench sim calibration
-version: 1
-entries:
-- hardware: MI355X
-  framework: atom
-  model: amd/MiniMax-M3-MXFP4
-  knobs: {step_overhead_ms: 20, hbm_efficiency: 0.8, compute_efficiency: 0.09}
-  points: 3
-"""
+import pytest_inferbench.backends.sim  # noqa: F401
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    entry = master_entry(ATOM, ("{ tp: 4, conc-list: [1] }",), osl=64)
-    (pytester.path / "bench-master.yaml").write_text(entry)
-    (pytester.path / "launch").mkdir()
-    shutil.copy(REPO / "benchmarks/launch/minimaxm3_fp4_mi355x_atom.yaml",
-                pytester.path / "launch")
-    (pytester.path / "calib.yaml").write_text(CALIBRATION)
-    return pytester
-
-
-def _record(project: pytest.Pytester) -> dict[str, object]:
-    summary = json.loads((project.path / "inferbench-results" / "summary.json").read_text())
-    (point,) = summary["points"]
-    assert isinstance(point, dict)
-    return point
+    return write_project(pytester)
 
 
 def test_the_simulated_http_server_runs_with_the_calibration_and_its_points_name_it(
@@ -49,11 +27,33 @@ def test_the_simulated_http_server_runs_with_the_calibration_and_its_points_name
                                "--inferbench-backend", "sim-server", "--inferbench-time-scale", "0",
                                "--inferbench-sim-calibration", "calib.yaml")
     result.assert_outcomes(passed=1)
-    record = _record(project)
-    assert any(str(n).startswith("calibrated by calib.yaml (MI355X, atom, amd/MiniMax-M3-MXFP4")
+    record = only_record(project)
+    assert any(str(n).startswith(f"calibrated by {NAMED}")
                for n in record["notes"]), record["notes"]  # type: ignore[attr-defined]
     # The server itself priced with it: its banner says so, and no flag went unread.
     (log,) = (project.path / "inferbench-results" / "server-logs").glob("*.log")
     text = log.read_text()
     assert "inferbench-sim: calibrated by " in text and "step_overhead_ms 20" in text, text
     assert "'--calibration" not in text
+
+
+@pytest.mark.parametrize("calibrated", [(), ("--inferbench-sim-calibration", "calib.yaml")],
+                         ids=["profile", "calibrated"])
+def test_simulated_http_server_points_carry_the_expected_error_of_in_process_ones(
+        project: pytest.Pytester, calibrated: tuple[str, ...]) -> None:
+    flags = ("-p", "no:cacheprovider", "--inferbench-no-plots", *calibrated)
+    project.runpytest(*flags).assert_outcomes(passed=1)
+    in_process = only_record(project)
+    result = project.runpytest(*flags, "--inferbench-backend", "sim-server",
+                               "--inferbench-time-scale", "0")
+    result.assert_outcomes(passed=1)
+    served = only_record(project)
+    assert served["backend"] == "sim-server"
+    expected, label = in_process["expected_error"], in_process["expected_error_label"]
+    assert isinstance(expected, dict) and isinstance(label, str)
+    assert served["expected_error"] == expected
+    assert served["expected_error_label"] == label
+    result.stdout.fnmatch_lines([f"*{label}*"])  # the point's table row shows it
+    raw = json.loads((project.path / "inferbench-results" / "points"
+                      / f"{served['result_filename']}.json").read_text())
+    assert raw["inferbench"]["expected_error"] == expected

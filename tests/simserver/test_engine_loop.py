@@ -55,6 +55,34 @@ def test_a_request_arriving_after_a_stall_gets_no_token_planned_before_its_arriv
     assert first_token_planned > arrival
 
 
+
+def test_the_model_clock_counts_steps_and_waits_for_work_not_a_late_machine() -> None:
+    """The clock the server's simulated energy covers (`sim/server/energy.py`)."""
+    config, _ = engine_config_from_argv(list(ATOM_ARGV), hardware="MI355X")
+    clock = StallingClock()
+    stall_s = 5.0  # far beyond any real delay of this test
+
+    async def scenario() -> tuple[float, float, float]:
+        loop = EngineLoop(Engine(config), time_scale=1.0, clock=clock)
+        loop.start()
+        try:
+            _, queue = loop.submit(1000, 40)
+            await first_delivery(queue)
+            clock.stall(stall_s)  # the machine falls behind while the engine has work
+            while not (await first_delivery(queue)).finished:
+                pass
+            served = loop.model_seconds()
+            clock.stall(stall_s)  # the same while it waits for work
+            return served, loop.busy_s, loop.model_seconds()
+        finally:
+            await loop.stop()
+
+    served, busy_s, waited = asyncio.run(scenario())
+    assert busy_s > 0
+    assert served - busy_s < stall_s / 2  # the late steps' lag is the machine's, not idle time
+    assert waited - served >= stall_s  # a wait for work is the model's idle time
+
+
 BURST_CONC = 64
 WRITE_S = 0.00015  # one stream write's CPU, about what a chunk costs the served simulator
 # Model steps three times as long as real ones: the burst (9.6 ms) stays, and a machine busy

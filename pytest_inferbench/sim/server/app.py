@@ -42,6 +42,7 @@ from starlette.routing import Route
 
 from ...frameworks import registry as framework_registry  # apart from self.registry (prometheus)
 from .connection import EventStream, read_body, unless_disconnected
+from .energy import energy_collector
 from .engine_loop import EngineLoop
 from .faults import FAULT_EXIT_CODE, FaultConfig, FaultInjector
 from .openai_api import ApiError, Kind, parse_generation, parse_json_object, resolve_max_tokens
@@ -130,6 +131,9 @@ class SimulatorApp:
                                          lambda: config.snapshot(self.engine), self.latency)
         if config.extra_metrics is not None:
             self.registry.register(config.extra_metrics(self.engine, config.served_models[0]))
+        energy = energy_collector(self.engine, config.served_models[0], lambda: self.loop)
+        if energy is not None:
+            self.registry.register(energy)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -102,6 +102,12 @@ class EngineLoop:
         self._next_id = 0
         self._task: asyncio.Task[None] | None = None
         self.steps = 0
+        # The model's clock: the seconds of the steps that ran, and of the waits for work
+        # between them (on the server clock over the time scale; a late step's lag is the
+        # machine's, not the model's, and counts in neither).
+        self.busy_s = 0.0
+        self.idle_s = 0.0
+        self._idle_since: float | None = None  # server clock the current wait began at
         self.timeline = Timeline(timeline_bytes)
         self.failure: BaseException | None = None
         self.closing = asyncio.Event()  # set at shutdown: open streams end, stalls let go
@@ -149,6 +155,14 @@ class EngineLoop:
         self._queues.clear()
         self._awaiting_first.clear()
 
+    def model_seconds(self) -> float:
+        """The model's clock since the loop started: its steps' seconds and its waits for work
+        (at time scale 0, which keeps no clock, only the steps')."""
+        waiting = 0.0
+        if self._idle_since is not None and self.time_scale > 0:
+            waiting = max(self.clock() - self._idle_since, 0.0) / self.time_scale
+        return self.busy_s + self.idle_s + waiting
+
     @property
     def interrupted(self) -> bool:
         """The engine failed or the server is shutting down: no more tokens will come."""
@@ -171,15 +185,21 @@ class EngineLoop:
     async def _loop(self) -> None:
         step_start = self.clock()
         while True:
-            if not self.engine.has_work():
+            waited = not self.engine.has_work()
+            if waited:
                 self._wake.clear()
+                # The wait begins when the last step ended, or now if its delivery was late.
+                idle_from = self._idle_since = max(step_start, self.clock())
                 await self._wake.wait()
+                self._idle_since = None
                 # An idle engine starts its next step when work arrives, not in the past.
                 step_start = max(step_start, self.clock())
             # A step never starts before a request it may schedule arrived: when deliveries fall
             # behind the model (an overloaded machine), a new request joins a step that starts
             # on its arrival, not one whose planned start has already passed.
             step_start = max(step_start, self._last_submit)
+            if waited and self.time_scale > 0:
+                self.idle_s += max(step_start - idle_from, 0.0) / self.time_scale
             result = self.engine.step()
             self.steps += 1
             step_end = step_start + float(result.duration_s) * self.time_scale
@@ -189,6 +209,7 @@ class EngineLoop:
                 await asyncio.sleep(0)
                 step_end = self.clock()
             self.lag.note(self.clock() - step_end)
+            self.busy_s += float(result.duration_s)
             self._deliver(result, step_end)
             step_start = step_end
 
