@@ -229,6 +229,9 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     catalog.checkpoint(model)  # an unknown model fails here, listing the known ones
     tp, dp = v.get("tp", 1), v.get("dp", 1)
     dp_attn = "enable-dp-attention" in parsed.flags
+    if dp_attn and dp == 1 and entry.dp_attention_needs_dp:
+        dp_attn = False  # the server turns it off: attention stays tensor-parallel
+        parsed.ignored.append("--enable-dp-attention (no --dp-size above 1: off)")
     if dp > 1 and entry.data_parallel_attention:
         # Data parallelism as vLLM runs it on an MoE model: dp x tp GPUs, attention split by
         # sequences (each DP rank runs its own requests), experts shared over all ranks.
@@ -237,7 +240,7 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
         parsed.ignored.append(f"--data-parallel-size {dp} (independent replicas not modelled)")
     ep = v.get("ep", tp if parsed.flags & {"enable-expert-parallel", "enable-ep-moe"} else 1)
     quant = v.get("online_quant")
-    defaults = fw.defaults
+    defaults = fw.defaults_on(catalog.hardware(hardware))
     fields: dict[str, Any] = {
         key: v.get(key, defaults[key]) for key in
         ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",

@@ -164,6 +164,9 @@ class Framework:
       the `calibrated_on` chip; other chips scale it by their realizable-flops fraction
       relative to that chip's
     - defaults: engine arguments when the argv does not give them
+    - defaults_by_memory: the engine's own defaults that depend on the GPU's memory, a list of
+      `{min_gib: G, <argument>: value, ...}`: each entry whose G the chip's HBM (GiB, as the
+      engine reads it) reaches overrides `defaults`, later entries last
     - kv_transfer: disaggregated serving, the prefill -> decode KV-cache transfer. overlap:
       true when the prefill instance sends each chunk's KV as that chunk completes (only the
       last chunk's is left after the prefill), false when the transfer starts once the whole
@@ -183,6 +186,16 @@ class Framework:
     kv_transfer_overlap: bool  # each prefill chunk's KV is sent as the chunk completes
     kv_transfer_latency_s: float
     kv_transfer_efficiency: float
+    memory_defaults: tuple[tuple[float, dict[str, Any]], ...] = ()  # (min GiB, overrides)
+
+    def defaults_on(self, hw: Hardware) -> dict[str, Any]:
+        """`defaults` as the engine sets them on this chip (its memory tiers applied)."""
+        out = dict(self.defaults)
+        gib = hw.hbm_bytes / 2**30
+        for min_gib, overrides in self.memory_defaults:
+            if gib >= min_gib:
+                out.update(overrides)
+        return out
 
 
 @cache
@@ -326,7 +339,26 @@ def framework(name: str) -> Framework:
         kv_transfer_overlap=bool(d["kv_transfer"]["overlap"]),
         kv_transfer_latency_s=float(d["kv_transfer"]["latency_ms"]) / 1e3,
         kv_transfer_efficiency=float(d["kv_transfer"]["efficiency"]),
+        memory_defaults=_memory_defaults(entry.name, d.get("defaults_by_memory") or [],
+                                         set(d["defaults"])),
     )
+
+
+def _memory_defaults(name: str, tiers: object, known: set[str]
+                     ) -> tuple[tuple[float, dict[str, Any]], ...]:
+    where = f"framework {name}: simulator.defaults_by_memory"
+    if not isinstance(tiers, list):
+        raise CatalogError(f"{where} is a list of {{min_gib: G, argument: value}}")
+    out = []
+    for tier in tiers:
+        if not isinstance(tier, dict) or "min_gib" not in tier or len(tier) < 2:
+            raise CatalogError(f"{where}: {tier!r} is not {{min_gib: G, argument: value}}")
+        overrides = {k: v for k, v in tier.items() if k != "min_gib"}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise CatalogError(f"{where}: {unknown} are not among `defaults` ({sorted(known)})")
+        out.append((float(tier["min_gib"]), overrides))
+    return tuple(out)
 
 
 def mtp_acceptance_length(architecture_name: str, k: int) -> float | None:
