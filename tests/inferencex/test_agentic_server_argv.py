@@ -228,3 +228,27 @@ def test_an_mtp_agentic_server_with_decode_context_parallelism_takes_the_scripts
         assert flags.get("--decode-context-parallel-size", ["1"])[-1] == str(server.parallel.dcp)
         checked.append(server.parallel.dcp)
     assert len(set(checked)) == 2  # both branches of the script
+
+
+def test_every_speculative_agentic_server_forces_its_scripts_acceptance(
+        agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
+        tmp_path: Path) -> None:
+    # InferenceX's agentic MTP / EAGLE3 / DSpark scripts pin acceptance to the golden AL by
+    # synthetic acceptance in their throughput branch; the server the plugin starts drafts as
+    # many tokens and forces the same AL (not the fixed-length spec's unforced config).
+    checked: set[str] = set()
+    problems = []
+    for server in (s for s in agentic_servers if s.spec_decoding != "none"):
+        text = script_of(server, inferencex_current_dir).read_text(encoding="utf-8")
+        tokens = {int(v) for v in re.findall(r"NUM_SPEC_TOKENS=(\d+)", text)}
+        accept = {float(a or b) for a, b in re.findall(
+            r'SYNTHETIC_ACCEPT_LEN=([\d.]+)|synthetic_acceptance_length\\": ([\d.]+)', text)}
+        spec = resolve(server, tmp_path)
+        sd = read_speculative_decoding(spec.argv, spec.env_dict)
+        got = (sd.num_tokens, sd.forced_acceptance_length) if sd else None
+        if got is None or got[0] not in tokens or got[1] not in accept:
+            problems.append(f"{server.node_name}: {got} (script: tokens {sorted(tokens)}, "
+                            f"AL {sorted(accept)})")
+        checked.add(server.config_key)
+    assert checked  # the tree's speculative agentic configs
+    assert not problems, "\n".join(problems)
