@@ -143,6 +143,8 @@ def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cach
                                         "minimaxm3-fp8-mi300x-vllm-agentic",
                                         "minimaxm3-fp8-mi325x-vllm-agentic",
                                         "dsv4-fp4-b200-vllm-agentic",
+                                        "dsv4-fp4-b300-vllm-agentic",
+                                        "dsv4-fp4-b300-vllm-agentic-mtp",
                                         "kimik2.5-int4-b200-vllm-agentic",
                                         "kimik2.5-int4-h200-vllm-agentic",
                                         "kimik2.5-fp4-b200-vllm-agentic-lmcache",
