@@ -10,16 +10,14 @@ the host network, as a vLLM image would.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 from vllm_helpers import SERVER_CPU, CpuProject, run_plugin
 
 from pytest_inferbench.backends import simimage
 from pytest_inferbench.backends.docker import MOUNTS_ENV
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 pytestmark = pytest.mark.real_engine
 
@@ -53,12 +51,16 @@ def test_docker_backend_starts_measures_and_stops_vllm(cpu_project: CpuProject,
                      "--inferbench-skip-pull", "-m", "not eval", "-k", "not mtp and conc4",
                      env={MOUNTS_ENV: simimage.mounts_value()})
     text = run.output
+    # Stopped and removed, whatever the point's verdict: no container of the image is left.
+    assert client.containers.list(all=True, filters={"ancestor": image}) == []
+    client.close()
     # A server that died or never answered fails the point with its log tail (the output).
-    assert f"PASSED {NODE}" in text, text
-    raw = run.points()["conc4"]
+    points = run.points()
+    assert "conc4" in points, text
+    raw = points["conc4"]
     info: dict[str, Any] = raw["inferbench"]  # type: ignore[assignment]
     assert info["simulated"] is False, info
-    assert raw["completed"] == raw["num_prompts"] > 0
+    assert raw["completed"] == raw["num_prompts"] > 0, text
     assert raw["total_output_tokens"] == info["server_metrics"]["counter_deltas"][
         "vllm:generation_tokens_total"]
     # The container's processes are this host's: the client found the server by its port and
@@ -66,7 +68,7 @@ def test_docker_backend_starts_measures_and_stops_vllm(cpu_project: CpuProject,
     check = info["client_check"]
     assert f"off the local server's bound CPUs [{SERVER_CPU}]" in check["client_cpu_choice"]
     print(f"docker: {raw['output_throughput']:.0f} output tok/s, median TPOT "
-          f"{raw['median_tpot_ms']:.3f} ms, {run.elapsed_s:.0f} s in all")
-    # Stopped and removed: no container of the image is left, running or not.
-    assert client.containers.list(all=True, filters={"ancestor": image}) == []
-    client.close()
+          f"{raw['median_tpot_ms']:.3f} ms, {run.elapsed_s:.0f} s in all, client self-check "
+          f"{'ok' if check['ok'] else check.get('reason')} (load average "
+          f"{Path('/proc/loadavg').read_text().split()[0]})")
+    assert f"PASSED {NODE}" in text, text
