@@ -76,7 +76,9 @@ TCP_LISTEN = "0A"  # the st column of /proc/net/tcp: TCP_LISTEN
 
 def loopback_server_group(base_url: str, proc: Path = Path("/proc")) -> int | None:
     """The process group of the process listening on `base_url`'s port when the URL is this
-    host's loopback, else None (a remote server, or a listener not visible in `proc`)."""
+    host's loopback, else None (a remote server, or a listener not visible in `proc`), and
+    None when that group is the client's own (a server in this process or started without a
+    group of its own: its processes cannot be told from the client's and its xdist siblings')."""
     parts = urlsplit(base_url)
     if parts.hostname not in LOOPBACK_HOSTS:
         return None
@@ -90,7 +92,8 @@ def loopback_server_group(base_url: str, proc: Path = Path("/proc")) -> int | No
             for fd in (entry / "fd").iterdir():
                 with contextlib.suppress(OSError):
                     if os.readlink(fd) in wanted:
-                        return _pgrp(entry)
+                        group = _pgrp(entry)
+                        return None if group == os.getpgrp() else group
     return None
 
 

@@ -135,3 +135,7 @@ def test_no_local_server_for_a_remote_url_or_a_port_nobody_listens_on(
     with socket.socket() as closed:  # a port bound, never listened on
         closed.bind(("127.0.0.1", 0))
         assert loopback_server_group(f"http://127.0.0.1:{closed.getsockname()[1]}") is None
+    with socket.socket() as own:  # a server inside the client's process: nothing to keep off
+        own.bind(("127.0.0.1", 0))
+        own.listen()
+        assert loopback_server_group(f"http://127.0.0.1:{own.getsockname()[1]}") is None
