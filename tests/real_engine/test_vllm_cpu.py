@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -45,7 +46,6 @@ from pytest_inferbench.loadgen.scrape import SCRAPE_TIMEOUT_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 pytestmark = pytest.mark.real_engine
 
