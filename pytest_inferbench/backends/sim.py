@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..loadgen.prompts import point_workload
 from ..loadgen.replay_schedule import ReplayConfig
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
+from ..recipe.agentic import drop_flags, offload_launch
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from ..results.power import SIMULATED_SOURCE, PowerReading
 from ..sim import catalog, expected_error, power
@@ -28,6 +29,7 @@ from ..sim.args import ArgvError, engine_config_from_argv
 from ..sim.calibrate import file as calibration_file
 from ..sim.cluster import Cluster
 from ..sim.cluster_driver import simulate_deployment_point
+from ..sim.cluster_replay import simulate_cluster_replay
 from ..sim.config import EngineConfig
 from ..sim.disagg import (
     Deployment,
@@ -139,18 +141,20 @@ class SimHandle(ServerHandle):
 
     def _run_replay(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
         """An agentic-coding point: its traces replayed on the engine's virtual clock, as the
-        HTTP replay plays them (`sim/replay_driver.py`), recorded gaps as recorded."""
-        if self.deployment is not None:  # collection skips these (`backend_registry`)
-            raise PointNotMeasuredError(f"{point.name}: the agentic replay of a multinode "
-                                        "deployment is not simulated yet")
+        HTTP replay plays them (`sim/replay_driver.py`; a multinode deployment's router,
+        instances and KV transfers: `sim/cluster_replay.py`), recorded gaps as recorded."""
         config = self.config if self.config.seed == load.seed else replace(
             self.config, seed=load.seed)
         label, trees = replay_traces(load.traces)
         settings = ReplayConfig(duration_s=load.replay_duration_s, seed=load.seed)
         started = time.time()
         try:
-            outcome = simulate_replay(Engine(config, keep_traces=True), trees, point.conc,
-                                      settings, chat=self.client.chat)
+            if self.deployment is not None:  # its router, instances and KV transfers
+                outcome = simulate_cluster_replay(self.deployment, trees, point.conc, settings,
+                                                  chat=self.client.chat, seed=load.seed)
+            else:
+                outcome = simulate_replay(Engine(config, keep_traces=True), trees, point.conc,
+                                          settings, chat=self.client.chat)
         except RequestRejectedError as exc:
             raise PointNotMeasuredError(
                 f"{point.name}: the simulated server rejects the replay's requests (a real "
@@ -249,12 +253,19 @@ class SimBackend(Backend):
         pools: list[Pool] = []
         ignored: list[str] = []
         try:
+            # A dram point's prompt-computing workers offload their KV to CPU DRAM (InferenceX
+            # budgets total-cpu-dram-gb per prefill worker: decode keeps no host pool).
+            offload = offload_launch(replace(server, parallel=server.prefill.parallel))
             for name, worker in (("prefill", server.prefill), ("decode", server.decode)):
                 if worker.num_worker == 0:
                     continue
                 role = roles[name]
+                argv, env = list(role.argv), dict(role.env)
+                if name == "prefill" and offload[0]:
+                    argv = drop_flags(argv, offload[2]) + offload[0]
+                    env.update(offload[1])
                 config, skipped = engine_config_from_argv(
-                    role.argv, hardware=server.hardware, env=dict(role.env),
+                    argv, hardware=server.hardware, env=env,
                     framework=engine_framework(server.framework), files=dict(spec.files))
                 p = worker.parallel
                 if config.tp != p.gpus:

@@ -373,6 +373,10 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
         words = (read_str_list(path, f"{where}.command", role["command"]) if "command" in role
                  else command)
         words = words + read_str_list(path, f"{where}.args", role.get("args", [])) + extra
+        if server.scenario == agentic.SCENARIO:
+            # An agentic point's workers serve the model's native context, as the single-node
+            # agentic servers do: the ISL/OSL sizing of `{max_model_len}` is fixed-seq-len's.
+            words = agentic.native_context(words)
         if not words:
             raise LaunchSpecError(f"{path}: {where}: no command (give one here or at the top)")
         specs.append(RoleSpec(
