@@ -44,7 +44,6 @@ speculative: {{flags: [draft-tokens], synthetic_acceptance: []}}
 multinode: {{{THROWAWAY}-disagg: random}}
 simulator:
   step_overhead_ms: 2.5
-  allreduce_latency_us: 10.0
   allreduce_bytes_per_elem: 2.0
   hbm_efficiency: 0.8
   compute_efficiency: 0.0945

@@ -57,14 +57,14 @@ def replay_workload(label: str, trees: Sequence[SessionTree], lanes: int,
                     settings: ReplayConfig, requests: Sequence[ReplayedRequest], plays: int,
                     plays_completed: int, token_source: str) -> dict[str, JSONValue]:
     """The result's description of an agentic replay (its `workload`)."""
-    hit = sum(q.hit_blocks for q in requests)
-    total = sum(q.total_blocks for q in requests)
+    hit, total = _theoretical(requests)
     return {
         "kind": "agentic-replay", "traces": label, "trace_count": len(trees),
         "lanes": lanes, "duration_s": settings.duration_s,
         "delay_scale": settings.delay_scale, "plays": plays,
         "plays_completed": plays_completed,
-        # agentic.md §4.2: theoretical_prefix_cache_hit sum / count, over the requests sent.
+        # agentic.md §4.2: theoretical_prefix_cache_hit sum / count, over the requests
+        # profiled (a primer's assumes the history it stands for was sent).
         "theoretical_cache_hit_rate": hit / total if total else None,
         "token_source": token_source,
         "token_counts_estimated": token_source.endswith("(approximate)"),
@@ -72,11 +72,18 @@ def replay_workload(label: str, trees: Sequence[SessionTree], lanes: int,
 
 
 def replay_meta(num_gpus: int, settings: ReplayConfig, requests: Sequence[ReplayedRequest], *,
-                clock_start: float, start_unix: float, cancelled: bool = False) -> ReplayMeta:
+                clock_start: float, start_unix: float, cancelled: bool = False,
+                fault: str = "") -> ReplayMeta:
     """What the agentic aggregate (`results/agentic.py`) needs besides the records: `requests`
     in the records' order, `clock_start` the records' clock at `start_unix`."""
+    hit, total = _theoretical(requests)
     return ReplayMeta(
         num_gpus=num_gpus, clock_start=clock_start, start_unix=start_unix,
-        duration_s=settings.duration_s, hit_blocks=sum(q.hit_blocks for q in requests),
-        total_blocks=sum(q.total_blocks for q in requests), cancelled=cancelled,
-        expected_output=tuple(q.output_length for q in requests))
+        duration_s=settings.duration_s, hit_blocks=hit, total_blocks=total,
+        cancelled=cancelled, fault=fault, expected_output=tuple(q.output_length for q in requests))
+
+
+def _theoretical(requests: Sequence[ReplayedRequest]) -> tuple[int, int]:
+    """The theoretical prefix-cache hit and total blocks of the profiled requests."""
+    profiled = [q for q in requests if not q.warmup]
+    return sum(q.hit_blocks for q in profiled), sum(q.total_blocks for q in profiled)

@@ -3,8 +3,13 @@
 The traces and the result's description of the replay are `agentic_traces`'s. Like the
 fixed-length load: the measured phase's bracket (`measured.py`: scrapes, event-loop monitor, KV
 usage and GPU power sampled during the replay), the client self-check, one `RequestRecord` per
-request. There is no warmup phase yet (agentic.md §3.3: t*, primers and per-lane warmups are not
-implemented), so every request of the replay is measured.
+request. The replay's warmup (agentic.md §3.3: each lane's first tree from its seeded t*, its
+primers and per-lane warmup requests) runs inside the bracket; its records are flagged `warmup`
+and measured by no metric, and the duration is the profiling phase's.
+
+A request that lost the server stops the replay (`loadgen/replay.py`); the point fails naming
+it (`results.build.measurement_failures`), and where the server is found dead its log tail
+follows that line (`ServerDiedError`).
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from ..loadgen.replay_schedule import ReplayConfig
 from ..loadgen.selfcheck import point_verdict
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .agentic_traces import replay_meta, replay_note, replay_traces, replay_workload
+from .base import ServerDiedError
 from .measured import measured_phase
 
 if TYPE_CHECKING:
     from ..loadgen.client import ClientConfig
     from ..loadgen.prompts import TextTokenizer
+    from ..loadgen.replay import ReplayRun
     from ..loadgen.trace_sessions import SessionTree
     from ..loadgen.workload import LoadSettings
     from ..recipe.model import BenchPoint
@@ -68,16 +75,27 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     notes = [replay_note(label, settings, point.conc)]
     if handle.simulated:
         notes.append(SIMULATED_NOTE)
+    ran: list[ReplayRun] = []
+
+    async def load() -> ReplayRun:
+        ran.append(await replay(cfg, trees, point.conc, settings))
+        return ran[0]
+
     async with make_http_client(cfg, 1) as client:
-        phase = await measured_phase(handle, client, notes,
-                                     lambda: replay(cfg, trees, point.conc, settings),
-                                     point.server.gpus)
+        try:
+            phase = await measured_phase(handle, client, notes, load,
+                                         point.server.gpus)
+        except ServerDiedError as exc:
+            if ran and ran[0].fault:  # the request that found it gone, then its log
+                raise ServerDiedError(f"{ran[0].fault}\n{exc}") from None
+            raise
     run, stats, server = phase.run, phase.loop, phase.server_metrics
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
     described = replay_workload(label, trees, point.conc, settings, run.requests, run.plays,
                                 run.plays_completed, cfg.text_token_source)
     replayed = replay_meta(point.server.gpus, settings, run.requests, clock_start=run.start,
-                           start_unix=phase.started_unix, cancelled=run.cancelled)
+                           start_unix=phase.started_unix, cancelled=run.cancelled,
+                           fault=run.fault)
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,

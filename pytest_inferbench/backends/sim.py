@@ -166,7 +166,7 @@ class SimHandle(ServerHandle):
         self._log.append(f"{point.name}: {len(outcome.records)} replayed requests in "
                          f"{outcome.duration_s:.1f} virtual s")
         return PointMeasurement(
-            records=outcome.records, duration_s=outcome.duration_s,
+            records=outcome.records, duration_s=outcome.duration_s - outcome.profile_start,
             num_prompts=len(outcome.records), max_concurrency=point.conc, simulated=True,
             server_metrics=outcome.server_metrics, notes=tuple(notes), started_unix=started,
             workload=replay_workload(label, trees, point.conc, settings, outcome.requests,
@@ -254,8 +254,13 @@ class SimBackend(Backend):
         ignored: list[str] = []
         try:
             # A dram point's prompt-computing workers offload their KV to CPU DRAM (InferenceX
-            # budgets total-cpu-dram-gb per prefill worker: decode keeps no host pool).
-            offload = offload_launch(replace(server, parallel=server.prefill.parallel))
+            # budgets total-cpu-dram-gb per prefill worker: decode keeps no host pool). Flags
+            # the registry does not give leave the tier out, and the point's notes say so.
+            try:
+                offload = offload_launch(replace(server, parallel=server.prefill.parallel))
+            except ValueError as exc:
+                offload = ([], {}, ())
+                ignored.append(f"kv-offloading dram (no CPU-DRAM tier simulated): {exc}")
             for name, worker in (("prefill", server.prefill), ("decode", server.decode)):
                 if worker.num_worker == 0:
                     continue

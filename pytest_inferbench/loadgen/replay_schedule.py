@@ -7,13 +7,22 @@ no I/O: the caller says "request k completed at t" (`complete`) and asks what is
 (`take`) and when the next timer fires (`next_due`).
 
 `concurrency` lanes (§3.2) each play one trace's session tree at a time -- the root stream and
-its subagents, which run concurrently inside the lane -- and when the whole tree has drained the
-lane recycles to the next trace in dataset order, wrapping, from turn 0 under a fresh play
-number (its cache-bust marker, §3.4 "Session end"). Within a stream the next turn is due when
-the previous one completed plus the recorded end-to-start gap times `delay_scale` (§2.3
-"Timing per turn", §3.4 "Dispatch rule"); a root turn that joins subagents also waits for them;
-a subagent is due when its spawning root turn completed plus its offset within its branch
-(`max(0, t0 - branch start)`).
+its children (subagents and their nested agents, `trace_sessions`), which run concurrently inside
+the lane -- and when the whole tree has drained the lane recycles to the next trace in dataset
+order, wrapping, from turn 0 under a fresh play number (its cache-bust marker, §3.4 "Session
+end"). Within a stream the next turn is due when the previous one completed plus the recorded
+end-to-start gap times `delay_scale` (§2.3 "Timing per turn", §3.4 "Dispatch rule"); a turn
+that joins children also waits until every one of them has settled, and each child's own
+joins wait for its children in turn; a child is due when its spawning turn completed plus its
+offset within its branch (`max(0, t0 - branch start)`).
+
+The start (§3.3, `replay_start`): each lane's first tree starts at its seeded t*. The warmup
+sends each stream alive at t* its last turn before t* (its primer: the context the lane
+skipped), then, once the lane's primers are done, the lane's next `warmup_per_lane` requests in
+dependency order with no delays, each for one output token and flagged (`Dispatch.warmup`).
+When every lane's warmup has drained, profiling begins (`profile_start`, the duration counts
+from it): each stream's next turn is due at its recorded offset from t* after that instant
+(`resume_offset`); a lane whose tree ran out in the warmup starts its next one from turn 0.
 
 Both idle caps of §3.4 move timers and never reorder requests: once a tree has nothing in flight
 its earliest pending timer is pulled to at most `trace_idle_cap_s` after it went idle (its other
@@ -23,92 +32,38 @@ what is in flight finishes and counts (§3.4 "End of profiling").
 
 A request that failed does not end its stream, which goes on as if it had succeeded (§3.4
 "Errors"), except a context overflow (`is_context_overflow`): its turns after it are only
-larger, so that stream ends there; a root turn waiting on it to join goes on.
-
-Not yet done: the startup at a seeded t* with primers and per-lane warmup requests (§3.3) and
-the nested chain splitting of subagents (§2.3); every lane starts its first trace at turn 0.
+larger, so that stream ends there; a turn waiting on it to join goes on.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .workload import DEFAULT_REPLAY_DURATION_S
+from .replay_config import (
+    CONTEXT_OVERFLOW_SUBSTRINGS,
+    FROM_TURN_0,
+    SYSTEM_IDLE_CAP_S,
+    TRACE_IDLE_CAP_S,
+    Dispatch,
+    ReplayConfig,
+    ReplayedRequest,
+    is_context_overflow,
+)
+from .replay_start import StartPoint, resume_offset, snapshot, trajectory_start
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .trace_sessions import SessionTree, Turn
+    from .trace_sessions import SessionTree, SubagentLink, Turn
 
-__all__ = ["CONTEXT_OVERFLOW_SUBSTRINGS", "SYSTEM_IDLE_CAP_S", "TRACE_IDLE_CAP_S", "Dispatch",
-           "ReplayConfig", "ReplaySchedule", "ReplayedRequest", "is_context_overflow"]
+__all__ = ["CONTEXT_OVERFLOW_SUBSTRINGS", "FROM_TURN_0", "SYSTEM_IDLE_CAP_S",
+           "TRACE_IDLE_CAP_S", "Dispatch", "ReplayConfig", "ReplaySchedule", "ReplayedRequest",
+           "is_context_overflow"]
 
-# What an error says when the prompt did not fit the server's context: AIPerf's
-# AIPERF_AGENTX_CONTEXT_OVERFLOW_SUBSTRINGS (§3.4 "Errors"), matched in lower case.
-CONTEXT_OVERFLOW_SUBSTRINGS = ("context length", "maximum context", "context_length_exceeded",
-                               "prompt is too long")
-# InferenceX's idle caps (§3.1 scenario locks and flags, §3.4).
-SYSTEM_IDLE_CAP_S = 10.0
-TRACE_IDLE_CAP_S = 300.0
-
-
-def is_context_overflow(error: str) -> bool:
-    """Whether a failed request's error says its prompt overflowed the server's context."""
-    text = error.lower()
-    return any(s in text for s in CONTEXT_OVERFLOW_SUBSTRINGS)
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    duration_s: float = DEFAULT_REPLAY_DURATION_S  # no request is sent after it
-    system_idle_cap_s: float = SYSTEM_IDLE_CAP_S
-    trace_idle_cap_s: float = TRACE_IDLE_CAP_S
-    delay_scale: float = 1.0  # recorded end-to-start gaps are multiplied by it (1: as recorded)
-    seed: int = 0  # of the block texts
-    run_id: str = ""  # the markers' key space; "" draws a fresh one, so runs never share cache
-
-
-@dataclass(frozen=True)
-class ReplayedRequest:
-    """What one record of a replay was: which lane, play, stream and turn, and its timing."""
-
-    lane: int
-    play: int
-    trace_id: str
-    session_id: str
-    turn: int
-    input_length: int  # recorded `in`
-    output_length: int  # recorded `out` = max_tokens
-    hit_blocks: int  # theoretical prefix hit, trace blocks (`trace_sessions.Turn`)
-    total_blocks: int
-    block_size: int
-    delay_s: float | None  # the recorded end-to-start gap after the stream's previous turn
-    previous_end: float | None  # when the stream's previous turn ended (the caller's clock)
-
-
-@dataclass(frozen=True)
-class Dispatch:
-    """One request to send now: its turn, where it belongs, and when the schedule wanted it."""
-
-    key: int  # what `complete` is told
-    lane: int
-    play: int  # the tree's play number: its cache-bust marker's key
-    tree: SessionTree
-    turn: Turn
-    due: float | None  # the due time before any idle cap moved it; None: a lane's first turn
-    at: float  # when it fell due: its timer as the caps moved it, or when it became ready
-    previous_end: float | None
-
-    def described(self) -> ReplayedRequest:
-        r, trace = self.turn.request, self.tree.trace
-        return ReplayedRequest(
-            lane=self.lane, play=self.play, trace_id=trace.id, session_id=self.turn.session_id,
-            turn=self.turn.index, input_length=r.input_length, output_length=r.output_length,
-            hit_blocks=self.turn.hit_blocks, total_blocks=self.turn.total_blocks,
-            block_size=trace.block_size, delay_s=self.turn.delay,
-            previous_end=self.previous_end)
+_PRIMER, _WARMUP, _PROFILE = "primer", "warmup", "profile"
 
 
 @dataclass
@@ -117,7 +72,9 @@ class _Stream:
     pos: int = 0  # the next turn to send
     previous_end: float | None = None
     outcome: bool | None = None  # True: every turn sent and done; False: cut by the end
-    joining: bool = False  # a root turn waits for the subagents it joins
+    joining: bool = False  # its next turn waits for the children it joins
+    parked: bool = False  # held by the warmup (its primers, or the lane's warmup spent)
+    resume_due: float | None = None  # its first turn after the warmup is due then
 
 
 @dataclass
@@ -129,6 +86,10 @@ class _Play:
     in_flight: int = 0
     idle_since: float | None = None
     timers: dict[int, list[float]] = field(default_factory=dict)  # timer key -> [due]
+    start: StartPoint | None = None  # a first play started at its t* (§3.3)
+    primers: int = 0  # primers not yet completed
+    warmup_left: int = 0  # warmup requests it may still queue
+    queued: int = 0  # in the ready queue
 
     @property
     def root(self) -> _Stream:
@@ -141,6 +102,7 @@ class _Pending:
     session: str
     due: float | None
     at: float  # when it became ready (a timer's: set when it fires)
+    kind: str = _PROFILE
 
 
 class ReplaySchedule:
@@ -154,7 +116,8 @@ class ReplaySchedule:
             raise ValueError("a trace to replay has no top-level request")
         self.trees = trees
         self.cfg = cfg
-        self.end = start + cfg.duration_s
+        self.profile_start: float | None = None  # when the warmup drained (§3.3)
+        self.end = math.inf  # profile_start + duration, once profiling begins
         self.plays = 0  # trees started
         self.plays_completed = 0  # trees whose every stream sent every turn
         self.total_in_flight = 0
@@ -162,11 +125,20 @@ class ReplaySchedule:
         self._ready: list[_Pending] = []  # due at once, in the order they became ready
         self._timers: list[tuple[float, int]] = []  # heap of (due as set, timer key)
         self._timer_of: dict[int, tuple[_Play, _Pending, list[float]]] = {}
-        self._sent: dict[int, tuple[_Play, str]] = {}
+        self._sent: dict[int, tuple[_Play, str, str]] = {}
         self._next_key = 0
         self._live: dict[int, _Play] = {}
+        self._warming: dict[int, _Play] = {}
+        self._idle_lanes: list[int] = []  # lanes whose first tree drained in the warmup
+        self._children: dict[tuple[int, str], list[SubagentLink]] = {}
+        self._link_of: dict[tuple[int, str], SubagentLink] = {}
+        for tree in {id(t): t for t in trees}.values():  # a tree may be listed twice
+            for link in tree.links:
+                self._children.setdefault((id(tree), tree.parent_of(link)), []).append(link)
+                self._link_of[(id(tree), link.session_id)] = link
         for lane in range(concurrency):
-            self._new_play(lane, start)
+            self._first_play(lane, start)
+        self._maybe_profile(start)
 
     # ----------------------------------------------------------------- the caller's questions
     def take(self, now: float) -> list[Dispatch]:
@@ -185,7 +157,7 @@ class ReplaySchedule:
                 continue
             del self._timer_of[key]
             del play.timers[key]
-            self._ready.append(_Pending(play, pending.session, pending.due, due[0]))
+            self._queue(_Pending(play, pending.session, pending.due, due[0]))
         ready, self._ready = self._ready, []
         return [self._send(p) for p in ready]
 
@@ -206,10 +178,10 @@ class ReplaySchedule:
         return now >= self.end or not (self._ready or self._timer_of)
 
     def complete(self, key: int, t: float, *, overflow: bool = False) -> None:
-        """Request `key` completed at `t`: its stream's next turn, the subagents it spawns, the
+        """Request `key` completed at `t`: its stream's next turn, the children it spawns, the
         join it releases, and the lane's next play become ready or timed. `overflow`: it
         failed on a context overflow, which ends its stream (module doc)."""
-        play, session = self._sent.pop(key)
+        play, session, kind = self._sent.pop(key)
         play.in_flight -= 1
         self.total_in_flight -= 1
         if not play.in_flight:
@@ -220,23 +192,92 @@ class ReplaySchedule:
         turn = stream.turns[stream.pos]
         stream.pos += 1
         stream.previous_end = t
+        if kind == _PRIMER:  # its children's state at t* is the snapshot's
+            play.primers -= 1
+            stream.parked = not overflow
         if overflow:
             stream.outcome = False
             self._settled(play, session, t)
-        else:
-            if session == play.tree.trace.id:
-                self._spawn(play, turn.index, t)
+        if kind == _PRIMER:
+            if not play.primers and play.play in self._live:
+                self._unpark(play, t)
+        elif not overflow:
+            self._spawn(play, session, turn.index, t)
             self._advance(play, session, t)
         self._cap(play, t)
+        self._maybe_profile(t)
+
+    # ----------------------------------------------------------------- the start (§3.3)
+    def _first_play(self, lane: int, now: float) -> None:
+        play = self._new_play(lane, now, first=True)
+        if play is None:
+            return
+        tree, cfg = play.tree, self.cfg
+        lo, hi = cfg.trajectory_start
+        t_star = trajectory_start(tree, cfg.seed, lane, lo, hi)
+        start = play.start = snapshot(tree, t_star)
+        play.warmup_left = cfg.warmup_per_lane
+        self._warming[play.play] = play
+        for session in (tree.trace.id, *(k.session_id for k in tree.links)):
+            if session in start.done:
+                play.streams[session] = _Stream(tree.streams[session], outcome=True)
+            elif session in start.pending:
+                play.streams[session] = _Stream(tree.streams[session], parked=True)
+            elif session in start.resume:
+                play.streams[session] = _Stream(tree.streams[session],
+                                                pos=start.resume[session] - 1)
+                play.primers += 1
+                self._queue(_Pending(play, session, None, now, _PRIMER))
+        if not play.primers:
+            self._unpark(play, now)
+
+    def _unpark(self, play: _Play, now: float) -> None:
+        """The lane's primers are done (or it had none), or profiling begins: its streams go
+        on, in the recorded order of their next turns (which the warmup budget takes first)."""
+        def recorded(session: str) -> float:
+            stream = play.streams[session]
+            return (stream.turns[stream.pos].request.t if stream.pos < len(stream.turns)
+                    else math.inf)
+        for session in sorted((s for s, st in play.streams.items() if st.parked), key=recorded):
+            play.streams[session].parked = False
+            self._advance(play, session, now)
+
+    def _maybe_profile(self, now: float) -> None:
+        """Every lane's warmup drained: profiling begins now (module doc)."""
+        if self.profile_start is not None or any(
+                p.primers or p.in_flight or p.queued for p in self._warming.values()):
+            return
+        self.profile_start = now
+        self.end = now + self.cfg.duration_s
+        warmed, self._warming = list(self._warming.values()), {}
+        for play in warmed:
+            assert play.start is not None
+            for session, stream in play.streams.items():
+                if stream.outcome is None:
+                    stream.resume_due = now + resume_offset(
+                        play.tree, play.start.t_star, session, stream.pos) * self.cfg.delay_scale
+        for play in warmed:
+            if play.play in self._live:
+                self._unpark(play, now)
+        lanes, self._idle_lanes = self._idle_lanes, []
+        for lane in lanes:
+            self._new_play(lane, now)
 
     # ----------------------------------------------------------------- internals
-    def _new_play(self, lane: int, now: float) -> None:
+    def _new_play(self, lane: int, now: float, *, first: bool = False) -> _Play | None:
         play = _Play(lane, self.plays, self.trees[self.plays % len(self.trees)])
         self.plays += 1  # dataset order, wrapping: the first lanes take the first traces (§3.2)
         self._live[play.play] = play
+        if first:
+            return play
         root = play.tree.trace.id
         play.streams[root] = _Stream(play.tree.streams.get(root, ()))
         self._advance(play, root, now, first_due=None)
+        return None
+
+    def _queue(self, pending: _Pending) -> None:
+        pending.play.queued += 1
+        self._ready.append(pending)
 
     def _advance(self, play: _Play, session: str, now: float, *,
                  first_due: float | None = None) -> None:
@@ -249,13 +290,22 @@ class ReplaySchedule:
             self._settled(play, session, now)
             return
         turn = stream.turns[stream.pos]
-        if session == play.tree.trace.id and stream.pos:  # a joining root turn waits
-            joined = [link.session_id for link in play.tree.links
-                      if link.join_turn == turn.index and link.session_id in play.streams]
-            if any(play.streams[s].outcome is None for s in joined):
-                stream.joining = True  # the last of them to settle advances the root again
+        joined = [link.session_id for link in self._children.get((id(play.tree), session), ())
+                  if link.join_turn == turn.index and link.session_id in play.streams]
+        if stream.pos and any(play.streams[s].outcome is None for s in joined):
+            stream.joining = True  # the last of them to settle advances it again
+            return
+        if play.play in self._warming:  # the warmup: no delays, the lane's budget
+            if play.primers or play.warmup_left <= 0:
+                stream.parked = True
                 return
-        if stream.previous_end is None:
+            play.warmup_left -= 1
+            self._queue(_Pending(play, session, None, now, _WARMUP))
+            return
+        if stream.resume_due is not None:
+            due: float | None = stream.resume_due
+            stream.resume_due = None
+        elif stream.previous_end is None:
             due = first_due
         else:
             due = stream.previous_end + (turn.delay or 0.0) * self.cfg.delay_scale
@@ -265,7 +315,7 @@ class ReplaySchedule:
             return
         pending = _Pending(play, session, due, now)
         if due is None or due <= now:
-            self._ready.append(pending)
+            self._queue(pending)
             return
         key = self._next_key
         self._next_key += 1
@@ -277,10 +327,12 @@ class ReplaySchedule:
             play.idle_since = now
         self._cap(play, now)
 
-    def _spawn(self, play: _Play, turn: int, ended: float) -> None:
-        """Start the subagents root turn `turn` spawns (a branch: same spawn and join)."""
+    def _spawn(self, play: _Play, session: str, turn: int, ended: float) -> None:
+        """Start the children the stream's turn `turn` spawns (a branch: same spawn and
+        join)."""
         tree = play.tree
-        spawned = [link for link in tree.links if link.spawn_turn == turn]
+        spawned = [link for link in self._children.get((id(tree), session), ())
+                   if link.spawn_turn == turn and link.session_id not in play.streams]
         for link in spawned:
             branch = [b for b in spawned if b.join_turn == link.join_turn]
             starts = [tree.streams[b.session_id][0].request.t for b in branch
@@ -292,36 +344,43 @@ class ReplaySchedule:
                           first_due=ended + offset * self.cfg.delay_scale)
 
     def _settled(self, play: _Play, session: str, now: float) -> None:
-        """A stream is done: a root waiting on it may go on; a drained tree frees its lane."""
-        root = play.tree.trace.id
-        if session != root and play.root.joining:
-            play.root.joining = False
-            self._advance(play, root, now)
+        """A stream is done: a parent waiting on it may go on; a drained tree frees its lane."""
+        link = self._link_of.get((id(play.tree), session))
+        if link is not None:
+            parent = play.tree.parent_of(link)
+            if play.streams[parent].joining:
+                play.streams[parent].joining = False
+                self._advance(play, parent, now)
         if any(s.outcome is None for s in play.streams.values()):
             return
         if self._live.pop(play.play, None) is None:
-            return  # the root settling above drained it already
+            return  # the parent settling above drained it already
         for key in play.timers:
             self._timer_of.pop(key, None)
         play.timers.clear()
-        if all(s.outcome for s in play.streams.values()) and \
+        skipped = play.start is not None and (play.start.done or play.start.resume)
+        if not skipped and all(s.outcome for s in play.streams.values()) and \
                 len(play.streams) == len(play.tree.links) + 1:
             self.plays_completed += 1
-        if now < self.end:
+        if self._warming.pop(play.play, None) is not None:
+            self._idle_lanes.append(play.lane)  # its next tree starts with the profiling
+        elif now < self.end:
             self._new_play(play.lane, now)
 
     def _send(self, pending: _Pending) -> Dispatch:
         play, stream = pending.play, pending.play.streams[pending.session]
+        play.queued -= 1
         key = self._next_key
         self._next_key += 1
-        self._sent[key] = (play, pending.session)
+        self._sent[key] = (play, pending.session, pending.kind)
         play.in_flight += 1
         self.total_in_flight += 1
         play.idle_since = None
         self._system_idle_since = None
         return Dispatch(key=key, lane=play.lane, play=play.play, tree=play.tree,
                         turn=stream.turns[stream.pos], due=pending.due,
-                        at=pending.at, previous_end=stream.previous_end)
+                        at=pending.at, previous_end=stream.previous_end,
+                        warmup=pending.kind != _PROFILE)
 
     def _close(self) -> None:
         """The end: every pending turn is cut; trees with nothing in flight drain."""
@@ -329,6 +388,8 @@ class ReplaySchedule:
             return
         cut = [(p.play, p.session) for p in self._ready]
         cut += [(play, pending.session) for play, pending, _ in self._timer_of.values()]
+        for p in self._ready:
+            p.play.queued -= 1
         self._ready.clear()
         self._timer_of.clear()
         self._timers.clear()

@@ -4,7 +4,11 @@ the recorded corpus: `python -m pytest_inferbench.loadgen.synthetic_traces OUT.j
 Each trace is one session whose context grows turn by turn (every turn resends the whole history,
 so its blocks are the previous turn's plus new ones), with seeded output lengths and think times,
 and subagents spawned after a turn that share the session's first blocks and are joined by the
-next turn. Times are whole milliseconds, so `duration_ms` and the recorded ends agree exactly.
+next turn. With `nested` > 0 each subagent's first turn spawns a nested agent (its requests
+recorded among the subagent's, their context forked from the subagent's: all of its blocks but
+the last, then their own), joined by the subagent's next turn, whose first turn spawns the next
+level down, `nested` levels deep (agentic.md §2.3; `trace_sessions` splits them back out).
+Times are whole milliseconds, so `duration_ms` and the recorded ends agree exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class SyntheticTraceSettings:
     turns: int = 4  # top-level requests per trace
     subagents: int = 1  # per trace, each after a different turn (at most turns - 1)
     subagent_turns: int = 2
+    nested: int = 0  # levels of nested agents under each subagent (needs subagent_turns >= 2)
     first_blocks: int = 8  # the first prompt's blocks
     growth_blocks: int = 3  # new blocks per turn, on average
     output_tokens: int = 128  # on average
@@ -42,8 +47,10 @@ class SyntheticTraceSettings:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.subagents < self.turns:
             raise ValueError(f"subagents must be in [0, turns - 1], got {self.subagents}")
-        if self.growth_blocks < 0 or self.think_time_s < 0:
-            raise ValueError("growth_blocks and think_time_s must be >= 0")
+        if self.growth_blocks < 0 or self.think_time_s < 0 or self.nested < 0:
+            raise ValueError("growth_blocks, think_time_s and nested must be >= 0")
+        if self.nested and self.subagent_turns < 2:
+            raise ValueError("nested agents need subagent_turns >= 2 (a turn to join them)")
 
 
 def synthetic_traces(settings: SyntheticTraceSettings) -> list[dict[str, Any]]:
@@ -104,7 +111,8 @@ def _trace(rng: random.Random, s: SyntheticTraceSettings, index: int) -> dict[st
         now = last_end + _think_ms(rng, s)
         if turn in spawn_after:
             sub_start = last_end + 1 + rng.randrange(200)
-            inner, sub_end = _subagent_requests(rng, s, sub_start, context[:2], new_blocks)
+            inner, sub_end = _subagent_requests(rng, s, sub_start, context[:2], new_blocks,
+                                                s.nested)
             entries.append({
                 "t": sub_start / 1000, "type": "subagent",
                 "agent_id": f"subagent_{len(entries):03d}_{rng.getrandbits(32):08x}",
@@ -120,9 +128,14 @@ def _trace(rng: random.Random, s: SyntheticTraceSettings, index: int) -> dict[st
 
 
 def _subagent_requests(rng: random.Random, s: SyntheticTraceSettings, start_ms: int,
-                       shared: list[int], new_blocks: Any) -> tuple[list[dict[str, Any]], int]:
-    """A subagent's own session: the parent's first blocks, then its own, growing."""
-    context = shared + new_blocks(max(1, s.first_blocks // 2))
+                       shared: list[int], new_blocks: Any, nested: int
+                       ) -> tuple[list[dict[str, Any]], int]:
+    """A subagent's own session (the parent's shared blocks, then its own, growing), with
+    `nested` levels of nested agents under its first turn; (its requests in time order, the
+    end of the last)."""
+    # At least two blocks of its own: a nested agent under it shares more with it than with
+    # anything above it, so its chain forks from this one.
+    context = shared + new_blocks(max(2, s.first_blocks // 2))
     requests = []
     now, end = start_ms, start_ms
     for turn in range(s.subagent_turns):
@@ -134,6 +147,11 @@ def _subagent_requests(rng: random.Random, s: SyntheticTraceSettings, start_ms: 
         requests.append(request)
         end = now + round(request["api_time"] * 1000)
         now = end + _think_ms(rng, s)
+        if turn == 0 and nested:
+            inner, inner_end = _subagent_requests(rng, s, end + 1 + rng.randrange(200),
+                                                  context[:-1], new_blocks, nested - 1)
+            requests.extend(inner)  # recorded among this one's: its next turn joins them
+            now = max(now, inner_end + _think_ms(rng, s))
     return requests, end
 
 
@@ -142,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("out", type=Path, help="a .jsonl file, or a directory for traces.jsonl")
     defaults = SyntheticTraceSettings()
-    for name in ("traces", "turns", "subagents", "subagent_turns", "first_blocks",
+    for name in ("traces", "turns", "subagents", "subagent_turns", "nested", "first_blocks",
                  "growth_blocks", "output_tokens", "block_size", "seed"):
         parser.add_argument("--" + name.replace("_", "-"), type=int,
                             default=getattr(defaults, name))

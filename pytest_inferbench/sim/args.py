@@ -36,10 +36,12 @@ BOOLEAN_FLAGS = frozenset({
     "no-async-scheduling", "enable-auto-tool-choice", "disable-uvicorn-access-log",
     HICACHE_FLAG,
 })
-# The boolean flags the engine reads (parallelism, prefix caching).
+# Forwards run eagerly, without CUDA/HIP graphs (vLLM / ATOM, SGLang).
+EAGER_FLAGS = frozenset({"enforce-eager", "disable-cuda-graph"})
+# The boolean flags the engine reads (parallelism, prefix caching, graphs).
 ENGINE_FLAGS = frozenset({"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe",
                           "enable-prefix-caching", "no-enable-prefix-caching",
-                          "disable-radix-cache", HICACHE_FLAG})
+                          "disable-radix-cache", HICACHE_FLAG}) | EAGER_FLAGS
 # Served by the HTTP layer, not the engine: accepted, not reported as ignored.
 SERVER_FLAGS = frozenset({"port", "server-port", "host", "served-model-name", "api-key"})
 # canonical flag -> EngineConfig / spec field
@@ -268,7 +270,7 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
             spec=_spec(argv, env, options), prefix_caching=prefix_caching,
             kv_offload=offload if prefix_caching else None, max_total_tokens=pool_cap,
-            jitter=jitter,
+            cuda_graphs=not parsed.flags & EAGER_FLAGS, jitter=jitter,
             seed=seed, **fields)
     except ValueError as exc:
         if isinstance(exc, (ArgvError, catalog.CatalogError)):

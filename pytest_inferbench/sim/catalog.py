@@ -56,9 +56,18 @@ class Hardware:
     scaleup_gpus: int  # GPUs sharing the link_bytes_per_s fabric (NVLink / IF domain)
     nic_bytes_per_s: float  # scale-out RDMA bandwidth one way per GPU
     host_link_bytes_per_s: float  # CPU DRAM <-> GPU one way per GPU (PCIe / NVLink-C2C)
+    collective_base_s: float  # small-message all-reduce latency: base + per peer (hardware.yaml)
+    collective_per_peer_s: float
 
     def supports(self, compute_dtype: str) -> bool:
         return compute_dtype in self.peak_flops
+
+    def collective_latency_s(self, gpus: int) -> float:
+        """Latency of one all-reduce (or one MoE dispatch / combine) among `gpus` GPUs of the
+        scale-up domain, its bytes aside; none on one GPU."""
+        if gpus <= 1:
+            return 0.0
+        return self.collective_base_s + self.collective_per_peer_s * (gpus - 1)
 
 
 @dataclass(frozen=True)
@@ -146,10 +155,9 @@ class Framework:
     `simulator` mapping gives it:
 
     - step_overhead_ms: fixed cost of every engine step that is not a layer's HBM or compute
-      time: kernel launches, MoE routing, sampling, scheduler, and the latency part of the
-      per-layer all-reduces (those are modelled separately: allreduce_latency_us x 2 per
-      layer, only when TP > 1)
-    - allreduce_latency_us: latency of one all-reduce among the TP ranks
+      time: kernel launches, MoE routing, sampling, scheduler; not the latency of the per-layer
+      all-reduces (modelled separately from the hardware: `Hardware.collective_latency_s`, 2
+      per layer, only when TP > 1)
     - allreduce_bytes_per_elem: activation bytes sent per hidden element (2 = bf16)
     - hbm_efficiency: achieved fraction of peak HBM bandwidth for weight/KV streaming
     - compute_efficiency: achieved fraction of dense peak FLOP/s (prefill and verify GEMMs) on
@@ -167,7 +175,6 @@ class Framework:
 
     name: str
     step_overhead_s: float
-    allreduce_latency_s: float
     allreduce_bytes_per_elem: float
     hbm_efficiency: float
     compute_efficiency: float
@@ -225,6 +232,8 @@ def hardware(name: str) -> Hardware:
         scaleup_gpus=int(d["scaleup_gpus"]),
         nic_bytes_per_s=float(d["nic_gb_s"]) * 1e9,
         host_link_bytes_per_s=float(d["host_link_gb_s"]) * 1e9,
+        collective_base_s=float(d["collective_us"]["base"]) / 1e6,
+        collective_per_peer_s=float(d["collective_us"]["per_peer"]) / 1e6,
     )
 
 
@@ -309,7 +318,6 @@ def framework(name: str) -> Framework:
     return Framework(
         name=entry.name,
         step_overhead_s=float(d["step_overhead_ms"]) / 1e3,
-        allreduce_latency_s=float(d["allreduce_latency_us"]) / 1e6,
         allreduce_bytes_per_elem=float(d["allreduce_bytes_per_elem"]),
         hbm_efficiency=float(d["hbm_efficiency"]),
         compute_efficiency=float(d["compute_efficiency"]),

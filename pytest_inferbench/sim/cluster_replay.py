@@ -2,9 +2,10 @@
 
 The single-engine replay (`replay_driver.py`) with a `Cluster` in the engine's place: the same
 schedule (`loadgen/replay_schedule.py`) says what is due, each due request reaches the
-deployment's router with the prompt length, `max_tokens` and per-block prefix keys the HTTP
-replay's prompt would have (`replay_prompts`), and the schedule is told when each finished,
-at the end of the step of the instance that streamed its last token.
+deployment's router with the prompt length, `max_tokens` (one token for a warmup request,
+whose record is flagged `warmup`) and per-block prefix keys the HTTP replay's prompt would have
+(`replay_prompts`), and the schedule is told when each finished, at the end of the step of the
+instance that streamed its last token.
 
 InferenceX's agentic deployments keep a session on the instances its first request went to
 (Dynamo's conversation-aware routing, `vllm-router`'s consistent hash on `X-Session-ID`,
@@ -24,6 +25,7 @@ server's HTTP 400, under the same failed-request threshold as the single-engine 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -75,7 +77,7 @@ class _Run:
                                   chat=self.chat) if self.block_size else ())
         tokens = prompt_tokens(r.input_length, chat=self.chat)
         try:
-            self.cluster.add_request(dispatch.key, tokens, max(1, r.output_length),
+            self.cluster.add_request(dispatch.key, tokens, dispatch.output_tokens,
                                      block_hashes=keys,
                                      session=(dispatch.play, turn.session_id))
         except RequestRejectedError as exc:
@@ -104,12 +106,13 @@ class _Run:
         drafting = any(inst.engine.k for inst in self.cluster.instances)
         served = client_records(self.done, self.prompts, np.asarray(self.scheduled, np.float64),
                                 0.0, drafting)
-        if not self.rejected:
+        if not self.rejected and not any(q.warmup for q in self.requests):
             return served
         out: list[RequestRecord] = []
         it = iter(served)
-        for pos in range(len(self.requests)):
-            out.append(self.rejected[pos] if pos in self.rejected else next(it))
+        for pos, q in enumerate(self.requests):
+            record = self.rejected[pos] if pos in self.rejected else next(it)
+            out.append(replace(record, warmup=True) if q.warmup else record)
         return out
 
 
@@ -146,6 +149,7 @@ def simulate_cluster_replay(deployment: Deployment, trees: Sequence[SessionTree]
     after = {role: cluster.counters(role) for role in cluster.roles}
     return SimulatedReplay(
         records=run.records(), requests=tuple(run.requests), duration_s=cluster.now,
+        profile_start=cluster.now if schedule.profile_start is None else schedule.profile_start,
         plays=schedule.plays, plays_completed=schedule.plays_completed,
         server_metrics=replay_metrics(cluster, before, after))
 

@@ -2,7 +2,8 @@
 
 `loadgen/replay_schedule.py` says what is due; this hands each due request to the engine the
 way the simulated server receives it from the HTTP replay -- the same prompt lengths
-(`replay_prompts.prompt_tokens`), `max_tokens` = the recorded output, and the prompt's block
+(`replay_prompts.prompt_tokens`), `max_tokens` = the recorded output (one token for a warmup
+request, whose record is flagged `warmup`), and the prompt's block
 keys equal where the server's content hashes of the same prompt text are
 (`replay_prompts.prompt_block_keys`), so the prefix cache hits what it hits over HTTP -- and
 tells the schedule when each finished, at the end of the engine step that emitted its last
@@ -22,7 +23,7 @@ virtual clock a lane whose requests all fail would otherwise never see time pass
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,6 +55,7 @@ class SimulatedReplay:
     records: Sequence[RequestRecord]  # in completion order
     requests: tuple[ReplayedRequest, ...]  # the same order
     duration_s: float  # from the start to the last completion (or the end, if later)
+    profile_start: float  # when the warmup drained and the measured phase began
     plays: int
     plays_completed: int
     server_metrics: dict[str, JSONValue]
@@ -81,7 +83,7 @@ class _Run:
                                   chat=self.chat) if engine.prefix_cache is not None else ())
         tokens = prompt_tokens(r.input_length, chat=self.chat)
         try:
-            engine.add_request(dispatch.key, tokens, max(1, r.output_length), block_hashes=keys)
+            engine.add_request(dispatch.key, tokens, dispatch.output_tokens, block_hashes=keys)
         except RequestRejectedError as exc:
             if len(self.rejected) + 1 > FAILED_REQUEST_THRESHOLD * (len(self.requests) + 1):
                 raise RequestRejectedError(
@@ -102,7 +104,7 @@ class _Run:
         r = dispatch.turn.request
         self.done.append((len(self.done), send, self.engine.pop_trace(key)))
         self.lengths.append((prompt_tokens(r.input_length, chat=self.chat),
-                             max(1, r.output_length)))
+                             dispatch.output_tokens))
         self.scheduled.append(_scheduled(dispatch))
         self.requests.append(dispatch.described())
         self.schedule.complete(key, now)
@@ -112,12 +114,14 @@ class _Run:
         served = finished_records(Finished.of(self.done, self.engine.k > 0), ends,
                                   lengths[:, 0], lengths[:, 1],
                                   np.asarray(self.scheduled, np.float64))
-        if not self.rejected:
+        warmup = any(q.warmup for q in self.requests)
+        if not self.rejected and not warmup:
             return served
         out: list[RequestRecord] = []
         it = iter(served)
-        for pos in range(len(self.requests)):
-            out.append(self.rejected[pos] if pos in self.rejected else next(it))
+        for pos, q in enumerate(self.requests):
+            record = self.rejected[pos] if pos in self.rejected else next(it)
+            out.append(replace(record, warmup=True) if q.warmup else record)
         return out
 
 
@@ -170,5 +174,6 @@ def simulate_replay(engine: Engine, trees: Sequence[SessionTree], concurrency: i
     after = engine.counters()
     return SimulatedReplay(
         records=run.records(clock.ends), requests=tuple(run.requests), duration_s=clock.now,
+        profile_start=clock.now if schedule.profile_start is None else schedule.profile_start,
         plays=schedule.plays, plays_completed=schedule.plays_completed,
         server_metrics=server_metrics(before, after, engine))

@@ -22,6 +22,11 @@ import pytest
 
 from pytest_inferbench.loadgen.client import CHAT_ENDPOINT, ClientConfig
 from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayedRequest, ReplayRun, replay
+from pytest_inferbench.loadgen.replay_schedule import FROM_TURN_0
+from pytest_inferbench.loadgen.synthetic_traces import (
+    SyntheticTraceSettings,
+    write_synthetic_traces,
+)
 from pytest_inferbench.loadgen.trace_sessions import sessions
 from pytest_inferbench.loadgen.traces import load_traces
 from pytest_inferbench.sim.args import engine_config_from_argv
@@ -74,8 +79,8 @@ def _in_process(trees: Sequence[SessionTree], lanes: int, settings: ReplayConfig
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="the shared agentic corpus is not here")
 def test_corpus_prompts_hit_exactly_the_theoretical_blocks(tmp_path: Path) -> None:
-    run, counters = _serve(tmp_path, CORPUS, 3, ReplayConfig(duration_s=1.0, delay_scale=0.0),
-                           "0")
+    run, counters = _serve(tmp_path, CORPUS, 3,
+                           ReplayConfig(**FROM_TURN_0, duration_s=1.0, delay_scale=0.0), "0")
     assert run.records and all(r.success for r in run.records)
     # Every trace was played through at least once, every stream turn by turn.
     assert {q.trace_id for q in run.requests} == {"syn-linear-001", "syn-subagent-002",
@@ -97,10 +102,10 @@ def test_the_in_process_replay_sends_what_the_http_replay_sends(tmp_path: Path) 
     it), so both replays finish their requests in one order: the same turns, the same
     prompt and output lengths, play after play."""
     # Long enough for three plays on a busy machine; the comparison is over what both sent.
-    settings = ReplayConfig(duration_s=5.0, delay_scale=0.0)
+    settings = ReplayConfig(**FROM_TURN_0, duration_s=5.0, delay_scale=0.0)
     run, _ = _serve(tmp_path, CORPUS, 1, settings, "0")
     trees = [sessions(t) for t in load_traces(CORPUS)]
-    sim = _in_process(trees, 1, ReplayConfig(duration_s=60.0, delay_scale=0.0))
+    sim = _in_process(trees, 1, ReplayConfig(**FROM_TURN_0, duration_s=60.0, delay_scale=0.0))
 
     def sent(requests: Sequence[ReplayedRequest], records: Sequence[RequestRecord]
              ) -> list[tuple[object, ...]]:
@@ -112,6 +117,43 @@ def test_the_in_process_replay_sends_what_the_http_replay_sends(tmp_path: Path) 
     n = min(len(over_http), len(in_process))
     assert n >= 9  # every trace played through at least once by both
     assert in_process[:n] == over_http[:n]
+
+
+def test_nested_agents_replay_alike_in_process_and_over_http(tmp_path: Path) -> None:
+    """Synthetic trees whose subagents hold nested agents two levels deep, one lane, with
+    InferenceX's start (a seeded t*, primers, per-lane warmups): both replays send the same
+    turns in the same order, warmup flagged alike, a turn that joins nested agents sent only
+    after they ended."""
+    file = write_synthetic_traces(tmp_path / "nested.jsonl", SyntheticTraceSettings(
+        traces=2, turns=4, subagents=1, subagent_turns=2, nested=2, seed=4))
+    trees = [sessions(t) for t in load_traces(file)]
+    assert any(":fa:" in link.parent for link in trees[0].links)  # a nested agent's child
+    run, _ = _serve(tmp_path, file, 1, ReplayConfig(duration_s=3.0, delay_scale=0.0,
+                                                    warmup_per_lane=2), "0")
+    sim = _in_process(trees, 1, ReplayConfig(duration_s=60.0, delay_scale=0.0,
+                                             warmup_per_lane=2))
+
+    def sent(requests: Sequence[ReplayedRequest], records: Sequence[RequestRecord]
+             ) -> list[tuple[object, ...]]:
+        return [(q.play, q.session_id, q.turn, r.input_tokens, r.output_tokens, r.warmup)
+                for q, r in zip(requests, records, strict=True)]
+
+    over_http, in_process = sent(run.requests, run.records), sent(sim.requests, sim.records)
+    n = min(len(over_http), len(in_process))
+    # Past the first play's warmup and through the second play, nested agents and all.
+    assert n > sum(len(turns) for turns in trees[1].streams.values()) + 3
+    assert in_process[:n] == over_http[:n]
+    assert [w for *_, w in over_http[:3]] == [True] * 3 and not over_http[n - 1][-1]
+    for out in (list(zip(run.requests, run.records, strict=True)),
+                list(zip(sim.requests, sim.records, strict=True))):
+        ends = {(q.play, q.session_id): r.end_time for q, r in out}
+        tree = trees[1]
+        for q, r in out:
+            if q.play != 1:
+                continue
+            for link in tree.links:
+                if tree.parent_of(link) == q.session_id and link.join_turn == q.turn:
+                    assert r.send_time >= ends[(1, link.session_id)]
 
 
 def _overflow_trace(tmp_path: Path) -> Path:
@@ -131,7 +173,7 @@ def test_a_context_overflow_ends_its_session_over_http(tmp_path: Path) -> None:
     """The server answers the third turn (2048 in) with HTTP 400 for its 1000-token context:
     that stream ends there in every play, its smaller fourth turn never sent."""
     run, _ = _serve(tmp_path, _overflow_trace(tmp_path), 1,
-                    ReplayConfig(duration_s=2.0, delay_scale=0.0), "0",
+                    ReplayConfig(**FROM_TURN_0, duration_s=2.0, delay_scale=0.0), "0",
                     "--max-model-len", "1000")
     plays: dict[int, list[tuple[int, bool]]] = {}
     for q, r in zip(run.requests, run.records, strict=True):
@@ -166,7 +208,7 @@ def test_gaps_joins_and_the_idle_caps_at_time_scale_1(tmp_path: Path, system_cap
                                                       trace_cap: float) -> None:
     cap = min(system_cap, trace_cap)
     run, _ = _serve(tmp_path, _trace_file(tmp_path), 1,
-                    ReplayConfig(duration_s=3.0, system_idle_cap_s=system_cap,
+                    ReplayConfig(**FROM_TURN_0, duration_s=3.0, system_idle_cap_s=system_cap,
                                  trace_idle_cap_s=trace_cap), "1")
     assert all(r.success for r in run.records)
     by_turn = {(q.session_id, q.turn): (q, r) for q, r in zip(run.requests, run.records,
@@ -194,8 +236,9 @@ def test_gaps_joins_and_the_idle_caps_at_time_scale_1(tmp_path: Path, system_cap
 def test_gaps_joins_and_idle_caps_hold_exactly_on_the_virtual_clock(
         tmp_path: Path, system_cap: float, trace_cap: float) -> None:
     trees = [sessions(t) for t in load_traces(_trace_file(tmp_path))]
-    out = _in_process(trees, 1, ReplayConfig(duration_s=30.0, system_idle_cap_s=system_cap,
-                                         trace_idle_cap_s=trace_cap))
+    out = _in_process(trees, 1, ReplayConfig(**FROM_TURN_0, duration_s=30.0,
+                                             system_idle_cap_s=system_cap,
+                                             trace_idle_cap_s=trace_cap))
     by_turn = {(q.session_id, q.turn): r for q, r in zip(out.requests, out.records, strict=True)
                if q.play == 0}
     assert len(by_turn) == 5 and out.plays_completed >= 1
@@ -231,7 +274,7 @@ def test_a_joining_turn_waits_for_a_long_subagent_in_process(tmp_path: Path) -> 
     path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
     tree = sessions(load_traces(path)[0])
     assert [(link.spawn_turn, link.join_turn) for link in tree.links] == [(0, 2)]
-    out = _in_process([tree], 1, ReplayConfig(duration_s=120.0))
+    out = _in_process([tree], 1, ReplayConfig(**FROM_TURN_0, duration_s=120.0))
     by_turn = {(q.session_id, q.turn): r for q, r in zip(out.requests, out.records, strict=True)
                if q.play == 0}
     root0, root1, root2 = (by_turn[("join", k)] for k in range(3))
@@ -246,7 +289,7 @@ def test_a_context_overflow_ends_its_session_in_process(tmp_path: Path) -> None:
     # Played after four plays of another tree, the one failure stays under a tenth of all.
     gaps = sessions(load_traces(_trace_file(tmp_path))[0])
     overflow = sessions(load_traces(_overflow_trace(tmp_path))[0])
-    out = _in_process([gaps] * 4 + [overflow], 1, ReplayConfig(duration_s=200.0),
+    out = _in_process([gaps] * 4 + [overflow], 1, ReplayConfig(**FROM_TURN_0, duration_s=200.0),
                   "--max-model-len", "1000")
     sent = [(q, r) for q, r in zip(out.requests, out.records, strict=True)
             if q.trace_id == "overflow" and q.play == 4]

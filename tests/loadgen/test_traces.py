@@ -105,6 +105,32 @@ def test_synthetic_traces_pass_the_checker_and_load_with_its_values(
     assert all(turns[0].hit_blocks == 0 and turns[-1].hit_blocks > 0 for turns in roots)
 
 
+def test_nested_agents_are_valid_traces_and_split_out_level_by_level(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """A subagent's nested agents are recorded among its own requests, as the format has them
+    (the checker accepts the file); the loader splits them out by their block hashes into
+    children of the agent that spawned them, each joined by that agent's next turn."""
+    settings = SyntheticTraceSettings(traces=2, turns=3, subagents=1, subagent_turns=2,
+                                      nested=2, seed=5)
+    file = write_synthetic_traces(tmp_path, settings)
+    status, _ = oracle(corpus / "check_traces.py", file)
+    assert status == 0
+    for trace in load_traces(file):
+        tree = sessions(trace)
+        (sub,) = trace.subagents
+        assert len(sub.requests) == 3 * settings.subagent_turns  # its own and two levels'
+        top = f"{trace.id}::sa:{sub.agent_id}"
+        parents = {link.session_id: tree.parent_of(link) for link in tree.links}
+        assert parents == {top: trace.id, f"{top}:fa:000": top,
+                           f"{top}:fa:001": f"{top}:fa:000"}
+        assert all(len(tree.streams[s]) == settings.subagent_turns for s in parents)
+        assert all(link.join_turn == link.spawn_turn + 1 for link in tree.links)
+        # Every request is played once, in exactly one stream.
+        played = sorted(t.request.t for turns in tree.streams.values() for t in turns)
+        assert played == sorted([r.t for r in trace.turns] + [r.t for r in sub.requests])
+
+
 def test_the_generator_is_seeded() -> None:
     settings = SyntheticTraceSettings(seed=1)
     assert synthetic_traces(settings) == synthetic_traces(SyntheticTraceSettings(seed=1))

@@ -3,6 +3,7 @@ file:line errors, exp names and DRAM budgets from runners.yaml, markers, explici
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,13 @@ def test_items_per_concurrency_select_by_marker_and_replay_in_process(
                                 "-m", "inferbench(kv_offloading='dram')")
     result.assert_outcomes(passed=2)
     assert "SKIPPED" not in result.stdout.str()
+    # TensorRT-LLM's native offload has no launch flags in its registry entry: the multinode
+    # point runs without a CPU-DRAM tier and its notes say so.
+    points = pytester.path / "inferbench-results" / "points"
+    notes = [note for path in points.glob("*p1x4*.json") if not path.name.startswith("agg_")
+             for note in json.loads(path.read_text(encoding="utf-8"))["inferbench"]["notes"]]
+    assert any("kv-offloading dram (no CPU-DRAM tier simulated): kv-offload-backend 'native'"
+               in note for note in notes), notes
 
 
 CONTEXTS = """\

@@ -21,7 +21,7 @@ from pytest_inferbench.loadgen.replay_prompts import (
     prompt_text,
     prompt_tokens,
 )
-from pytest_inferbench.loadgen.replay_schedule import ReplayConfig
+from pytest_inferbench.loadgen.replay_schedule import FROM_TURN_0, ReplayConfig
 from pytest_inferbench.loadgen.tokenizer import render_chat
 from pytest_inferbench.loadgen.trace_sessions import SessionTree, sessions
 from pytest_inferbench.loadgen.traces import load_traces
@@ -79,7 +79,7 @@ def test_block_keys_are_equal_where_the_servers_hashes_of_the_sent_prompts_are(
 
 @needs_corpus
 def test_in_process_prefix_hits_are_the_theoretical_hits() -> None:
-    out = _replay(_trees(CORPUS), 3, ReplayConfig(duration_s=300.0))
+    out = _replay(_trees(CORPUS), 3, ReplayConfig(**FROM_TURN_0, duration_s=300.0))
     assert out.records and all(r.success for r in out.records)
     assert {q.trace_id for q in out.requests} == {"syn-linear-001", "syn-subagent-002",
                                                   "syn-idle-003"}
@@ -94,7 +94,7 @@ def test_in_process_prefix_hits_are_the_theoretical_hits() -> None:
 
 @needs_corpus
 def test_nothing_is_sent_after_the_duration_and_what_is_in_flight_counts() -> None:
-    out = _replay(_trees(CORPUS), 2, ReplayConfig(duration_s=20.0))
+    out = _replay(_trees(CORPUS), 2, ReplayConfig(**FROM_TURN_0, duration_s=20.0))
     sends = [r.send_time for r in out.records]
     assert sends and max(sends) < 20.0
     assert out.duration_s >= max(r.end_time for r in out.records)
@@ -106,5 +106,5 @@ def test_a_replay_whose_requests_mostly_fail_stops_saying_why() -> None:
     # Every third request of the linear trace fails: past AIPerf's 10 % threshold.
     with pytest.raises(RequestRejectedError, match=r"1 of the first 3 requests .*maximum "
                        "context length"):
-        _replay(_trees(CORPUS)[:1], 1, ReplayConfig(duration_s=30.0),
+        _replay(_trees(CORPUS)[:1], 1, ReplayConfig(**FROM_TURN_0, duration_s=30.0),
                 extra=("--max-model-len", "1200"))
