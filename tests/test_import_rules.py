@@ -62,7 +62,7 @@ ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.acceptance", "sim
                "sim.kv_blocks", "sim.prefix_cache", "sim.host_cache", "sim.offload_args",
                "sim.stretch", "sim.closed_loop", "sim.kv_schedule", "sim.planned",
                "sim.decode_sums", "sim.driver", "sim.disagg", "sim.cluster", "sim.instance",
-               "sim.cluster_driver", "sim.replay_driver", "sim.efficiency",
+               "sim.cluster_driver", "sim.cluster_replay", "sim.replay_driver", "sim.efficiency",
                # The agentic replay's schedule: the simulator runs it on its virtual clock.
                "loadgen.replay_schedule", "loadgen.replay_start", "loadgen.replay_config",
                "loadgen.trace_sessions")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..loadgen.prompts import point_workload
 from ..loadgen.replay_schedule import ReplayConfig
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
+from ..recipe.agentic import drop_flags, offload_launch
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from ..results.power import SIMULATED_SOURCE, PowerReading
 from ..sim import catalog, expected_error, power
@@ -28,6 +29,7 @@ from ..sim.args import ArgvError, engine_config_from_argv
 from ..sim.calibrate import file as calibration_file
 from ..sim.cluster import Cluster
 from ..sim.cluster_driver import simulate_deployment_point
+from ..sim.cluster_replay import simulate_cluster_replay
 from ..sim.config import EngineConfig
 from ..sim.disagg import (
     Deployment,
@@ -40,7 +42,7 @@ from ..sim.disagg import (
 from ..sim.driver import server_metrics, simulate_point
 from ..sim.engine import Engine, RequestRejectedError
 from ..sim.physics import EngineConfigError
-from ..sim.replay_driver import simulate_replay
+from ..sim.replay_driver import SimulatedReplay, simulate_replay
 from .agentic_traces import replay_meta, replay_note, replay_traces, replay_workload
 from .base import Backend, PointNotMeasuredError, ServerHandle, ServerStartError
 
@@ -143,23 +145,26 @@ class SimHandle(ServerHandle):
 
     def _run_replay(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
         """An agentic-coding point: its traces replayed on the engine's virtual clock, as the
-        HTTP replay plays them (`sim/replay_driver.py`), recorded gaps as recorded."""
-        if self.deployment is not None:  # collection skips these (`backend_registry`)
-            raise PointNotMeasuredError(f"{point.name}: the agentic replay of a multinode "
-                                        "deployment is not simulated yet")
+        HTTP replay plays them (`sim/replay_driver.py`; a multinode deployment's router,
+        instances and KV transfers: `sim/cluster_replay.py`), recorded gaps as recorded."""
         config = self.config if self.config.seed == load.seed else replace(
             self.config, seed=load.seed)
         label, trees = replay_traces(load.traces)
         settings = ReplayConfig(duration_s=load.replay_duration_s, seed=load.seed)
         started = time.time()
-        engine = Engine(config, keep_traces=True)
+        engine: Engine | None = None  # the one engine of a single-node server
         try:
-            outcome = simulate_replay(engine, trees, point.conc, settings, chat=self.client.chat)
+            if self.deployment is not None:  # its router, instances and KV transfers
+                outcome = simulate_cluster_replay(self.deployment, trees, point.conc, settings,
+                                                  chat=self.client.chat, seed=load.seed)
+            else:
+                engine = Engine(config, keep_traces=True)
+                outcome = simulate_replay(engine, trees, point.conc, settings,
+                                          chat=self.client.chat)
         except RequestRejectedError as exc:
             raise PointNotMeasuredError(
                 f"{point.name}: the simulated server rejects the replay's requests (a real "
                 f"server answers them with HTTP 400): {exc}") from None
-        measured = server_metrics(outcome.profile_counters, engine.counters(), engine)
         notes = [replay_note(label, settings, point.conc), SIMULATED_NOTE]
         if self.ignored and not self._notes_given:
             notes.append("ignored by the simulator: " + " ".join(self.ignored))
@@ -177,8 +182,18 @@ class SimHandle(ServerHandle):
                                start_unix=started),
             # Over the measured phase only, as its duration and token counts: the warmup's
             # steps are left out with its requests.
-            power=self._power(point, engine, outcome.profile_busy_s, measured,
-                              outcome.duration_s - outcome.profile_start))
+            power=self._replay_power(point, engine, outcome))
+
+    def _replay_power(self, point: BenchPoint, engine: Engine | None,
+                      outcome: SimulatedReplay) -> PowerReading:
+        """A replay's power over its measured phase only, as its duration and token counts:
+        the warmup's steps are left out with its requests. A deployment has no engine here,
+        and `_power` says why it has no figure."""
+        if engine is None or outcome.profile_counters is None:
+            return self._power(point, None, 0.0, {}, 0.0)
+        measured = server_metrics(outcome.profile_counters, engine.counters(), engine)
+        return self._power(point, engine, outcome.profile_busy_s, measured,
+                           outcome.duration_s - outcome.profile_start)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._log[-lines:])
@@ -256,12 +271,24 @@ class SimBackend(Backend):
         pools: list[Pool] = []
         ignored: list[str] = []
         try:
+            # A dram point's prompt-computing workers offload their KV to CPU DRAM (InferenceX
+            # budgets total-cpu-dram-gb per prefill worker: decode keeps no host pool). Flags
+            # the registry does not give leave the tier out, and the point's notes say so.
+            try:
+                offload = offload_launch(replace(server, parallel=server.prefill.parallel))
+            except ValueError as exc:
+                offload = ([], {}, ())
+                ignored.append(f"kv-offloading dram (no CPU-DRAM tier simulated): {exc}")
             for name, worker in (("prefill", server.prefill), ("decode", server.decode)):
                 if worker.num_worker == 0:
                     continue
                 role = roles[name]
+                argv, env = list(role.argv), dict(role.env)
+                if name == "prefill" and offload[0]:
+                    argv = drop_flags(argv, offload[2]) + offload[0]
+                    env.update(offload[1])
                 config, skipped = engine_config_from_argv(
-                    role.argv, hardware=server.hardware, env=dict(role.env),
+                    argv, hardware=server.hardware, env=env,
                     framework=engine_framework(server.framework), files=dict(spec.files))
                 p = worker.parallel
                 if config.tp != p.gpus:

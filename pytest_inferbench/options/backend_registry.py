@@ -26,16 +26,14 @@ class BackendInfo:
     multinode: bool = False  # it runs multinode entries (disaggregated or aggregated)
     # It replays agentic-coding traces (`loadgen/replay_schedule.py`: over HTTP, or in process).
     agentic: bool = False
-    agentic_multinode: bool = True  # and those of multinode entries (against a deployment)
     kv_offload: bool = True  # a kv-offloading point's KV tier is served (real or simulated)
     # What it lacks to replay them, where that is more than the wiring: said in the skip reason.
     agentic_missing: str | None = None
 
 
 BACKENDS: Mapping[str, BackendInfo] = {info.name: info for info in (
-    # It replays them on one engine: a deployment's pools and router replay no traces yet.
-    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, agentic=True,
-                agentic_multinode=False),
+    # It replays them on one engine, or on a multinode deployment's instances behind its router.
+    BackendInfo("sim", "sim", "SimBackend", simulated=True, multinode=True, agentic=True),
     # Its engine has the CPU-DRAM tier a dram point's offload flags size (docs/simulator.md).
     BackendInfo("sim-server", "simserver", "SimServerBackend", simulated=True, agentic=True),
     # The backends that start a server replay agentic traces against it over HTTP.
@@ -74,9 +72,6 @@ def unsupported_reason(backend: str, *, multinode: bool, agentic: bool = False,
     if agentic and offloading != "none" and not info.kv_offload:
         return (f"agentic-coding: kv-offloading {offloading} is not simulated on the {backend} "
                 "backend yet (the sim-server backend simulates the CPU-DRAM tier)")
-    if agentic and multinode and info.multinode and not info.agentic_multinode:
-        return (f"agentic-coding: the trace replay of a multinode deployment is not simulated "
-                f"on the {backend} backend yet")
     if multinode and not info.multinode:
         runs = ", ".join(name for name, info in BACKENDS.items() if info.multinode)
         return f"multinode: not supported by the {backend} backend yet (runs on: {runs})"

@@ -99,6 +99,7 @@ class Cluster:
         self._transfers: list[tuple[float, int]] = []  # (arrival time, request id) heap
         self._done: dict[int, ClientTrace] = {}
         self.transfer_seconds: list[float] = []
+        self._sessions: dict[object, tuple[int, int]] = {}  # session -> (prefill, decode)
 
     def _instance(self, pool: Pool, index: int, seed: int, lean: bool
                   ) -> AnyInstance:
@@ -115,28 +116,52 @@ class Cluster:
         return Instance(pool.role, index, engine)
 
     # ----------------------------------------------------------------- requests
-    # Its instances keep no prefix cache (docs/simulator.md, "Known limits").
+    # The simulated server's deployment hands its instances no block hashes: its router sees
+    # no sessions, so a conversation's turns would scatter (docs/simulator.md, "Known
+    # limits"). The in-process agentic replay gives them, with sessions (`cluster_replay`).
     prefix_block_size = 0
 
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
-                    block_hashes: tuple[int, ...] = ()) -> None:
-        """A request reaches the router now; RequestRejectedError if it can never run."""
+                    block_hashes: tuple[int, ...] = (), session: object = None) -> None:
+        """A request reaches the router now; RequestRejectedError if it can never run.
+        `block_hashes`: its prompt's blocks for the prefix cache of the instance that computes
+        the prompt (engine-backed instances only); `session`: the requests of one session go
+        to the instances its first request was routed to (the session affinity of
+        InferenceX's agentic deployments: Dynamo's conversation-aware routing, a router's
+        consistent hash on the session header)."""
         if request_id in self._flights:
             raise ValueError(f"request id {request_id} is already in the cluster")
+        if block_hashes and self.lean:
+            raise ValueError("lean instances keep no prefix cache: give block hashes to "
+                             "engine-backed instances (Cluster(lean=False))")
         prefill_pool = self.pools[0]
-        p = self.router.pick(0, [inst.load for inst in prefill_pool])
-        d = -1
+        bound = self._sessions.get(session) if session is not None else None
+        if bound is not None:
+            p, d = bound
+        else:
+            p = self.router.pick(0, [inst.load for inst in prefill_pool])
+            d = (self.router.pick(1, [inst.load for inst in self.pools[1]])
+                 if len(self.pools) > 1 else -1)
         if len(self.pools) > 1:
-            d = self.router.pick(1, [inst.load for inst in self.pools[1]])
             self.check_fits(self.pools[1][d].engine, prompt_tokens, max_tokens)
             self.check_fits(prefill_pool[p].engine, prompt_tokens, 1)
-            prefill_pool[p].add(request_id, prompt_tokens, 1, self.now)
+            self._add(prefill_pool[p], request_id, prompt_tokens, 1, block_hashes)
             self.pools[1][d].load += 1
         else:
             self.check_fits(prefill_pool[p].engine, prompt_tokens, max_tokens)
-            prefill_pool[p].add(request_id, prompt_tokens, max_tokens, self.now)
+            self._add(prefill_pool[p], request_id, prompt_tokens, max_tokens, block_hashes)
+        if session is not None:
+            self._sessions[session] = (p, d)
         prefill_pool[p].load += prompt_tokens if len(self.pools) > 1 else 1
         self._flights[request_id] = _Flight(prompt_tokens, max_tokens, p, d)
+
+    def _add(self, inst: AnyInstance, request_id: int, prompt_tokens: int, max_tokens: int,
+             block_hashes: tuple[int, ...]) -> None:
+        if block_hashes:
+            assert isinstance(inst, Instance)
+            inst.add(request_id, prompt_tokens, max_tokens, self.now, block_hashes=block_hashes)
+        else:
+            inst.add(request_id, prompt_tokens, max_tokens, self.now)
 
     @staticmethod
     def check_fits(engine: Engine, prompt_tokens: int, max_tokens: int) -> None:
@@ -164,6 +189,8 @@ class Cluster:
         heapq.heapify(self._transfers)
         for inst in self.instances:
             inst.deferred = [d for d in inst.deferred if d[0] != request_id]
+            if isinstance(inst, Instance):
+                inst.deferred_hashes.pop(request_id, None)
             if request_id in inst.engine.requests:
                 inst.settle(self.now)
                 inst.engine.abort_request(request_id)

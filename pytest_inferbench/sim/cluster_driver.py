@@ -144,7 +144,7 @@ def _simulate(cluster: Cluster, workload: Workload, warmup_shortcut: bool) -> Si
                 else np.zeros(len(isl)))
     done = _run_load(cluster, isl, osl, arrivals, workload.concurrency, first_id=0)
     drafting = any(inst.engine.k for inst in cluster.instances)
-    records = _records(done, isl, arrivals if open_loop else None, t0, drafting)
+    records = client_records(done, isl, arrivals if open_loop else None, t0, drafting)
     queue_s = np.zeros(len(isl))
     for i, t_send, trace in done:
         queue_s[i] = max(trace.first_scheduled_s - t_send, 0.0)
@@ -160,7 +160,7 @@ def _simulate(cluster: Cluster, workload: Workload, warmup_shortcut: bool) -> Si
     return SimulatedPoint(records, cluster.now - t0, metrics)
 
 
-def _records(done: list[tuple[int, float, ClientTrace]], isl: list[int],
+def client_records(done: list[tuple[int, float, ClientTrace]], isl: list[int],
              scheduled: npt.NDArray[np.float64] | None, t0: float, drafting: bool
              ) -> Sequence[RequestRecord]:
     """The finished requests' records in send order, times from `t0`: columns over the

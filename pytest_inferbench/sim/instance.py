@@ -60,6 +60,7 @@ class Instance:
     load: float = 0.0  # what the load-aware router compares
     # Requests that reached it the instant its step ended: they join the step after next.
     deferred: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    deferred_hashes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # their blocks
     ended_busy: bool = False  # its last step ended now with work left: it starts the next
     # A stretch it is running, priced but applied only up to when a request reaches it
     # (`settle`): nothing else can change its batch, so it runs to its next finish unless cut.
@@ -124,20 +125,25 @@ class Instance:
         self.busy_until = self.timeline.add(now, durations)
         self.finished = finished
         for rid, prompt, max_tokens, kv_ready in self.deferred:
-            engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
+            engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready,
+                               block_hashes=self.deferred_hashes.pop(rid, ()))
         self.deferred.clear()
 
     def add(self, rid: int, prompt: int, max_tokens: int, now: float,
-            kv_ready: bool = False) -> None:
+            kv_ready: bool = False, block_hashes: tuple[int, ...] = ()) -> None:
         """A running engine composes its next step the instant the last one ends, while a
         request sent then (its slot freed by that step's finish) is still on its way: it
         joins the step after, as on the HTTP server and in the single-engine driver. An
-        idle engine takes it at once."""
+        idle engine takes it at once. `block_hashes`: its prompt's blocks, for this
+        instance's own prefix cache."""
         self.settle(now)
         if self.busy_until is None and self.ended_busy:
             self.deferred.append((rid, prompt, max_tokens, kv_ready))
+            if block_hashes:
+                self.deferred_hashes[rid] = block_hashes
         else:
-            self.engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready)
+            self.engine.add_request(rid, prompt, max_tokens, kv_ready=kv_ready,
+                                    block_hashes=block_hashes)
 
 
 class Declined(Exception):

@@ -61,9 +61,10 @@ class SimulatedReplay:
     plays_completed: int
     server_metrics: dict[str, JSONValue]
     # The engine's counters when profiling began, and its steps' total duration since: the
-    # measured phase's work, which its power is priced from (`backends/sim.py`).
-    profile_counters: EngineCounters
-    profile_busy_s: float
+    # measured phase's work, which its power is priced from (`backends/sim.py`). A
+    # deployment's replay (`cluster_replay.py`) has many engines and leaves them unset.
+    profile_counters: EngineCounters | None = None
+    profile_busy_s: float = 0.0
 
 
 class _Run:

@@ -3,6 +3,7 @@ file:line errors, exp names and DRAM budgets from runners.yaml, markers, explici
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,7 @@ def test_invalid_agentic_entries_say_file_and_line(tmp_path: Path, old: str, new
         "qwen3.5-fp8-b200-sglang-agentic-mtp", "dsv4-fp4-gb300-dynamo-trt-agentx"}
 
 
-def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
+def test_items_per_concurrency_select_by_marker_and_replay_in_process(
     pytester: pytest.Pytester,
 ) -> None:
     write(pytester.path)
@@ -154,22 +155,20 @@ def test_items_per_concurrency_select_by_marker_and_skip_saying_what_is_missing(
         "nvidia-master.yaml::qwen3.5-fp8-b200-sglang-agentic-mtp-tp4-offload-dram-hicache"
         "::agentic-conc16",
     ]
-    # The single-node dram point replays in process with the engine's CPU-DRAM tier; the
-    # multinode one skips: the replay runs on one engine.
+    # Both replay in process: the single-node point on one engine with its CPU-DRAM tier, the
+    # multinode one on its deployment's instances behind the router (`sim/cluster_replay.py`).
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "--inferbench-no-plots",
                                 "--inferbench-replay-duration=60",
                                 "-m", "inferbench(kv_offloading='dram')")
-    result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*agentic-coding: the trace replay of a multinode deployment "
-                                 "is not simulated on the sim backend yet*"])
-    # A multinode agentic entry without offloading skips too: the replay runs on one engine.
-    write(pytester.path, AGENTIC.replace(
-        "kv-offloading: dram\n        kv-offload-backend: { name: native, version: "
-        "1.3.0rc22.post1 }\n", "kv-offloading: none\n"))
-    result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "-k", "agentx")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*agentic-coding: the trace replay of a multinode deployment "
-                                 "is not simulated on the sim backend yet*"])
+    result.assert_outcomes(passed=2)
+    assert "SKIPPED" not in result.stdout.str()
+    # TensorRT-LLM's native offload has no launch flags in its registry entry: the multinode
+    # point runs without a CPU-DRAM tier and its notes say so.
+    points = pytester.path / "inferbench-results" / "points"
+    notes = [note for path in points.glob("*p1x4*.json") if not path.name.startswith("agg_")
+             for note in json.loads(path.read_text(encoding="utf-8"))["inferbench"]["notes"]]
+    assert any("kv-offloading dram (no CPU-DRAM tier simulated): kv-offload-backend 'native'"
+               in note for note in notes), notes
 
 
 CONTEXTS = """\

@@ -14,9 +14,9 @@ from pytest_inferbench.sim.acceptance import SpecConfig
 from pytest_inferbench.sim.cluster import Cluster
 from pytest_inferbench.sim.cluster_driver import (
     _record_per_request,
-    _records,
     _run_load,
     _warmup_leaves_no_trace,
+    client_records,
     simulate_deployment_point,
 )
 from pytest_inferbench.sim.config import EngineConfig
@@ -193,7 +193,7 @@ def test_records_are_columns_over_the_streaming_instances_timelines(
     done = _run_load(cluster, isl, osl, np.zeros(len(isl)), 24, first_id=0)
     t0 = 0.5  # any origin: both subtract it
     drafting = "spec" in extra
-    columns = _records(done, isl, None, t0, drafting)
+    columns = client_records(done, isl, None, t0, drafting)
     own = _record_per_request(done, isl, None, t0, drafting)
     assert isinstance(columns, StepRecords)
     assert len({id(trace.timeline) for _, _, trace in done}) == pools[-1]
