@@ -35,7 +35,7 @@ ATOM_M3 = list(calibration.ARGV)
 ATOM_ENV = tuple(calibration.ENV.items())
 DATA_FILE = Path(__file__).with_name("sim_reference.yaml")
 POINT_KEYS = {"label", "source", "argv", "hardware", "isl", "osl", "conc", "prompts",
-              "range_ratio", "env", "measured", "assumed"}
+              "range_ratio", "env", "measured", "assumed", "template_tokens"}
 # The metric each published value counts as: the expected-error table's, plus the medians a
 # source may publish instead of means (ATOM's GLM-5.2 table), compared median to median. Only
 # here: a calibration input still takes means.
@@ -60,6 +60,10 @@ class Reference:
     range_ratio: float = 1.0  # 1.0 = every request exactly isl / osl tokens
     env: tuple[tuple[str, str], ...] = ()
     assumed: str = ""  # a setting the source does not state, and the value chosen for it
+    # What the server's chat template adds to every prompt: a client that sends the random
+    # prompt as a chat message (`vllm bench serve --backend openai-chat`) asks for `isl`
+    # tokens of text, and the engine prefills those plus the template's.
+    template_tokens: int = 0
 
 
 class DataError(ValueError):
@@ -82,6 +86,10 @@ def _point_rows(point: object, sources: dict[str, str], where: str) -> list[Refe
     if bad:
         raise DataError(f"{where}: unknown metric(s) {bad}; known: "
                         f"{sorted(METRIC_OF_KEY)}")
+    template = point.get("template_tokens", 0)
+    if not isinstance(template, int) or isinstance(template, bool) or template < 0:
+        raise DataError(f"{where}: template_tokens is a count of tokens (0 or more), "
+                        f"got {template!r}")
     try:
         return [Reference(str(point["label"]), str(point["source"]),
                           [str(a) for a in point["argv"]], str(point["hardware"]),
@@ -89,7 +97,7 @@ def _point_rows(point: object, sources: dict[str, str], where: str) -> list[Refe
                           int(point["prompts"]), metric, float(value),
                           float(point.get("range_ratio", 1.0)),
                           tuple((str(k), str(v)) for k, v in (point.get("env") or {}).items()),
-                          str(point.get("assumed", "")))
+                          str(point.get("assumed", "")), template)
                 for metric, value in measured.items()]
     except (TypeError, ValueError) as exc:
         raise DataError(f"{where}: {exc}") from exc
@@ -141,7 +149,8 @@ def predict(ref: Reference) -> float:
 
 def _predict(ref: Reference) -> tuple[float, str]:
     """The simulated metric and the row's regime."""
-    summary, regime = _simulate(tuple(ref.argv), ref.hardware, ref.env, ref.isl, ref.osl,
+    summary, regime = _simulate(tuple(ref.argv), ref.hardware, ref.env,
+                                ref.isl + ref.template_tokens, ref.osl,
                                 ref.conc, ref.prompts, ref.range_ratio)
     return summary[ref.metric], regime
 

@@ -88,3 +88,35 @@ def test_a_point_the_simulator_cannot_serve_is_named(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert f"{bad}: point nowhere (10/10): unknown hardware 'H999'" in done.stderr
+
+
+def test_the_chat_template_is_prefilled_with_the_prompt(tmp_path: Path) -> None:
+    # A chat client asks for `isl` tokens of text; the server prefills them and its template's.
+    data = tmp_path / "refs.yaml"
+    point = ("source: s, argv: [vllm, serve, openai/gpt-oss-120b], hardware: H100, osl: 4, "
+             "conc: 8, prompts: 8, measured: {mean_ttft_ms: 100, output_throughput: 100}")
+    data.write_text("sources: {s: a page}\npoints:\n"
+                    f"  - {{label: chat, isl: 100, template_tokens: 67, {point}}}\n"
+                    f"  - {{label: served, isl: 167, {point}}}\n"
+                    f"  - {{label: bare, isl: 100, {point}}}\n")
+    done = run("--data", str(data))
+    assert done.returncode == 0, done.stderr
+    simulated = {(m["label"], m["metric"]): float(m["simulated"])
+                 for line in done.stdout.splitlines() if (m := ROW.match(line))}
+    for metric in ("mean_ttft_ms", "output_throughput"):
+        assert simulated[("chat (100/4)", metric)] == simulated[("served (167/4)", metric)]
+    assert simulated[("chat (100/4)", "mean_ttft_ms")] > simulated[("bare (100/4)",
+                                                                    "mean_ttft_ms")]
+
+
+def test_a_bad_template_count_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "refs.yaml"
+    bad.write_text("sources: {s: a page}\npoints:\n"
+                   "  - {label: odd, source: s, argv: [vllm, serve, openai/gpt-oss-120b],\n"
+                   "     hardware: H100, isl: 10, osl: 10, conc: 1, prompts: 1,\n"
+                   "     template_tokens: -3, measured: {mean_tpot_ms: 1}}\n")
+    done = run("--data", str(bad))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert (f"{bad}: point 1 (odd): template_tokens is a count of tokens (0 or more), got -3"
+            in done.stderr)
