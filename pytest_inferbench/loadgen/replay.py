@@ -53,6 +53,7 @@ class ReplayRun:
     plays: int  # trees started
     plays_completed: int  # trees whose every stream sent every turn
     cancelled: bool = False  # the point's deadline cut the replay off
+    aborted: str = ""  # why the warmup failed and the replay stopped before profiling
 
     @property
     def duration_s(self) -> float:
@@ -84,6 +85,7 @@ class Replayer:
         self.wake = asyncio.Event()  # a request completed: the schedule may have more due
         self.start = 0.0
         self.failed: list[asyncio.Task[None]] = []
+        self.abort: Callable[[], None] = lambda: None
 
     async def run(self) -> ReplayRun:
         self.start = time.perf_counter()
@@ -95,16 +97,19 @@ class Replayer:
             self.expired.set()
             main.cancel()
             for task in sends:
-                task.cancel()
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        self.abort = expire  # a failed root warmup request stops what is still in flight
 
         deadline = self.cfg.point_deadline_s
         timer = (asyncio.get_running_loop().call_later(deadline, expire)
                  if deadline is not None else None)
         try:
-            await main
-        except asyncio.CancelledError:
+            with contextlib.suppress(asyncio.CancelledError):
+                await main
             if not self.expired.is_set():
-                raise
+                main.result()  # a cancellation that is not ours goes on
             await asyncio.gather(*sends, return_exceptions=True)
         finally:
             if timer is not None:
@@ -120,7 +125,8 @@ class Replayer:
                          end=ended, profile_start=ended if profile_start is None
                          else profile_start,
                          plays=schedule.plays, plays_completed=schedule.plays_completed,
-                         cancelled=self.expired.is_set())
+                         cancelled=self.expired.is_set() and not schedule.aborted,
+                         aborted=schedule.aborted or "")
 
     async def _dispatch(self, schedule: ReplaySchedule, sends: set[asyncio.Task[None]]) -> None:
         """Send what is due, sleep until the next timer or completion, until the schedule ends."""
@@ -164,8 +170,11 @@ class Replayer:
                                  on_read=self.on_read, expired=self.expired)
         finally:
             self.free.append(client)
-        schedule.complete(dispatch.key, raw.ended, overflow=bool(raw.error) and
-                          is_context_overflow(raw.error))
+        schedule.complete(dispatch.key, raw.ended, failed=bool(raw.error),
+                          overflow=bool(raw.error) and is_context_overflow(raw.error))
+        if schedule.aborted is not None and not self.expired.is_set():
+            schedule.aborted += f" ({raw.error})"
+            self.abort()
         self.wake.set()
         self.requests.append(dispatch.described())
         self.records.append(None)

@@ -18,11 +18,16 @@ offset within its branch (`max(0, t0 - branch start)`).
 
 The start (§3.3, `replay_start`): each lane's first tree starts at its seeded t*. The warmup
 sends each stream alive at t* its last turn before t* (its primer: the context the lane
-skipped), then, once the lane's primers are done, the lane's next `warmup_per_lane` requests in
-dependency order with no delays, each for one output token and flagged (`Dispatch.warmup`).
-When every lane's warmup has drained, profiling begins (`profile_start`, the duration counts
-from it): each stream's next turn is due at its recorded offset from t* after that instant
-(`resume_offset`); a lane whose tree ran out in the warmup starts its next one from turn 0.
+skipped), spread as AIPerf spreads them: each primer leaves its recorded lead before its lane's
+t* ahead of one common instant, the same for every lane (the first primer, the one with the
+longest lead, at the start), so every lane's t* lands on that instant; the idle caps move these
+timers as any other. Once the lane's primers are done come the lane's next `warmup_per_lane`
+requests in dependency order with no delays. Warmup requests ask for one output token and are
+flagged (`Dispatch.warmup`). A root stream's warmup request that fails aborts the replay before
+profiling (`aborted` says why), as AIPerf does; a child's does not. When every lane's warmup
+has drained, profiling begins (`profile_start`, the duration counts from it): each stream's
+next turn is due at its recorded offset from t* after that instant (`resume_offset`); a lane
+whose tree ran out in the warmup starts its next one from turn 0.
 
 Both idle caps of §3.4 move timers and never reorder requests: once a tree has nothing in flight
 its earliest pending timer is pulled to at most `trace_idle_cap_s` after it went idle (its other
@@ -121,6 +126,7 @@ class ReplaySchedule:
         self.plays = 0  # trees started
         self.plays_completed = 0  # trees whose every stream sent every turn
         self.total_in_flight = 0
+        self.aborted: str | None = None  # why the warmup failed and the replay stopped
         self._system_idle_since: float | None = None
         self._ready: list[_Pending] = []  # due at once, in the order they became ready
         self._timers: list[tuple[float, int]] = []  # heap of (due as set, timer key)
@@ -136,15 +142,17 @@ class ReplaySchedule:
             for link in tree.links:
                 self._children.setdefault((id(tree), tree.parent_of(link)), []).append(link)
                 self._link_of[(id(tree), link.session_id)] = link
+        primers: list[tuple[float, _Play, str]] = []
         for lane in range(concurrency):
-            self._first_play(lane, start)
+            primers += self._first_play(lane, start)
+        self._spread(primers, start)
         self._maybe_profile(start)
 
     # ----------------------------------------------------------------- the caller's questions
     def take(self, now: float) -> list[Dispatch]:
-        """Everything due by `now`, now in flight (after the end: nothing, and every timer
-        is dropped)."""
-        if now >= self.end:
+        """Everything due by `now`, now in flight (after the end, or once aborted: nothing,
+        and every timer is dropped)."""
+        if now >= self.end or self.aborted is not None:
             self._close()
             return []
         while self._timers and self._timers[0][0] <= now:
@@ -157,7 +165,7 @@ class ReplaySchedule:
                 continue
             del self._timer_of[key]
             del play.timers[key]
-            self._queue(_Pending(play, pending.session, pending.due, due[0]))
+            self._queue(_Pending(play, pending.session, pending.due, due[0], pending.kind))
         ready, self._ready = self._ready, []
         return [self._send(p) for p in ready]
 
@@ -172,15 +180,19 @@ class ReplaySchedule:
         return None
 
     def finished(self, now: float) -> bool:
-        """Nothing in flight and nothing left to send by the end."""
+        """Aborted, or nothing in flight and nothing left to send by the end."""
+        if self.aborted is not None:
+            return True
         if self.total_in_flight:
             return False
         return now >= self.end or not (self._ready or self._timer_of)
 
-    def complete(self, key: int, t: float, *, overflow: bool = False) -> None:
+    def complete(self, key: int, t: float, *, overflow: bool = False,
+                 failed: bool = False) -> None:
         """Request `key` completed at `t`: its stream's next turn, the children it spawns, the
-        join it releases, and the lane's next play become ready or timed. `overflow`: it
-        failed on a context overflow, which ends its stream (module doc)."""
+        join it releases, and the lane's next play become ready or timed. `failed`: it failed
+        (a root stream's warmup request that failed aborts the replay); `overflow`: on a
+        context overflow, which ends its stream (module doc)."""
         play, session, kind = self._sent.pop(key)
         play.in_flight -= 1
         self.total_in_flight -= 1
@@ -190,6 +202,10 @@ class ReplaySchedule:
             self._system_idle_since = t
         stream = play.streams[session]
         turn = stream.turns[stream.pos]
+        if (failed or overflow) and kind != _PROFILE and session == play.tree.trace.id:
+            self.aborted = self.aborted or (
+                f"the warmup request of root stream {session} (lane {play.lane}, turn "
+                f"{turn.index}) failed: the replay stops before profiling, as AIPerf aborts")
         stream.pos += 1
         stream.previous_end = t
         if kind == _PRIMER:  # its children's state at t* is the snapshot's
@@ -208,11 +224,13 @@ class ReplaySchedule:
         self._maybe_profile(t)
 
     # ----------------------------------------------------------------- the start (§3.3)
-    def _first_play(self, lane: int, now: float) -> None:
+    def _first_play(self, lane: int, now: float) -> list[tuple[float, _Play, str]]:
+        """The lane's first tree at its t*; its primers as (lead before t*, play, stream)."""
         play = self._new_play(lane, now, first=True)
         if play is None:
-            return
+            return []
         tree, cfg = play.tree, self.cfg
+        primers = []
         lo, hi = cfg.trajectory_start
         t_star = trajectory_start(tree, cfg.seed, lane, lo, hi)
         start = play.start = snapshot(tree, t_star)
@@ -227,9 +245,19 @@ class ReplaySchedule:
                 play.streams[session] = _Stream(tree.streams[session],
                                                 pos=start.resume[session] - 1)
                 play.primers += 1
-                self._queue(_Pending(play, session, None, now, _PRIMER))
+                primer = tree.streams[session][start.resume[session] - 1].request
+                primers.append((t_star - primer.t, play, session))
         if not play.primers:
             self._unpark(play, now)
+        return primers
+
+    def _spread(self, primers: list[tuple[float, _Play, str]], now: float) -> None:
+        """Time the primers so that every lane's t* lands on one instant (module doc)."""
+        lead = max((p[0] for p in primers), default=0.0)
+        # The longest lead first: it leaves now, and holds the others' timers from the caps.
+        for ahead, play, session in sorted(primers, key=lambda p: -p[0]):
+            due = now + (lead - ahead) * self.cfg.delay_scale
+            self._timer(play, _Pending(play, session, due, now, _PRIMER), due, now)
 
     def _unpark(self, play: _Play, now: float) -> None:
         """The lane's primers are done (or it had none), or profiling begins: its streams go
@@ -244,7 +272,7 @@ class ReplaySchedule:
 
     def _maybe_profile(self, now: float) -> None:
         """Every lane's warmup drained: profiling begins now (module doc)."""
-        if self.profile_start is not None or any(
+        if self.profile_start is not None or self.aborted is not None or any(
                 p.primers or p.in_flight or p.queued for p in self._warming.values()):
             return
         self.profile_start = now
@@ -313,7 +341,10 @@ class ReplaySchedule:
             stream.outcome = False
             self._settled(play, session, now)
             return
-        pending = _Pending(play, session, due, now)
+        self._timer(play, _Pending(play, session, due, now), due, now)
+
+    def _timer(self, play: _Play, pending: _Pending, due: float | None, now: float) -> None:
+        """Queue `pending` now, or set its timer for `due` (under both idle caps)."""
         if due is None or due <= now:
             self._queue(pending)
             return
@@ -406,12 +437,14 @@ class ReplaySchedule:
             heapq.heappush(self._timers, (timer[0], key))
 
     def _cap(self, play: _Play, now: float) -> None:
-        since = play.idle_since if not play.in_flight else None
+        # Idle means nothing in flight and nothing ready to go (§3.4), for the tree and for
+        # the system: a request about to leave holds the timers as one in flight does.
+        since = play.idle_since if not (play.in_flight or play.queued) else None
         if play.timers and since is not None:
             shift = min(t[0] for t in play.timers.values()) - (since + self.cfg.trace_idle_cap_s)
             if shift > 0:
                 self._shift(play, shift)
-        if self.total_in_flight or not self._timer_of:
+        if self.total_in_flight or self._ready or not self._timer_of:
             return
         since = self._system_idle_since if self._system_idle_since is not None else now
         first = self.next_due()

@@ -30,7 +30,7 @@ from pytest_inferbench.loadgen.synthetic_traces import (
 from pytest_inferbench.loadgen.trace_sessions import sessions
 from pytest_inferbench.loadgen.traces import load_traces
 from pytest_inferbench.sim.args import engine_config_from_argv
-from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.engine import Engine, RequestRejectedError
 from pytest_inferbench.sim.replay_driver import SimulatedReplay, simulate_replay
 from pytest_inferbench.sim.server.launcher import launch
 
@@ -181,6 +181,22 @@ def test_a_context_overflow_ends_its_session_over_http(tmp_path: Path) -> None:
     assert len(plays) > 1 and run.plays_completed == 0
     assert plays[0] == [(0, True), (1, True), (2, False)]
     assert all(turns == plays[0][:len(turns)] for turns in plays.values())
+
+
+def test_a_root_warmup_request_that_fails_aborts_the_replay(tmp_path: Path) -> None:
+    """t* falls before the overflowing third turn, so the lane's warmup sends it: the server
+    answers HTTP 400 on the root stream, and the replay stops before profiling (AIPerf exits
+    non-zero), over HTTP and in process alike; the point is not measured."""
+    settings = ReplayConfig(duration_s=30.0, trajectory_start=(0.25, 0.5))
+    run, _ = _serve(tmp_path, _overflow_trace(tmp_path), 1, settings, "0",
+                    "--max-model-len", "1000")
+    assert "warmup request of root stream overflow (lane 0, turn 2) failed" in run.aborted
+    assert "maximum context length" in run.aborted  # the server's own words
+    assert all(q.warmup for q in run.requests) and not run.cancelled
+    assert [q.turn for q in run.requests][-1] == 2
+    tree = sessions(load_traces(_overflow_trace(tmp_path))[0])
+    with pytest.raises(RequestRejectedError, match="warmup request of root stream overflow"):
+        _in_process([tree], 1, settings, "--max-model-len", "1000")
 
 
 def _trace_file(tmp_path: Path) -> Path:
