@@ -254,10 +254,11 @@ class ReplaySchedule:
     def _spread(self, primers: list[tuple[float, _Play, str]], now: float) -> None:
         """Time the primers so that every lane's t* lands on one instant (module doc)."""
         lead = max((p[0] for p in primers), default=0.0)
-        # The longest lead first: it leaves now, and holds the others' timers from the caps.
-        for ahead, play, session in sorted(primers, key=lambda p: -p[0]):
+        for ahead, play, session in primers:
             due = now + (lead - ahead) * self.cfg.delay_scale
-            self._timer(play, _Pending(play, session, due, now, _PRIMER), due, now)
+            self._timer(play, _Pending(play, session, due, now, _PRIMER), due, now, cap=False)
+        for play in {id(p): p for _, p, _ in primers}.values():  # a tree's timers move as one
+            self._cap(play, now)
 
     def _unpark(self, play: _Play, now: float) -> None:
         """The lane's primers are done (or it had none), or profiling begins: its streams go
@@ -343,7 +344,8 @@ class ReplaySchedule:
             return
         self._timer(play, _Pending(play, session, due, now), due, now)
 
-    def _timer(self, play: _Play, pending: _Pending, due: float | None, now: float) -> None:
+    def _timer(self, play: _Play, pending: _Pending, due: float | None, now: float, *,
+               cap: bool = True) -> None:
         """Queue `pending` now, or set its timer for `due` (under both idle caps)."""
         if due is None or due <= now:
             self._queue(pending)
@@ -356,7 +358,8 @@ class ReplaySchedule:
         heapq.heappush(self._timers, (due, key))
         if not play.in_flight and play.idle_since is None:
             play.idle_since = now
-        self._cap(play, now)
+        if cap:
+            self._cap(play, now)
 
     def _spawn(self, play: _Play, session: str, turn: int, ended: float) -> None:
         """Start the children the stream's turn `turn` spawns (a branch: same spawn and
