@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .replay_config import (
@@ -57,58 +56,17 @@ from .replay_config import (
     ReplayedRequest,
     is_context_overflow,
 )
-from .replay_start import StartPoint, resume_offset, snapshot, trajectory_start
+from .replay_lanes import PRIMER, PROFILE, WARMUP, Pending, Play, Stream
+from .replay_start import resume_offset, snapshot, trajectory_start
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .trace_sessions import SessionTree, SubagentLink, Turn
+    from .trace_sessions import SessionTree, SubagentLink
 
 __all__ = ["CONTEXT_OVERFLOW_SUBSTRINGS", "FROM_TURN_0", "SYSTEM_IDLE_CAP_S",
            "TRACE_IDLE_CAP_S", "Dispatch", "ReplayConfig", "ReplaySchedule", "ReplayedRequest",
            "is_context_overflow"]
-
-_PRIMER, _WARMUP, _PROFILE = "primer", "warmup", "profile"
-
-
-@dataclass
-class _Stream:
-    turns: tuple[Turn, ...]
-    pos: int = 0  # the next turn to send
-    previous_end: float | None = None
-    outcome: bool | None = None  # True: every turn sent and done; False: cut by the end
-    joining: bool = False  # its next turn waits for the children it joins
-    parked: bool = False  # held by the warmup (its primers, or the lane's warmup spent)
-    resume_due: float | None = None  # its first turn after the warmup is due then
-
-
-@dataclass
-class _Play:
-    lane: int
-    play: int
-    tree: SessionTree
-    streams: dict[str, _Stream] = field(default_factory=dict)  # root first, then spawned
-    in_flight: int = 0
-    idle_since: float | None = None
-    timers: dict[int, list[float]] = field(default_factory=dict)  # timer key -> [due]
-    start: StartPoint | None = None  # a first play started at its t* (§3.3)
-    primers: int = 0  # primers not yet completed
-    warmup_left: int = 0  # warmup requests it may still queue
-    queued: int = 0  # in the ready queue
-
-    @property
-    def root(self) -> _Stream:
-        return self.streams[self.tree.trace.id]
-
-
-@dataclass(frozen=True)
-class _Pending:
-    play: _Play
-    session: str
-    due: float | None
-    at: float  # when it became ready (a timer's: set when it fires)
-    kind: str = _PROFILE
-
 
 class ReplaySchedule:
     """The schedule of one replay of `trees` at `concurrency` lanes from `start` (module doc)."""
@@ -128,13 +86,13 @@ class ReplaySchedule:
         self.total_in_flight = 0
         self.aborted: str | None = None  # why the warmup failed and the replay stopped
         self._system_idle_since: float | None = None
-        self._ready: list[_Pending] = []  # due at once, in the order they became ready
+        self._ready: list[Pending] = []  # due at once, in the order they became ready
         self._timers: list[tuple[float, int]] = []  # heap of (due as set, timer key)
-        self._timer_of: dict[int, tuple[_Play, _Pending, list[float]]] = {}
-        self._sent: dict[int, tuple[_Play, str, str]] = {}
+        self._timer_of: dict[int, tuple[Play, Pending, list[float]]] = {}
+        self._sent: dict[int, tuple[Play, str, str]] = {}
         self._next_key = 0
-        self._live: dict[int, _Play] = {}
-        self._warming: dict[int, _Play] = {}
+        self._live: dict[int, Play] = {}
+        self._warming: dict[int, Play] = {}
         self._idle_lanes: list[int] = []  # lanes whose first tree drained in the warmup
         self._children: dict[tuple[int, str], list[SubagentLink]] = {}
         self._link_of: dict[tuple[int, str], SubagentLink] = {}
@@ -142,7 +100,7 @@ class ReplaySchedule:
             for link in tree.links:
                 self._children.setdefault((id(tree), tree.parent_of(link)), []).append(link)
                 self._link_of[(id(tree), link.session_id)] = link
-        primers: list[tuple[float, _Play, str]] = []
+        primers: list[tuple[float, Play, str]] = []
         for lane in range(concurrency):
             primers += self._first_play(lane, start)
         self._spread(primers, start)
@@ -165,7 +123,7 @@ class ReplaySchedule:
                 continue
             del self._timer_of[key]
             del play.timers[key]
-            self._queue(_Pending(play, pending.session, pending.due, due[0], pending.kind))
+            self._queue(Pending(play, pending.session, pending.due, due[0], pending.kind))
         ready, self._ready = self._ready, []
         return [self._send(p) for p in ready]
 
@@ -202,19 +160,19 @@ class ReplaySchedule:
             self._system_idle_since = t
         stream = play.streams[session]
         turn = stream.turns[stream.pos]
-        if (failed or overflow) and kind != _PROFILE and session == play.tree.trace.id:
+        if (failed or overflow) and kind != PROFILE and session == play.tree.trace.id:
             self.aborted = self.aborted or (
                 f"the warmup request of root stream {session} (lane {play.lane}, turn "
                 f"{turn.index}) failed: the replay stops before profiling, as AIPerf aborts")
         stream.pos += 1
         stream.previous_end = t
-        if kind == _PRIMER:  # its children's state at t* is the snapshot's
+        if kind == PRIMER:  # its children's state at t* is the snapshot's
             play.primers -= 1
             stream.parked = not overflow
         if overflow:
             stream.outcome = False
             self._settled(play, session, t)
-        if kind == _PRIMER:
+        if kind == PRIMER:
             if not play.primers and play.play in self._live:
                 self._unpark(play, t)
         elif not overflow:
@@ -224,7 +182,7 @@ class ReplaySchedule:
         self._maybe_profile(t)
 
     # ----------------------------------------------------------------- the start (§3.3)
-    def _first_play(self, lane: int, now: float) -> list[tuple[float, _Play, str]]:
+    def _first_play(self, lane: int, now: float) -> list[tuple[float, Play, str]]:
         """The lane's first tree at its t*; its primers as (lead before t*, play, stream)."""
         play = self._new_play(lane, now, first=True)
         if play is None:
@@ -238,11 +196,11 @@ class ReplaySchedule:
         self._warming[play.play] = play
         for session in (tree.trace.id, *(k.session_id for k in tree.links)):
             if session in start.done:
-                play.streams[session] = _Stream(tree.streams[session], outcome=True)
+                play.streams[session] = Stream(tree.streams[session], outcome=True)
             elif session in start.pending:
-                play.streams[session] = _Stream(tree.streams[session], parked=True)
+                play.streams[session] = Stream(tree.streams[session], parked=True)
             elif session in start.resume:
-                play.streams[session] = _Stream(tree.streams[session],
+                play.streams[session] = Stream(tree.streams[session],
                                                 pos=start.resume[session] - 1)
                 play.primers += 1
                 primer = tree.streams[session][start.resume[session] - 1].request
@@ -251,16 +209,16 @@ class ReplaySchedule:
             self._unpark(play, now)
         return primers
 
-    def _spread(self, primers: list[tuple[float, _Play, str]], now: float) -> None:
+    def _spread(self, primers: list[tuple[float, Play, str]], now: float) -> None:
         """Time the primers so that every lane's t* lands on one instant (module doc)."""
         lead = max((p[0] for p in primers), default=0.0)
         for ahead, play, session in primers:
             due = now + (lead - ahead) * self.cfg.delay_scale
-            self._timer(play, _Pending(play, session, due, now, _PRIMER), due, now, cap=False)
+            self._timer(play, Pending(play, session, due, now, PRIMER), due, now, cap=False)
         for play in {id(p): p for _, p, _ in primers}.values():  # a tree's timers move as one
             self._cap(play, now)
 
-    def _unpark(self, play: _Play, now: float) -> None:
+    def _unpark(self, play: Play, now: float) -> None:
         """The lane's primers are done (or it had none), or profiling begins: its streams go
         on, in the recorded order of their next turns (which the warmup budget takes first)."""
         def recorded(session: str) -> float:
@@ -293,22 +251,22 @@ class ReplaySchedule:
             self._new_play(lane, now)
 
     # ----------------------------------------------------------------- internals
-    def _new_play(self, lane: int, now: float, *, first: bool = False) -> _Play | None:
-        play = _Play(lane, self.plays, self.trees[self.plays % len(self.trees)])
+    def _new_play(self, lane: int, now: float, *, first: bool = False) -> Play | None:
+        play = Play(lane, self.plays, self.trees[self.plays % len(self.trees)])
         self.plays += 1  # dataset order, wrapping: the first lanes take the first traces (§3.2)
         self._live[play.play] = play
         if first:
             return play
         root = play.tree.trace.id
-        play.streams[root] = _Stream(play.tree.streams.get(root, ()))
+        play.streams[root] = Stream(play.tree.streams.get(root, ()))
         self._advance(play, root, now, first_due=None)
         return None
 
-    def _queue(self, pending: _Pending) -> None:
+    def _queue(self, pending: Pending) -> None:
         pending.play.queued += 1
         self._ready.append(pending)
 
-    def _advance(self, play: _Play, session: str, now: float, *,
+    def _advance(self, play: Play, session: str, now: float, *,
                  first_due: float | None = None) -> None:
         """Queue the stream's next turn (ready or timed), or settle the stream."""
         stream = play.streams[session]
@@ -329,7 +287,7 @@ class ReplaySchedule:
                 stream.parked = True
                 return
             play.warmup_left -= 1
-            self._queue(_Pending(play, session, None, now, _WARMUP))
+            self._queue(Pending(play, session, None, now, WARMUP))
             return
         if stream.resume_due is not None:
             due: float | None = stream.resume_due
@@ -342,9 +300,9 @@ class ReplaySchedule:
             stream.outcome = False
             self._settled(play, session, now)
             return
-        self._timer(play, _Pending(play, session, due, now), due, now)
+        self._timer(play, Pending(play, session, due, now), due, now)
 
-    def _timer(self, play: _Play, pending: _Pending, due: float | None, now: float, *,
+    def _timer(self, play: Play, pending: Pending, due: float | None, now: float, *,
                cap: bool = True) -> None:
         """Queue `pending` now, or set its timer for `due` (under both idle caps)."""
         if due is None or due <= now:
@@ -361,7 +319,7 @@ class ReplaySchedule:
         if cap:
             self._cap(play, now)
 
-    def _spawn(self, play: _Play, session: str, turn: int, ended: float) -> None:
+    def _spawn(self, play: Play, session: str, turn: int, ended: float) -> None:
         """Start the children the stream's turn `turn` spawns (a branch: same spawn and
         join)."""
         tree = play.tree
@@ -373,11 +331,11 @@ class ReplaySchedule:
                       if tree.streams.get(b.session_id)]
             own = tree.streams.get(link.session_id, ())
             offset = max(0.0, own[0].request.t - min(starts)) if own and starts else 0.0
-            play.streams[link.session_id] = _Stream(own)
+            play.streams[link.session_id] = Stream(own)
             self._advance(play, link.session_id, ended,
                           first_due=ended + offset * self.cfg.delay_scale)
 
-    def _settled(self, play: _Play, session: str, now: float) -> None:
+    def _settled(self, play: Play, session: str, now: float) -> None:
         """A stream is done: a parent waiting on it may go on; a drained tree frees its lane."""
         link = self._link_of.get((id(play.tree), session))
         if link is not None:
@@ -401,7 +359,7 @@ class ReplaySchedule:
         elif now < self.end:
             self._new_play(play.lane, now)
 
-    def _send(self, pending: _Pending) -> Dispatch:
+    def _send(self, pending: Pending) -> Dispatch:
         play, stream = pending.play, pending.play.streams[pending.session]
         play.queued -= 1
         key = self._next_key
@@ -414,7 +372,7 @@ class ReplaySchedule:
         return Dispatch(key=key, lane=play.lane, play=play.play, tree=play.tree,
                         turn=stream.turns[stream.pos], due=pending.due,
                         at=pending.at, previous_end=stream.previous_end,
-                        warmup=pending.kind != _PROFILE)
+                        warmup=pending.kind != PROFILE)
 
     def _close(self) -> None:
         """The end: every pending turn is cut; trees with nothing in flight drain."""
@@ -434,12 +392,12 @@ class ReplaySchedule:
                 stream.outcome = False
                 self._settled(play, session, self.end)
 
-    def _shift(self, play: _Play, shift: float) -> None:
+    def _shift(self, play: Play, shift: float) -> None:
         for key, timer in play.timers.items():
             timer[0] -= shift
             heapq.heappush(self._timers, (timer[0], key))
 
-    def _cap(self, play: _Play, now: float) -> None:
+    def _cap(self, play: Play, now: float) -> None:
         # Idle means nothing in flight and nothing ready to go (§3.4), for the tree and for
         # the system: a request about to leave holds the timers as one in flight does.
         since = play.idle_since if not (play.in_flight or play.queued) else None
