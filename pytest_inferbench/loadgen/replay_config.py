@@ -4,6 +4,8 @@
 The defaults are InferenceX's (agentic.md §3.1): the 10 s system and 300 s per-tree idle caps,
 the trajectory start between 0.25 and 0.75 of each first tree (§3.3), ten warmup requests per
 lane after the primers (one in InferenceX's fast mode), one output token per warmup request.
+The duration and the start's defaults are those of a point's `LoadSettings` (`workload`), which
+the options set; `replay_config` makes a point's replay of them.
 """
 
 from __future__ import annotations
