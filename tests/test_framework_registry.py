@@ -44,7 +44,6 @@ speculative: {{flags: [draft-tokens], synthetic_acceptance: []}}
 multinode: {{{THROWAWAY}-disagg: random}}
 simulator:
   step_overhead_ms: 2.5
-  allreduce_latency_us: 10.0
   allreduce_bytes_per_elem: 2.0
   hbm_efficiency: 0.8
   compute_efficiency: 0.0945
@@ -217,7 +216,7 @@ def test_data_parallel_reads_as_the_entry_says(name: str) -> None:
 @pytest.mark.parametrize("name", registry.names())
 def test_an_options_file_is_read_only_where_the_entry_says(name: str) -> None:
     entry = registry.get(name)
-    batch = catalog.framework(name).defaults["max_num_seqs"] + 1
+    batch = catalog.framework(name).defaults_on(catalog.hardware("MI355X"))["max_num_seqs"] + 1
     config, ignored = engine_config_from_argv(
         [entry.programs[0], "serve", MODEL, "--config", "options.yaml"], hardware="MI355X",
         framework=name, files={"options.yaml": f"max_batch_size: {batch}\n"})

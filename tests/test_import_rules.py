@@ -34,7 +34,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "util": set(),
     "frameworks": set(),
     "recipe": {"frameworks", "util"},
-    "results": {"recipe", "util"},
+    "results": {"frameworks", "recipe", "util"},
     "loadgen": {"frameworks", "recipe", "results", "util"},
     "sim": {"frameworks", "loadgen", "recipe", "results", "util"},
     "sim.server": {"frameworks", "loadgen", "sim", "util"},
@@ -62,7 +62,7 @@ ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.acceptance", "sim
                "sim.kv_blocks", "sim.prefix_cache", "sim.host_cache", "sim.offload_args",
                "sim.stretch", "sim.closed_loop", "sim.kv_schedule", "sim.planned",
                "sim.decode_sums", "sim.driver", "sim.disagg", "sim.cluster", "sim.instance",
-               "sim.cluster_driver", "sim.replay_driver",
+               "sim.cluster_driver", "sim.replay_driver", "sim.efficiency",
                # The agentic replay's schedule: the simulator runs it on its virtual clock.
                "loadgen.replay_schedule", "loadgen.replay_lanes", "loadgen.replay_start",
                "loadgen.replay_config", "loadgen.trace_sessions")

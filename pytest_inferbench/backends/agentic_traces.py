@@ -72,14 +72,15 @@ def replay_workload(label: str, trees: Sequence[SessionTree], lanes: int,
 
 
 def replay_meta(num_gpus: int, settings: ReplayConfig, requests: Sequence[ReplayedRequest], *,
-                clock_start: float, start_unix: float, cancelled: bool = False) -> ReplayMeta:
+                clock_start: float, start_unix: float, cancelled: bool = False,
+                fault: str = "") -> ReplayMeta:
     """What the agentic aggregate (`results/agentic.py`) needs besides the records: `requests`
     in the records' order, `clock_start` the records' clock at `start_unix`."""
     hit, total = _theoretical(requests)
     return ReplayMeta(
         num_gpus=num_gpus, clock_start=clock_start, start_unix=start_unix,
         duration_s=settings.duration_s, hit_blocks=hit, total_blocks=total,
-        cancelled=cancelled, expected_output=tuple(q.output_length for q in requests))
+        cancelled=cancelled, fault=fault, expected_output=tuple(q.output_length for q in requests))
 
 
 def _theoretical(requests: Sequence[ReplayedRequest]) -> tuple[int, int]:

@@ -5,8 +5,12 @@ fixed-length load: the measured phase's bracket (`measured.py`: scrapes, event-l
 usage and GPU power sampled during the replay), the client self-check, one `RequestRecord` per
 request. The replay's warmup (agentic.md §3.3: each lane's first tree from its seeded t*, its
 primers and per-lane warmup requests) runs inside the bracket; its records are flagged `warmup`
-and measured by no metric, and the duration is the profiling phase's. A root stream's warmup
-request that fails aborts the replay, and the point is not measured.
+and measured by no metric, and the duration is the profiling phase's.
+
+A request that lost the server stops the replay (`loadgen/replay.py`); the point fails naming
+it (`results.build.measurement_failures`), and where the server is found dead its log tail
+follows that line (`ServerDiedError`). A root stream's warmup request that fails aborts the
+replay before profiling, as AIPerf does, and the point is not measured.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from ..loadgen.replay_config import replay_config
 from ..loadgen.selfcheck import point_verdict
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .agentic_traces import replay_meta, replay_note, replay_traces, replay_workload
-from .base import PointNotMeasuredError
+from .base import PointNotMeasuredError, ServerDiedError
 from .measured import measured_phase
 
 if TYPE_CHECKING:
     from ..loadgen.client import ClientConfig
     from ..loadgen.prompts import TextTokenizer
+    from ..loadgen.replay import ReplayRun
     from ..loadgen.replay_config import ReplayConfig
     from ..loadgen.trace_sessions import SessionTree
     from ..loadgen.workload import LoadSettings
@@ -71,10 +76,20 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     notes = [replay_note(label, settings, point.conc)]
     if handle.simulated:
         notes.append(SIMULATED_NOTE)
+    ran: list[ReplayRun] = []
+
+    async def load() -> ReplayRun:
+        ran.append(await replay(cfg, trees, point.conc, settings))
+        return ran[0]
+
     async with make_http_client(cfg, 1) as client:
-        phase = await measured_phase(handle, client, notes,
-                                     lambda: replay(cfg, trees, point.conc, settings),
-                                     point.server.gpus)
+        try:
+            phase = await measured_phase(handle, client, notes, load,
+                                         point.server.gpus)
+        except ServerDiedError as exc:
+            if ran and ran[0].fault:  # the request that found it gone, then its log
+                raise ServerDiedError(f"{ran[0].fault}\n{exc}") from None
+            raise
     run, stats, server = phase.run, phase.loop, phase.server_metrics
     if run.aborted:  # AIPerf exits before profiling: nothing was measured
         raise PointNotMeasuredError(f"{point.name}: {run.aborted}")
@@ -82,7 +97,8 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
     described = replay_workload(label, trees, point.conc, settings, run.requests, run.plays,
                                 run.plays_completed, cfg.text_token_source)
     replayed = replay_meta(point.server.gpus, settings, run.requests, clock_start=run.start,
-                           start_unix=phase.started_unix, cancelled=run.cancelled)
+                           start_unix=phase.started_unix, cancelled=run.cancelled,
+                           fault=run.fault)
     return PointMeasurement(
         records=run.records, duration_s=run.duration_s, num_prompts=len(run.records),
         max_concurrency=point.conc, simulated=handle.simulated, server_metrics=server,

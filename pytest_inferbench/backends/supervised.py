@@ -82,7 +82,14 @@ class SupervisedHandle(HttpServerHandle):
             self._check_alive_after_failures()
             raise
         if any(not record.success for record in measurement.records):
-            self._check_alive_after_failures()
+            fault = measurement.replay.fault if measurement.replay is not None else ""
+            try:
+                self._check_alive_after_failures()
+            except (ServerDiedError, PointNotMeasuredError) as exc:
+                if not fault:
+                    raise
+                # The agentic replay's stop names the request that lost the server first.
+                raise type(exc)(f"{fault}\n{exc}") from None
         return measurement
 
     def _check_alive_after_failures(self) -> None:

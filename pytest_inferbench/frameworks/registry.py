@@ -14,6 +14,8 @@ A framework's file is the one place that says what it is to every part of the pl
 - `data_parallel_attention`: true when `--data-parallel-size N` without DP-attention flags
   still means N attention ranks over N x TP GPUs (vLLM on MoE models); otherwise it is N
   independent replicas, which the simulator does not model.
+- `dp_attention_needs_dp`: true when the DP-attention flag does nothing without a data-parallel
+  size above 1 (SGLang turns `--enable-dp-attention` off when `--dp-size` is 1, its default).
 - `persona`: whose metric names the simulated server exposes for it (a framework whose own
   names are not modelled borrows another's).
 - `metrics`: each engine quantity (a `sim/server/prom.MetricsSnapshot` attribute) -> the name the
@@ -120,6 +122,7 @@ class FrameworkEntry:
     simulator: Mapping[str, Any]
     kv_offload: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     prefix_caching_off: tuple[str, ...] = ()
+    dp_attention_needs_dp: bool = False
 
     @property
     def metric_prefix(self) -> str:
@@ -209,6 +212,7 @@ def entry(data: Mapping[str, Any], where: str = "framework entry") -> FrameworkE
         aliases=_strings(data.get("aliases", []), f"{where}: aliases"),
         options_file=bool(data.get("options_file", False)),
         data_parallel_attention=bool(data.get("data_parallel_attention", False)),
+        dp_attention_needs_dp=bool(data.get("dp_attention_needs_dp", False)),
         persona=str(data["persona"]), metrics=metrics,
         latency_histograms={k: str(v) for k, v in _mapping(
             data.get("latency_histograms"), f"{where}: latency_histograms").items()},

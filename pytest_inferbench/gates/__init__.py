@@ -261,7 +261,7 @@ def _speculative(
         return []
     failures: list[str] = []
     where = _spec_place(spec) if spec else point.server.config_key
-    if spec is not None and sd.needs_chat_template and not spec.client.use_chat_template:
+    if spec is not None and sd.needs_chat_template and not spec.client.chat_framed:
         failures.append(
             f"speculative decoding ({sd.method}) without the chat template: "
             f"{_chat_template_fix(spec)}; AL depends on chat framing"

@@ -47,6 +47,10 @@ COMPLETIONS_ENDPOINT = "/v1/completions"
 # are counted (`_record`).
 STALLED = "stalled"
 DEADLINE = "deadline"
+# How a request that lost its server begins its error: no connection, or the one it had gone.
+CONNECTION_FAILED = "connection failed"
+CONNECTION_CLOSED = "connection closed mid-stream"
+_LOST_PREFIXES = (CONNECTION_FAILED, CONNECTION_CLOSED, "ConnectTimeout:", "WriteTimeout:")
 # Chunk tokens counted as words of a real model's text: an estimate, not a cross-check.
 APPROXIMATE_WORDS = "words (approximate)"
 
@@ -122,14 +126,23 @@ def _http_error(status: int, body: bytes) -> str:
 
 def _exception_reason(exc: BaseException, cfg: ClientConfig) -> str:
     if isinstance(exc, httpx.ConnectError):
-        return f"connection failed: {exc}"
+        return f"{CONNECTION_FAILED}: {exc}"
     if isinstance(exc, httpx.ReadTimeout):
         return STALLED
     if isinstance(exc, httpx.TimeoutException):
         return f"{type(exc).__name__}: timed out"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"connection closed mid-stream ({type(exc).__name__}: {exc})"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+                        httpx.CloseError)):  # the server went away mid-request
+        return f"{CONNECTION_CLOSED} ({type(exc).__name__}: {exc})"
     return f"{type(exc).__name__}: {exc}"
+
+
+def server_lost(error: str) -> bool:
+    """Did a request's raw error (`RawResponse.error`, before `_record` words it) lose the
+    server rather than get its answer: a stream silent past the stall timeout, or no
+    connection, or the one it had gone? An HTTP error or a stream the server ended itself
+    is an answer."""
+    return error == STALLED or error.startswith(_LOST_PREFIXES)
 
 
 def _record(prompt: Prompt, cfg: ClientConfig, sent: float, ended: float,

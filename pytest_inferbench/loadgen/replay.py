@@ -8,6 +8,15 @@ the schedule when each one ended.
 
 Timestamps and records are the fixed-length client's (`client.py`): `send_raw` stamps arrivals,
 one `RequestRecord` per request, parsed off the dispatch path.
+
+A request that loses its server -- a stream silent past the stall timeout (a hung engine, a
+stopped process) or a connection refused or cut (a crashed one) -- stops the replay at once:
+every later request would wait out the same stall or fail the same way until the duration
+ends. The other lanes' requests in flight are cancelled (recorded, with what they received),
+nothing more is sent, and the run says why (`ReplayRun.fault`: the request, its lane, the
+cause). An answer, even an HTTP error, goes on as §3.4 "Errors" says -- except on a root
+stream's warmup request, which the schedule turns into an abort (`ReplayRun.aborted`), stopping
+the replay the same way before profiling.
 """
 
 from __future__ import annotations
@@ -20,7 +29,15 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .client import ClientConfig, _RecordBuilder, send_raw
+from .client import (
+    DEADLINE,
+    STALLED,
+    ClientConfig,
+    RawResponse,
+    _RecordBuilder,
+    send_raw,
+    server_lost,
+)
 from .connections import make_http_client
 from .prompts import Prompt
 from .replay_prompts import BlockText, marker, prompt_text, prompt_tokens
@@ -53,6 +70,7 @@ class ReplayRun:
     plays: int  # trees started
     plays_completed: int  # trees whose every stream sent every turn
     cancelled: bool = False  # the point's deadline cut the replay off
+    fault: str = ""  # why the replay stopped before its end: a request lost the server
     aborted: str = ""  # why the warmup failed and the replay stopped before profiling
 
     @property
@@ -81,42 +99,47 @@ class Replayer:
         self.free: list[httpx.AsyncClient] = []
         self.clients: list[httpx.AsyncClient] = []
         self.texts: dict[str, BlockText] = {}  # one per trace: its blocks' words drawn once
-        self.expired = asyncio.Event()
+        # Set when the replay is cut off (the point's deadline, a fault): a request cancelled
+        # then keeps what it received (`send_raw`).
+        self.stopped = asyncio.Event()
+        self.deadline_passed = False
+        self.fault = ""  # the request that lost the server, and how
+        self.fault_at = ""  # what stopped the replay, for the requests it cancelled
+        self.aborted = ""
+        self.cancelled_in_flight = 0
         self.wake = asyncio.Event()  # a request completed: the schedule may have more due
         self.start = 0.0
         self.failed: list[asyncio.Task[None]] = []
-        self.abort: Callable[[], None] = lambda: None
+        self.sends: set[asyncio.Task[None]] = set()
+        self.main: asyncio.Future[None] | None = None
 
     async def run(self) -> ReplayRun:
         self.start = time.perf_counter()
         schedule = ReplaySchedule(self.trees, self.concurrency, self.replay, self.start)
-        sends: set[asyncio.Task[None]] = set()
-        main = asyncio.ensure_future(self._dispatch(schedule, sends))
+        main = self.main = asyncio.ensure_future(self._dispatch(schedule, self.sends))
 
         def expire() -> None:
-            self.expired.set()
-            main.cancel()
-            for task in sends:
-                if task is not asyncio.current_task():
-                    task.cancel()
-
-        self.abort = expire  # a failed root warmup request stops what is still in flight
+            self.deadline_passed = True
+            self._stop()
 
         deadline = self.cfg.point_deadline_s
         timer = (asyncio.get_running_loop().call_later(deadline, expire)
                  if deadline is not None else None)
         try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await main
-            if not self.expired.is_set():
-                main.result()  # a cancellation that is not ours goes on
-            await asyncio.gather(*sends, return_exceptions=True)
+            await main
+        except asyncio.CancelledError:
+            if not self.stopped.is_set():
+                raise
+            await asyncio.gather(*self.sends, return_exceptions=True)
         finally:
             if timer is not None:
                 timer.cancel()
             ended = time.perf_counter()
             await asyncio.gather(*(c.aclose() for c in self.clients), return_exceptions=True)
         await self.builder.finish()
+        fault = self.fault and (
+            f"{self.fault}; the replay stopped {ended - self.start:.1f} s in, "
+            f"{self.cancelled_in_flight} other request(s) in flight cancelled")
         pairs = [(r, q) for r, q in zip(self.records, self.requests, strict=True)
                  if r is not None]
         records = tuple(replace(r, warmup=True) if q.warmup else r for r, q in pairs)
@@ -125,8 +148,17 @@ class Replayer:
                          end=ended, profile_start=ended if profile_start is None
                          else profile_start,
                          plays=schedule.plays, plays_completed=schedule.plays_completed,
-                         cancelled=self.expired.is_set() and not schedule.aborted,
-                         aborted=schedule.aborted or "")
+                         cancelled=self.deadline_passed, fault=fault, aborted=self.aborted)
+
+    def _stop(self) -> None:
+        """Send nothing more and cancel every request in flight but the caller's own."""
+        self.stopped.set()
+        if self.main is not None:
+            self.main.cancel()
+        current = asyncio.current_task()
+        for task in self.sends:
+            if task is not current:
+                task.cancel()
 
     async def _dispatch(self, schedule: ReplaySchedule, sends: set[asyncio.Task[None]]) -> None:
         """Send what is due, sleep until the next timer or completion, until the schedule ends."""
@@ -167,18 +199,36 @@ class Replayer:
         client = self.free.pop() if self.free else self._client()
         try:
             raw = await send_raw(client, self.cfg, prompt, scheduled=dispatch.due,
-                                 on_read=self.on_read, expired=self.expired)
+                                 on_read=self.on_read, expired=self.stopped)
         finally:
             self.free.append(client)
+        if self.stopped.is_set() and not self.deadline_passed and raw.error == DEADLINE:
+            # Cut off by another request's fault, not by the deadline `send_raw` assumed.
+            self.cancelled_in_flight += 1
+            raw = replace(raw, error=f"cancelled: the replay stopped ({self.fault_at})")
+        elif not self.stopped.is_set() and server_lost(raw.error):
+            self.fault_at = f"a request on lane {dispatch.lane} lost the server"
+            self.fault = self._fault(dispatch, raw)
+            self._stop()
         schedule.complete(dispatch.key, raw.ended, failed=bool(raw.error),
                           overflow=bool(raw.error) and is_context_overflow(raw.error))
-        if schedule.aborted is not None and not self.expired.is_set():
-            schedule.aborted += f" ({raw.error})"
-            self.abort()
+        if schedule.aborted is not None and not self.stopped.is_set():
+            self.fault_at = f"a root stream's warmup request on lane {dispatch.lane} failed"
+            self.aborted = f"{schedule.aborted} ({raw.error})"
+            self._stop()
         self.wake.set()
         self.requests.append(dispatch.described())
         self.records.append(None)
         self.builder.queue.put_nowait((len(self.records) - 1, raw))
+
+    def _fault(self, dispatch: Dispatch, raw: RawResponse) -> str:
+        where = (f"request {dispatch.turn.session_id} turn {dispatch.turn.index} (play "
+                 f"{dispatch.play}) on lane {dispatch.lane}, sent {raw.sent - self.start:.1f} s "
+                 "in")
+        if raw.error == STALLED:
+            return (f"{where}, stalled: no data for {self.cfg.timeouts.read_s:g} s "
+                    "(--inferbench-stall-timeout)")
+        return f"{where}, lost the server: {raw.error}"
 
     def _client(self) -> httpx.AsyncClient:
         # One single-connection client per request in flight: a lane's subagents run at once.

@@ -24,6 +24,7 @@ from ..util import yamllines
 from .spec_values import check_keys, read_str_dict, read_str_list
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 SCENARIO = "agentic-coding"
@@ -226,19 +227,38 @@ def marker_fields(server: ServerConfig, conc: int) -> dict[str, object]:
 
 
 # A launch spec's `agentic:` section, applied to an agentic-coding point's server only.
-AGENTIC_LAUNCH_KEYS = ("args", "env", "drop")
+AGENTIC_LAUNCH_KEYS = ("args", "env", "drop", "overlays")
+AGENTIC_OVERLAY_KEYS = ("args", "env", "drop")
 CONTEXT_PLACEHOLDER = "{max_model_len}"
+# InferenceX's build_replay_cmd points AIPerf at the chat endpoint for every agentic replay
+# (`--endpoint /v1/chat/completions --endpoint-type chat`): the server frames the history with
+# the model's chat template, whatever the fixed-seq-len client of the spec does.
+REPLAY_ENDPOINT = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
 class AgenticLaunch:
     """How an agentic point's server differs from the spec's fixed-seq-len one, as InferenceX's
     agentic script for the config starts it: the flags it `drop`s (each with its value words),
-    the `args` it adds (after the overlays') and the `env` on top."""
+    the `args` it adds (after the overlays') and the `env` on top. `overlays` hold the same
+    per overlay name (`mtp`, `dcp`, ...) where the agentic script of that variant differs
+    again (another script: `..._mtp.sh`, or a branch of it)."""
 
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     drop: tuple[str, ...] = ()
+    overlays: tuple[tuple[str, AgenticLaunch], ...] = ()
+
+    def active(self, on: Mapping[str, bool]) -> AgenticLaunch:
+        """This section with the overlays that are `on` applied in order: each drops its flags
+        from the words before it (the spec's and the section's) and adds its own after them."""
+        args, env, drop = list(self.args), dict(self.env), list(self.drop)
+        for name, overlay in self.overlays:
+            if on.get(name):
+                args = drop_flags(args, overlay.drop) + list(overlay.args)
+                env.update(overlay.env)
+                drop += overlay.drop
+        return AgenticLaunch(tuple(args), tuple(env.items()), tuple(drop))
 
 
 def drop_flags(words: list[str], flags: tuple[str, ...], keep: str = "") -> list[str]:
@@ -296,10 +316,23 @@ def server_words(words: list[str], launch: AgenticLaunch, framework: str, mark: 
     return drop_flags(native_context(words), (*off, *launch.drop), keep=mark)
 
 
-def read_agentic_launch(path: Path, value: object) -> AgenticLaunch:
-    """A launch spec's `agentic:` section (none: nothing but the rules of `server_words`)."""
+def read_agentic_launch(path: Path, value: object, overlay_names: tuple[str, ...] = ()
+                        ) -> AgenticLaunch:
+    """A launch spec's `agentic:` section (none: nothing but the rules of `server_words`);
+    `overlay_names` are those its `overlays` may name, in the order they apply."""
     section = check_keys(path, "agentic", value, AGENTIC_LAUNCH_KEYS)
+    overlays = check_keys(path, "agentic.overlays", section.get("overlays", {}), overlay_names)
     return AgenticLaunch(
         args=tuple(read_str_list(path, "agentic.args", section.get("args", []))),
         env=tuple(read_str_dict(path, "agentic.env", section.get("env", {})).items()),
-        drop=tuple(read_str_list(path, "agentic.drop", section.get("drop", []))))
+        drop=tuple(read_str_list(path, "agentic.drop", section.get("drop", []))),
+        overlays=tuple((name, _read_overlay(path, f"agentic.overlays.{name}", overlays[name]))
+                       for name in overlay_names if name in overlays))
+
+
+def _read_overlay(path: Path, where: str, value: object) -> AgenticLaunch:
+    overlay = check_keys(path, where, value, AGENTIC_OVERLAY_KEYS)
+    return AgenticLaunch(
+        args=tuple(read_str_list(path, f"{where}.args", overlay.get("args", []))),
+        env=tuple(read_str_dict(path, f"{where}.env", overlay.get("env", {})).items()),
+        drop=tuple(read_str_list(path, f"{where}.drop", overlay.get("drop", []))))

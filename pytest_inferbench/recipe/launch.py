@@ -60,6 +60,12 @@ class ClientOptions:
         `--use-chat-template`); a chat endpoint templates on the server instead."""
         return self.use_chat_template and not self.chat
 
+    @property
+    def chat_framed(self) -> bool:
+        """Prompts reach the model inside its chat template: rendered by the client, or by the
+        server behind the chat endpoint (an agentic replay's)."""
+        return self.use_chat_template or self.chat
+
 
 @dataclass(frozen=True)
 class RoleSpec:
@@ -143,6 +149,9 @@ MULTINODE_DIR = "multinode"
 # their PARALLEL_ARGS before their SPEC_ARGS. `dp-attn-ep` applies when DP attention and EP > 1
 # go together (ATOM's scripts enable expert parallelism only then), before `dp-attn`'s words.
 OVERLAY_NAMES = ("ep", "dp-attn-ep", "dp-attn", "mtp")
+# The `agentic:` section's overlays: those, then decode context parallelism (`dcp-size` > 1),
+# a branch InferenceX's agentic scripts take last (it may replace the speculative config).
+AGENTIC_OVERLAY_NAMES = (*OVERLAY_NAMES, "dcp")
 # An `args` word that marks where the active overlays' words go (at the end without it), so
 # that a spec can keep a script's argv order: `-tp {tp} {overlays} --block-size ...`.
 OVERLAY_ARGS_MARK = "{overlays}"
@@ -213,14 +222,17 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
                                            files, client)
     # An agentic point's server as InferenceX's agentic script starts it (a deployment of
     # roles keeps its workers' argv).
-    how = agentic.read_agentic_launch(path, data.get("agentic", {}))
-    if server.scenario == agentic.SCENARIO and "roles" not in data:
+    how = agentic.read_agentic_launch(path, data.get("agentic", {}),
+                                      AGENTIC_OVERLAY_NAMES).active(on)
+    agentic_point = server.scenario == agentic.SCENARIO
+    if agentic_point:
+        client = {**client, "endpoint": agentic.REPLAY_ENDPOINT}
+    if agentic_point and "roles" not in data:
         args, overlay_args = (agentic.server_words(words, how, server.framework,
                                                    OVERLAY_ARGS_MARK)
                               for words in (args, overlay_args))
         overlay_args += how.args
         env.update(how.env)
-        files = {name: agentic.native_context_in(content) for name, content in files.items()}
     # An agentic dram point's offload backend, sized from its DRAM budget (a deployment of
     # roles keeps its own argv: offload flags are not added to multinode workers).
     try:
@@ -235,10 +247,15 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     context = max((max_model_len(s.isl, s.osl) for s in server.sweeps), default=32768)
     p = server.parallel
     values = {"{model}": server.model, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.tp),
+              "{dcp}": str(p.dcp),
               "{max_model_len}": str(context),
               "{mtp_tokens}": str(speculative_tokens(server))}
     roles = _roles(path, data, command, env, values, server, files)
-    filled = {name: fill_placeholders_in(content, values) for name, content in files.items()}
+    # An agentic point runs at the model's native context: no ISL/OSL-sized context in the
+    # config files (a deployment of roles' too).
+    filled = {name: fill_placeholders_in(
+        agentic.native_context_in(content) if agentic_point else content, values)
+        for name, content in files.items()}
     serve_role = str(data.get("serve-role", "router")) if roles else ""
     if roles and serve_role not in {r.name for r in roles}:
         raise LaunchSpecError(f"{path}: serve-role: {serve_role!r} is not one of the roles "
@@ -304,7 +321,7 @@ def _place_overlay_args(path: Path, args: list[str], overlay_args: list[str]) ->
 
 def _overlays_on(p: Parallelism, server: ServerConfig) -> dict[str, bool]:
     return {"ep": p.ep > 1, "dp-attn-ep": p.dp_attn and p.ep > 1, "dp-attn": p.dp_attn,
-            "mtp": server.spec_decoding == "mtp"}
+            "mtp": server.spec_decoding == "mtp", "dcp": p.dcp > 1}
 
 
 def _apply_overlays(path: Path, where: str, value: object, on: dict[str, bool],
@@ -373,6 +390,10 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
         words = (read_str_list(path, f"{where}.command", role["command"]) if "command" in role
                  else command)
         words = words + read_str_list(path, f"{where}.args", role.get("args", [])) + extra
+        if server.scenario == agentic.SCENARIO:
+            # An agentic point's workers serve the model's native context, as the single-node
+            # agentic servers do: the ISL/OSL sizing of `{max_model_len}` is fixed-seq-len's.
+            words = agentic.native_context(words)
         if not words:
             raise LaunchSpecError(f"{path}: {where}: no command (give one here or at the top)")
         specs.append(RoleSpec(

@@ -17,7 +17,8 @@ aggregation reads what this module counted.
   successes, per GPU divided by the server's GPUs.
 - Validity (`validity`): InferenceX's gate (at least one completed request, error rate at
   most 0.10) and AIPerf's `submission_valid` reasons (duration, context overflows, a
-  cancelled run, TTFT/ITL coverage of 98 %).
+  cancelled run -- the deadline, or a request that lost the server --, TTFT/ITL coverage of
+  98 %).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class ReplayMeta:
     hit_blocks: int = 0  # theoretical prefix-cache hits, trace blocks, over the requests sent
     total_blocks: int = 0
     cancelled: bool = False  # the replay was cut off (the point's deadline)
+    fault: str = ""  # why the replay stopped early: a request lost the server (stall, crash)
     expected_output: tuple[int, ...] | None = None  # per record: the trace's recorded `out`
 
     def to_json(self) -> dict[str, JSONValue]:
@@ -67,7 +69,7 @@ class ReplayMeta:
         return {"num_gpus": self.num_gpus, "clock_start": self.clock_start,
                 "start_unix": self.start_unix, "duration_s": self.duration_s,
                 "hit_blocks": self.hit_blocks, "total_blocks": self.total_blocks,
-                "cancelled": self.cancelled}
+                "cancelled": self.cancelled, "fault": self.fault}
 
     @classmethod
     def from_json(cls, data: Mapping[str, JSONValue]) -> ReplayMeta:
@@ -77,7 +79,7 @@ class ReplayMeta:
         return cls(num_gpus=int(num("num_gpus")), clock_start=num("clock_start"),
                    start_unix=num("start_unix"), duration_s=num("duration_s"),
                    hit_blocks=int(num("hit_blocks")), total_blocks=int(num("total_blocks")),
-                   cancelled=bool(data.get("cancelled")))
+                   cancelled=bool(data.get("cancelled")), fault=str(data.get("fault") or ""))
 
 
 @dataclass(frozen=True)
@@ -225,9 +227,11 @@ def validity(views: Sequence[AiperfRequest], meta: ReplayMeta) -> dict[str, JSON
     if completed and overflows / completed > CONTEXT_OVERFLOW_RATE_LIMIT:
         reasons.append(f"context_overflow_rate_exceeded: {overflows}/{completed} responses "
                        f"> {CONTEXT_OVERFLOW_RATE_LIMIT:.0%}")
-    if meta.cancelled or (error_rate is not None and error_rate > FAILED_REQUEST_THRESHOLD):
-        why = ("the point's deadline cut the replay off" if meta.cancelled else
-               f"error rate {errors}/{completed} > {FAILED_REQUEST_THRESHOLD:.0%}")
+    why = (meta.fault if meta.fault else
+           "the point's deadline cut the replay off" if meta.cancelled else
+           f"error rate {errors}/{completed} > {FAILED_REQUEST_THRESHOLD:.0%}"
+           if error_rate is not None and error_rate > FAILED_REQUEST_THRESHOLD else "")
+    if why:
         reasons.append(f"run_cancelled: {why}")
     if coverage < MIN_METRIC_COVERAGE:
         reasons.append(f"insufficient_profile_metric_coverage: TTFT/ITL observed for "

@@ -9,9 +9,12 @@ Under `<results>/agentic/`:
 - `<RESULT_FILENAME>/aiperf_artifacts/profile_export_aiperf.json`: the request counts
   `validate_agentic_result.py` reads, the theoretical prefix-cache hits, and AIPerf's
   `submission_valid` with its reasons under `metadata`;
+- `<RESULT_FILENAME>/aiperf_artifacts/server_metrics_export.json`: what the point's `/metrics`
+  scrapes said, as AIPerf exports a server's metrics (`agentic_server.export`; none for a
+  server InferenceX has no adapter for);
 - `<RESULT_FILENAME>.json`: the aggregate InferenceX-app ingests, what
-  `process_agentic_result.py` makes of the two above with the job's environment (no server
-  metrics export: its `server_metrics` block is the empty one, with the records' totals).
+  `process_agentic_result.py` makes of the three above with the job's environment (its
+  `server_metrics` block: `agentic_server.server_block`).
 
 So the tree's own scripts run unchanged on `<results>/agentic/<RESULT_FILENAME>` as RESULT_DIR.
 """
@@ -23,6 +26,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .agentic import ReplayMeta, aiperf_request
+from .agentic_server import export, server_block
 from .agg_file import ENV_KEY
 from .build import write_json_atomic, write_text_atomic
 from .record import mapping
@@ -38,7 +42,7 @@ AGENTIC_DIR = "agentic"
 ARTIFACTS = "aiperf_artifacts"
 EXPORT = "profile_export.jsonl"
 AGGREGATE = "profile_export_aiperf.json"
-NO_SERVER_METRICS = "server_metrics_export.json missing or empty"  # InferenceX's warning
+SERVER_METRICS = "server_metrics_export.json"
 ROUND_DIGITS = 5  # InferenceX rounds every float of its aggregate to 5 decimals
 
 
@@ -190,16 +194,20 @@ def result_json(record: Record) -> dict[str, JSONValue]:
     if env.get("KV_P2P_TRANSFER"):
         agg["kv_p2p_transfer"] = env["KV_P2P_TRANSFER"]
     agg["dataset"] = {"name": record.get("agentic_traces")}
-    server = _empty_server_metrics()
-    tokens = mapping(server["tokens"])
-    server["tokens"] = {**tokens, "prompt_total": totals.get("prompt_tokens"),
-                        "generation_total": totals.get("generation_tokens"),
-                        "requests_completed": totals.get("requests")}
+    server, warnings = server_block(server_export(record), env.get("FRAMEWORK", ""), totals)
     agg |= {"request_metrics": dict(request), "server_metrics": server,
-            "kv_cache_pool_tokens": None, "warnings": [NO_SERVER_METRICS]}
+            "kv_cache_pool_tokens": mapping(server["kv_cache"]).get("gpu_total_tokens")}
+    if warnings:
+        agg["warnings"] = list(warnings)
     rounded = _rounded(agg)
     assert isinstance(rounded, dict)
     return rounded
+
+
+def server_export(record: Record) -> dict[str, JSONValue] | None:
+    """The point's `server_metrics_export.json`, None where InferenceX would read none."""
+    return export(mapping(record.get("server_metrics")),
+                  agentic_env(record).get("FRAMEWORK", ""))
 
 
 def write_agentic_files(results_dir: Path, record: Record,
@@ -213,31 +221,7 @@ def write_agentic_files(results_dir: Path, record: Record,
     if records is not None:
         write_text_atomic(artifacts / EXPORT, export_lines(records, meta, mask))
     write_json_atomic(artifacts / AGGREGATE, aiperf_aggregate(record, meta))
+    exported = server_export(record)
+    if exported is not None:
+        write_json_atomic(artifacts / SERVER_METRICS, exported)
     write_json_atomic(results_dir / AGENTIC_DIR / f"{name}.json", result_json(record))
-
-
-def _empty_server_metrics() -> dict[str, JSONValue]:
-    """The server block InferenceX writes without a server metrics export: every value
-    unknown (the token totals are the records', filled in by `result_json`)."""
-    cache_keys = ("gpu_cache_hit_rate", "cpu_cache_hit_rate", "external_cache_hit_rate",
-                  "overall_cache_hit_rate", "prefix_cache_hits", "prefix_cache_queries",
-                  "external_prefix_cache_hits", "external_prefix_cache_queries")
-    cache: dict[str, JSONValue] = dict.fromkeys(cache_keys)
-    cache["cached_tokens_by_source"] = {}
-    cache |= dict.fromkeys(("frontend_cache_hit_rate", "router_kv_hit_rate",
-                            "router_shared_cache_hit_rate", "frontend_cached_tokens",
-                            "frontend_input_tokens"))
-    return {
-        "present": False, "adapter": "none", "metric_count": 0, "cache": cache,
-        "kv_cache": dict.fromkeys(("gpu_usage_pct", "gpu_total_tokens", "cpu_usage_pct",
-                                   "cpu_used_tokens", "cpu_total_tokens")),
-        "kv_offload": dict.fromkeys(("bytes_gpu_to_cpu", "bytes_cpu_to_gpu",
-                                     "time_gpu_to_cpu", "time_cpu_to_gpu",
-                                     "bandwidth_gpu_to_cpu_bytes_per_second",
-                                     "bandwidth_cpu_to_gpu_bytes_per_second")),
-        "tokens": {"prompt_total": None, "generation_total": None, "requests_completed": None,
-                   "prompt_by_source": {"gpu_cache_hit": None,
-                                        "cpu_or_external_cache_hit": None,
-                                        "computed": None, "raw": {}}},
-        "sources": [],
-    }

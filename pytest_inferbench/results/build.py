@@ -215,12 +215,16 @@ MAX_MEAN_DELIVERY_LAG_S = 0.010
 
 
 def measurement_failures(result: Record) -> list[str]:
-    """Why the point's numbers cannot be trusted: client self-check, token accounting.
+    """Why the point's numbers cannot be trusted: an agentic replay a lost server stopped,
+    client self-check, token accounting.
 
     A verdict marked `not_applicable` is not a failure: the simulator at time scale 0 streams
     as fast as it can, so its intervals are not timings the client's lag could have distorted.
     """
     failures: list[str] = []
+    fault = mapping(mapping(result.get("agentic")).get("replay")).get("fault")
+    if fault:  # a request lost the server: what follows it was never measured
+        failures.append(f"the agentic replay stopped early: {fault}")
     check = mapping(result.get("client_check"))
     if check and not check.get("ok", True) and not check.get("not_applicable"):
         failures.append(str(check.get("reason") or "client self-check failed"))

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 # What a simulated result says of itself, in one wording wherever it appears: the note of every
 # point the simulator returns, and the title of every table of simulated points.
 SIMULATED_NOTE = "SIMULATED: numbers predicted by the performance model, not measured on hardware"
+# The `source` of a point's server metrics that the simulator's engine counted in process
+# (`sim/driver.server_metrics`), not a scrape of a server's /metrics.
+ENGINE_COUNTERS = "simulator"
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,12 @@ BOOLEAN_FLAGS = frozenset({
     "no-async-scheduling", "enable-auto-tool-choice", "disable-uvicorn-access-log",
     HICACHE_FLAG,
 })
-# The boolean flags the engine reads (parallelism, prefix caching).
+# Forwards run eagerly, without CUDA/HIP graphs (vLLM / ATOM, SGLang).
+EAGER_FLAGS = frozenset({"enforce-eager", "disable-cuda-graph"})
+# The boolean flags the engine reads (parallelism, prefix caching, graphs).
 ENGINE_FLAGS = frozenset({"enable-expert-parallel", "enable-dp-attention", "enable-ep-moe",
                           "enable-prefix-caching", "no-enable-prefix-caching",
-                          "disable-radix-cache", HICACHE_FLAG})
+                          "disable-radix-cache", HICACHE_FLAG}) | EAGER_FLAGS
 # Served by the HTTP layer, not the engine: accepted, not reported as ignored.
 SERVER_FLAGS = frozenset({"port", "server-port", "host", "served-model-name", "api-key"})
 # canonical flag -> EngineConfig / spec field
@@ -227,6 +229,9 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     catalog.checkpoint(model)  # an unknown model fails here, listing the known ones
     tp, dp = v.get("tp", 1), v.get("dp", 1)
     dp_attn = "enable-dp-attention" in parsed.flags
+    if dp_attn and dp == 1 and entry.dp_attention_needs_dp:
+        dp_attn = False  # the server turns it off: attention stays tensor-parallel
+        parsed.ignored.append("--enable-dp-attention (no --dp-size above 1: off)")
     if dp > 1 and entry.data_parallel_attention:
         # Data parallelism as vLLM runs it on an MoE model: dp x tp GPUs, attention split by
         # sequences (each DP rank runs its own requests), experts shared over all ranks.
@@ -235,7 +240,7 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
         parsed.ignored.append(f"--data-parallel-size {dp} (independent replicas not modelled)")
     ep = v.get("ep", tp if parsed.flags & {"enable-expert-parallel", "enable-ep-moe"} else 1)
     quant = v.get("online_quant")
-    defaults = fw.defaults
+    defaults = fw.defaults_on(catalog.hardware(hardware))
     fields: dict[str, Any] = {
         key: v.get(key, defaults[key]) for key in
         ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
@@ -268,7 +273,7 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,
             spec=_spec(argv, env, options), prefix_caching=prefix_caching,
             kv_offload=offload if prefix_caching else None, max_total_tokens=pool_cap,
-            jitter=jitter,
+            cuda_graphs=not parsed.flags & EAGER_FLAGS, jitter=jitter,
             seed=seed, **fields)
     except ValueError as exc:
         if isinstance(exc, (ArgvError, catalog.CatalogError)):

@@ -56,9 +56,18 @@ class Hardware:
     scaleup_gpus: int  # GPUs sharing the link_bytes_per_s fabric (NVLink / IF domain)
     nic_bytes_per_s: float  # scale-out RDMA bandwidth one way per GPU
     host_link_bytes_per_s: float  # CPU DRAM <-> GPU one way per GPU (PCIe / NVLink-C2C)
+    collective_base_s: float  # small-message all-reduce latency: base + per peer (hardware.yaml)
+    collective_per_peer_s: float
 
     def supports(self, compute_dtype: str) -> bool:
         return compute_dtype in self.peak_flops
+
+    def collective_latency_s(self, gpus: int) -> float:
+        """Latency of one all-reduce (or one MoE dispatch / combine) among `gpus` GPUs of the
+        scale-up domain, its bytes aside; none on one GPU."""
+        if gpus <= 1:
+            return 0.0
+        return self.collective_base_s + self.collective_per_peer_s * (gpus - 1)
 
 
 @dataclass(frozen=True)
@@ -146,16 +155,18 @@ class Framework:
     `simulator` mapping gives it:
 
     - step_overhead_ms: fixed cost of every engine step that is not a layer's HBM or compute
-      time: kernel launches, MoE routing, sampling, scheduler, and the latency part of the
-      per-layer all-reduces (those are modelled separately: allreduce_latency_us x 2 per
-      layer, only when TP > 1)
-    - allreduce_latency_us: latency of one all-reduce among the TP ranks
+      time: kernel launches, MoE routing, sampling, scheduler; not the latency of the per-layer
+      all-reduces (modelled separately from the hardware: `Hardware.collective_latency_s`, 2
+      per layer, only when TP > 1)
     - allreduce_bytes_per_elem: activation bytes sent per hidden element (2 = bf16)
     - hbm_efficiency: achieved fraction of peak HBM bandwidth for weight/KV streaming
     - compute_efficiency: achieved fraction of dense peak FLOP/s (prefill and verify GEMMs) on
       the `calibrated_on` chip; other chips scale it by their realizable-flops fraction
       relative to that chip's
     - defaults: engine arguments when the argv does not give them
+    - defaults_by_memory: the engine's own defaults that depend on the GPU's memory, a list of
+      `{min_gib: G, <argument>: value, ...}`: each entry whose G the chip's HBM (GiB, as the
+      engine reads it) reaches overrides `defaults`, later entries last
     - kv_transfer: disaggregated serving, the prefill -> decode KV-cache transfer. overlap:
       true when the prefill instance sends each chunk's KV as that chunk completes (only the
       last chunk's is left after the prefill), false when the transfer starts once the whole
@@ -167,7 +178,6 @@ class Framework:
 
     name: str
     step_overhead_s: float
-    allreduce_latency_s: float
     allreduce_bytes_per_elem: float
     hbm_efficiency: float
     compute_efficiency: float
@@ -176,6 +186,16 @@ class Framework:
     kv_transfer_overlap: bool  # each prefill chunk's KV is sent as the chunk completes
     kv_transfer_latency_s: float
     kv_transfer_efficiency: float
+    memory_defaults: tuple[tuple[float, dict[str, Any]], ...] = ()  # (min GiB, overrides)
+
+    def defaults_on(self, hw: Hardware) -> dict[str, Any]:
+        """`defaults` as the engine sets them on this chip (its memory tiers applied)."""
+        out = dict(self.defaults)
+        gib = hw.hbm_bytes / 2**30
+        for min_gib, overrides in self.memory_defaults:
+            if gib >= min_gib:
+                out.update(overrides)
+        return out
 
 
 @cache
@@ -225,6 +245,8 @@ def hardware(name: str) -> Hardware:
         scaleup_gpus=int(d["scaleup_gpus"]),
         nic_bytes_per_s=float(d["nic_gb_s"]) * 1e9,
         host_link_bytes_per_s=float(d["host_link_gb_s"]) * 1e9,
+        collective_base_s=float(d["collective_us"]["base"]) / 1e6,
+        collective_per_peer_s=float(d["collective_us"]["per_peer"]) / 1e6,
     )
 
 
@@ -309,7 +331,6 @@ def framework(name: str) -> Framework:
     return Framework(
         name=entry.name,
         step_overhead_s=float(d["step_overhead_ms"]) / 1e3,
-        allreduce_latency_s=float(d["allreduce_latency_us"]) / 1e6,
         allreduce_bytes_per_elem=float(d["allreduce_bytes_per_elem"]),
         hbm_efficiency=float(d["hbm_efficiency"]),
         compute_efficiency=float(d["compute_efficiency"]),
@@ -318,7 +339,26 @@ def framework(name: str) -> Framework:
         kv_transfer_overlap=bool(d["kv_transfer"]["overlap"]),
         kv_transfer_latency_s=float(d["kv_transfer"]["latency_ms"]) / 1e3,
         kv_transfer_efficiency=float(d["kv_transfer"]["efficiency"]),
+        memory_defaults=_memory_defaults(entry.name, d.get("defaults_by_memory") or [],
+                                         set(d["defaults"])),
     )
+
+
+def _memory_defaults(name: str, tiers: object, known: set[str]
+                     ) -> tuple[tuple[float, dict[str, Any]], ...]:
+    where = f"framework {name}: simulator.defaults_by_memory"
+    if not isinstance(tiers, list):
+        raise CatalogError(f"{where} is a list of {{min_gib: G, argument: value}}")
+    out = []
+    for tier in tiers:
+        if not isinstance(tier, dict) or "min_gib" not in tier or len(tier) < 2:
+            raise CatalogError(f"{where}: {tier!r} is not {{min_gib: G, argument: value}}")
+        overrides = {k: v for k, v in tier.items() if k != "min_gib"}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise CatalogError(f"{where}: {unknown} are not among `defaults` ({sorted(known)})")
+        out.append((float(tier["min_gib"]), overrides))
+    return tuple(out)
 
 
 def mtp_acceptance_length(architecture_name: str, k: int) -> float | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..results.measurement import ENGINE_COUNTERS
 from ..results.metrics import RequestRecord, StepRecords
 from ..results.request_records import ONE_PER_CHUNK, chunk_token_sums
 from .closed_loop import fits_whole
@@ -219,7 +220,7 @@ def deployment_metrics(cluster: Cluster, before: dict[str, EngineCounters],
     first = "prefill" if dep.disaggregated else "aggregated"
     a, b = after[serving], before[serving]
     out: dict[str, JSONValue] = {
-        "source": "simulator",
+        "source": ENGINE_COUNTERS,
         "deployment": dep.topology,
         "prompt_tokens": after[first].prompt_tokens - before[first].prompt_tokens,
         "generation_tokens": a.generation_tokens - b.generation_tokens,

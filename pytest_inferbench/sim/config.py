@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from . import catalog
 from .acceptance import SpecConfig
-from .physics import Efficiency
+from .efficiency import Efficiency
 
 __all__ = ["NATIVE_CONTEXT", "EngineConfig", "KVOffload", "SpecConfig"]
 
@@ -60,6 +60,9 @@ class EngineConfig:
     prefix_caching: bool = True
     spec: SpecConfig | None = None
     kv_offload: KVOffload | None = None  # a CPU-DRAM tier below the prefix cache's HBM blocks
+    # Forwards run as CUDA/HIP graphs (the frameworks' default); False under vLLM / ATOM
+    # `--enforce-eager`, SGLang `--disable-cuda-graph`.
+    cuda_graphs: bool = True
     jitter: float = 0.0  # sigma of a multiplicative lognormal per-step jitter (0 = none)
     seed: int = 0
     # A calibration's knobs in place of the framework profile's (`sim/calibrate/`); None: the

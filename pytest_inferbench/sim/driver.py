@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..frameworks import registry
+from ..results.measurement import ENGINE_COUNTERS
 from ..results.metrics import RequestRecord, StepRecords
 from ..results.request_records import ONE_PER_CHUNK, chunk_token_sums
 from .closed_loop import fits_whole, plan_closed_loop
@@ -348,7 +349,7 @@ def server_metrics(before: EngineCounters, after: EngineCounters, engine: Engine
     drafts = after.spec_num_drafts - before.spec_num_drafts
     accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
     out: dict[str, JSONValue] = {
-        "source": "simulator",
+        "source": ENGINE_COUNTERS,
         **counter_deltas(before, after),
         "kv_cache_capacity_tokens": engine.kv_capacity_tokens,
     }

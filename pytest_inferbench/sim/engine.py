@@ -121,7 +121,8 @@ class Engine(KVBlocks):
         self._min_emit = 1 + next(i for i, p in enumerate(probs) if p > 0)
         self.cost = StepCost.build(target=self.target, draft=draft, k=self.k, tp=config.tp,
                                    ep=config.ep > 1, hw=hw, fw=fw, dp_attn=config.dp_attn,
-                                   efficiency=config.efficiency)
+                                   efficiency=config.efficiency,
+                                   cuda_graphs=config.cuda_graphs)
         models = [self.target] + ([draft] if draft else [])
         self.kv_capacity_tokens = kv_capacity_tokens(
             hw=hw, models=models, gpu_memory_utilization=config.gpu_memory_utilization,

@@ -128,9 +128,11 @@ class KVBlocks:
         st = self.slots
         done = int(st.prefilled[slot])
         chunk = min(int(st.target[slot]) - done, budget)
-        fits = (int(st.blocks[slot]) + self.free_blocks) * self.block_size - done
-        chunk = min(chunk, fits)
-        if chunk <= 0:
+        # The chunk's blocks are taken whole or not at all (vLLM V1's allocate_slots): a
+        # prefill whose chunk does not fit waits, holding what it has, rather than computing
+        # a sliver the next decoder's block would preempt.
+        if chunk <= 0 or (int(st.blocks[slot]) + self.free_blocks) * self.block_size < (
+                done + chunk):
             return 0
         need = self._blocks_for(done + chunk) - int(st.blocks[slot])
         self.free_blocks -= need

@@ -1,5 +1,5 @@
 """A closed loop's schedule where the KV cache runs short: admissions held back, prefill chunks
-cut to the blocks left, and decoders preempted, as `Engine.step` does them, without drafts.
+waiting for their blocks, and decoders preempted, as `Engine.step` does them, without drafts.
 
 Without speculative decoding a decoding sequence's context grows by one token a step, so the
 steps at which it needs a new KV block recur every `block_size` steps at a phase of its own:
@@ -13,7 +13,7 @@ which is in transit for one step), plus the engine's rules where blocks run shor
   blocks of everything behind it are preempted, newest first, each to the front of the queue;
   a preempted request keeps its tokens and recomputes its prompt and them when readmitted,
   where its first step samples one more token;
-- a prefill chunk takes what the budget and the blocks it holds and the free ones allow;
+- a prefill chunk takes what the budget allows, its blocks whole or not at all (it waits);
 - an admission waits while its first chunk's blocks are not free;
 - a step with nothing to decode or prefill (every running prefill stuck without blocks) is
   left to the engine: `plan_kv_limited` returns None.
@@ -147,9 +147,9 @@ class KVSchedule:
                     break
                 done = prefilled[r]
                 blocks = -(-done // bs)
-                c = min(target[r] - done, budget, (blocks + free) * bs - done)
-                if c <= 0:
-                    continue
+                c = min(target[r] - done, budget)
+                if c <= 0 or (blocks + free) * bs < done + c:
+                    continue  # its chunk's blocks whole or not at all: it waits
                 free -= -(-(done + c) // bs) - blocks
                 budget -= c
                 chunk_steps(s)

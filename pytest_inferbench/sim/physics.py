@@ -8,12 +8,11 @@ decode path prices a whole stretch of steps in one call). Equations: docs/simula
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import calibration
 from .attention import kv_terms
 from .catalog import (
     COMPUTE_DTYPE,
@@ -24,8 +23,8 @@ from .catalog import (
     Checkpoint,
     Framework,
     Hardware,
-    checkpoint,
 )
+from .efficiency import Efficiency, eager_overhead_s, profile_efficiency
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -61,7 +60,8 @@ def compute_dtype(stored: str, hw: Hardware) -> str:
 
     Without fp4 tensor cores (MI300X, MI325X, Hopper) 4-bit weights stay 4-bit in HBM and are
     dequantized in the GEMM (weight-only, W4A16: vLLM/SGLang Marlin and Triton MXFP4 kernels,
-    which is how gpt-oss and DeepSeek-V4 run on Hopper), so they compute in bf16."""
+    which is how gpt-oss and DeepSeek-V4 run on Hopper), so they compute in bf16. Used for
+    the dense GEMMs; the routed experts compute at the bf16 rate (`shard_model`)."""
     dtype = COMPUTE_DTYPE[stored]
     return dtype if hw.supports(dtype) else "bf16"
 
@@ -121,8 +121,13 @@ def shard_model(ckpt: Checkpoint, hw: Hardware, *, tp: int, dp_attn: bool, kv_dt
     linear = (gemm_s("attention", params["attention"]) + gemm_s("dense_ffn", params["dense_ffn"])
               + gemm_s("shared_experts", params["shared_experts"])
               + gemm_s("router", params["router"]))
-    experts_s = (gemm_s("experts", arch.moe_layers * arch.top_k * arch.expert_params)
-                 if arch.experts else 0.0)
+    # The routed experts multiply at the bf16 rate whatever their dtype: a grouped GEMM sees
+    # N x top_k / experts rows per expert (a few hundred in a prefill chunk, a handful in
+    # decode), too few to reach an fp8 / fp4 tensor-core peak, and the MoE paths around it
+    # (permute, quantize the activations, combine) do not speed up with the weights' dtype.
+    # Their bytes stay their own (docs/simulator.md, "Step time").
+    experts_s = (2.0 * arch.moe_layers * arch.top_k * arch.expert_params
+                 / (tp * hw.peak_flops["bf16"]) if arch.experts else 0.0)
     linear += experts_s
     kv_b_per_elem = KV_DTYPE_BYTES.get(kv_dtype)
     if kv_b_per_elem is None:
@@ -183,43 +188,6 @@ class PrefillTerms:
 
 
 @dataclass(frozen=True)
-class Efficiency:
-    """The named knobs a calibration fits (`sim/calibrate/`): what the roofline cannot derive
-    and a framework's profile otherwise gives.
-
-    - step_overhead_s: fixed cost of every engine step (launches, scheduling, sampling)
-    - hbm_efficiency: achieved fraction of the chip's peak HBM bandwidth
-    - compute_efficiency: achieved fraction of the chip's dense peak FLOP/s (this chip's own,
-      not rescaled by `achievable_flops` as a profile's is)
-    """
-
-    step_overhead_s: float
-    hbm_efficiency: float
-    compute_efficiency: float
-
-
-def profile_efficiency(hw: Hardware, fw: Framework, layers: int) -> Efficiency:
-    """The knobs as the framework's profile sets them on this chip for a model of `layers`
-    decoder layers (no calibration)."""
-    # The framework's compute efficiency was fitted on one chip; scale it by how much of its
-    # peak each chip realizes relative to that one. Its step overhead was fitted on one model:
-    # under CUDA/HIP graphs what remains of it is paid per kernel boundary, so it scales with
-    # the layers a forward runs (as a draft forward's share is priced below).
-    return Efficiency(
-        step_overhead_s=fw.step_overhead_s * layers / overhead_layers(),
-        hbm_efficiency=fw.hbm_efficiency,
-        compute_efficiency=fw.compute_efficiency * hw.achievable_flops
-        / fw.calibration_achievable_flops)
-
-
-@cache
-def overhead_layers() -> int:
-    """Decoder layers of the model the profiles' step overheads were fitted on: the
-    calibration set's (MiniMax-M3, 60; `sim/calibration.py`)."""
-    return checkpoint(calibration.MODEL).architecture.layers
-
-
-@dataclass(frozen=True)
 class StepCost:
     target: ModelOnGpus
     draft: ModelOnGpus | None
@@ -227,26 +195,37 @@ class StepCost:
     tp: int
     ep: bool
     overhead_s: float
-    allreduce_latency_s: float
+    allreduce_latency_s: float  # one collective among the TP ranks (the hardware's)
     allreduce_bytes_per_elem: float
     link_bytes_per_s: float
     mem_bytes_per_s: float  # hbm_efficiency x peak bandwidth
     eta_flops: float
+    # Attention kernels' achieved fraction of the bf16 peak: the chip's realizable fraction
+    # (FlashAttention-3 reaches 740 of H100's 989 TFLOP/s, FlashMLA 580-660 of H800's 989),
+    # not the profile's GEMM figure.
+    attn_eta_flops: float
     dp_attn: bool = False  # attention data-parallel over the TP ranks
 
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
               hw: Hardware, fw: Framework, dp_attn: bool = False,
-              efficiency: Efficiency | None = None) -> StepCost:
-        """`efficiency`: a calibration's knobs in place of the profile's."""
-        eff = (efficiency if efficiency is not None
-               else profile_efficiency(hw, fw, target.layers))
-        return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=eff.step_overhead_s,
-                   allreduce_latency_s=fw.allreduce_latency_s,
+              efficiency: Efficiency | None = None, cuda_graphs: bool = True) -> StepCost:
+        """`efficiency`: a calibration's knobs in place of the profile's (its step overhead
+        is the measured server's, graphs or not, and is used as is); `cuda_graphs`: False when
+        the server runs its forwards eagerly."""
+        if efficiency is not None:
+            eff, overhead = efficiency, efficiency.step_overhead_s
+        else:
+            eff = profile_efficiency(hw, fw, target.layers)
+            overhead = eff.step_overhead_s + (0.0 if cuda_graphs
+                                              else eager_overhead_s(target.layers))
+        return cls(target=target, draft=draft, k=k, tp=tp, ep=ep, overhead_s=overhead,
+                   allreduce_latency_s=hw.collective_latency_s(tp),
                    allreduce_bytes_per_elem=fw.allreduce_bytes_per_elem,
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
-                   eta_flops=eff.compute_efficiency, dp_attn=dp_attn)
+                   eta_flops=eff.compute_efficiency, attn_eta_flops=hw.achievable_flops,
+                   dp_attn=dp_attn)
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -310,7 +289,7 @@ class StepCost:
         # and a step priced alone gives exactly what it gives priced in a stretch.
         t = (_longer(dense_bytes / bw, n_tok * dense_s / eta)
              + _longer(m.lm_head_bytes / bw, n_sampled * m.lm_head_s_per_token / eta)
-             + _longer(kv_bytes / bw, attn_cmp / eta))
+             + _longer(kv_bytes / bw, attn_cmp / self.attn_eta_flops))
         if m.experts:
             t = t + _longer(m.weight_bytes_read(n_tok) - m.base_bytes,
                             n_tok * m.expert_s_per_token * bw / eta) / bw
@@ -406,6 +385,5 @@ def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_ut
     return int(free // per_token)
 
 
-__all__ = ["Efficiency", "EngineConfigError", "ModelOnGpus", "PrefillTerms", "StepCost",
-           "kv_capacity_tokens", "profile_efficiency", "served_dtypes", "shard_model",
-           "windowed_sum"]
+__all__ = ["EngineConfigError", "ModelOnGpus", "PrefillTerms", "StepCost",
+           "kv_capacity_tokens", "served_dtypes", "shard_model", "windowed_sum"]

@@ -5,11 +5,11 @@ A prefill instance only computes prompts: each request ends in the step that com
 prompt, with its first token (a request of one output token). Its steps follow `Engine.step`
 for such requests rule for rule, with the same float operations: running prompts' chunks in
 admission order, then FCFS admissions while the token budget, `max_num_seqs` and the blocks of
-the first chunk allow, chunks cut to the blocks left, the step priced from its chunks; blocks
-freed as prompts complete. Its requests are few and short-lived, so it keeps them in a list
-rather than numpy rows. Where the engine would preempt (every running prompt stuck without
-blocks) it raises `Declined`. `tests/sim/test_lean_instances.py` holds deployments of it to
-engine-backed ones.
+the first chunk allow, a chunk waiting until its blocks are free, the step priced from its
+chunks; blocks freed as prompts complete. Its requests are few and short-lived, so it keeps
+them in a list rather than numpy rows. Where the engine would preempt (every running prompt
+stuck without blocks) it raises `Declined`. `tests/sim/test_lean_instances.py` holds
+deployments of it to engine-backed ones.
 """
 
 from __future__ import annotations
@@ -88,12 +88,12 @@ class PrefillInstance(LeanInstance):
 
     def _chunk(self, req: _Prompt, budget: int, terms: PrefillTerms,
                chunks: list[tuple[_Prompt, int]]) -> int:
-        """`Engine._schedule_prefill`: as much of its prompt as the budget and blocks allow."""
+        """`Engine._schedule_prefill`: as much of its prompt as the budget allows, its blocks
+        whole or not at all."""
         engine = self.engine
         bs = engine.block_size
-        chunk = min(req.prompt - req.done, budget,
-                    (req.blocks + engine.free_blocks) * bs - req.done)
-        if chunk <= 0:
+        chunk = min(req.prompt - req.done, budget)
+        if chunk <= 0 or (req.blocks + engine.free_blocks) * bs < req.done + chunk:
             return 0
         need = -(-(req.done + chunk) // bs) - req.blocks
         engine.free_blocks -= need

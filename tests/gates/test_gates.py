@@ -13,7 +13,7 @@ from pytest_inferbench.gates import Gates, evaluate_point, load_gates
 from pytest_inferbench.gates.baseline import load_baseline, save_baseline
 from pytest_inferbench.gates.rules import GatesFile, GatesFileError, load_gates_file, parse_gates
 from pytest_inferbench.recipe.golden import load_golden_al, packaged
-from pytest_inferbench.recipe.launch import packaged_launch_dir
+from pytest_inferbench.recipe.launch import ClientOptions, packaged_launch_dir
 
 GATES_YAML = """\
 slo:
@@ -198,6 +198,17 @@ def test_spec_decode_without_chat_template_fails(objs: Any, recipe_dir: Path) ->
         "client.use-chat-template: true in benchmarks/launch/minimaxm3_fp4_mi355x_atom_mtp.yaml; "
         "AL depends on chat framing"
     ]
+
+
+def test_spec_decode_behind_the_chat_endpoint_is_chat_framed(objs: Any, recipe_dir: Path) -> None:
+    # An agentic replay's client: the chat endpoint, where the server applies the model's chat
+    # template (InferenceX's agentic scripts pass no --use-chat-template and need none).
+    point = objs.make_point(spec_decoding="mtp")
+    result = objs.make_result(point, acceptance_length=2.9)
+    spec = replace(objs.make_spec(EAGLE3, chat=False),
+                   client=ClientOptions(use_chat_template=False, endpoint="/v1/chat/completions"))
+    assert evaluate_point(result, point, spec, objs.make_settings(), golden_only(recipe_dir),
+                          None) == []
 
 
 def test_chat_template_fix_names_the_users_override_not_the_packaged_spec(

@@ -57,3 +57,29 @@ def test_an_agentic_point_without_a_context_flag_takes_a_prompt_over_32k(
         emitted += sum(n for _, n in result.emitted)
         finished += result.finished
     assert (finished, emitted) == ([0], OUTPUT)
+
+
+def test_a_multinode_agentic_deployments_workers_serve_the_native_context(
+        inferencex_current_dir: Path, tmp_path: Path) -> None:
+    # A deployment of roles sizes its workers' `{max_model_len}` from ISL/OSL for fixed-length
+    # points; an agentic point's workers take the model's native context, as single-node
+    # agentic servers do.
+    servers = [s for master in ("amd-master.yaml", "nvidia-master.yaml")
+               for s in load_recipe(inferencex_current_dir / "configs" / master,
+                                    strict=False).servers if s.multinode]
+    sized: dict[str, list[str]] = {}  # launch file -> a fixed-length worker's context words
+    for server in (s for s in servers if s.scenario == "fixed-seq-len"):
+        spec = resolve(server, tmp_path / "no-local-launch-dir")
+        words = [w for role in spec.roles for w in role.argv if w in CONTEXT_FLAGS]
+        if words:
+            sized.setdefault(spec.launch_file.name, words)
+    checked = []
+    for server in (s for s in servers if s.scenario == "agentic-coding"):
+        spec = resolve(server, tmp_path / "no-local-launch-dir")
+        if spec.launch_file.name not in sized:
+            continue
+        flags = [f"{role.name}: {w}" for role in spec.roles for w in role.argv
+                 if w.split("=")[0] in CONTEXT_FLAGS]
+        assert not flags, f"{server.node_name}: {flags}"
+        checked.append(server.node_name)
+    assert checked, sized  # agentic deployments whose fixed-length workers carry a context

@@ -16,8 +16,10 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pytest_inferbench.changelog.launchers import benchmark_scripts
+from pytest_inferbench.frameworks.specdecode import read_speculative_decoding
 from pytest_inferbench.recipe.launch import LaunchSpecError, resolve
 from pytest_inferbench.recipe.model import ServerConfig
 from pytest_inferbench.recipe.schema import load_recipe
@@ -141,11 +143,17 @@ def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cach
                                         "minimaxm3-fp8-mi300x-vllm-agentic",
                                         "minimaxm3-fp8-mi325x-vllm-agentic",
                                         "dsv4-fp4-b200-vllm-agentic",
+                                        "dsv4-fp4-b300-vllm-agentic",
+                                        "dsv4-fp4-b300-vllm-agentic-mtp",
                                         "kimik2.5-int4-b200-vllm-agentic",
                                         "kimik2.5-int4-h200-vllm-agentic",
                                         "kimik2.5-fp4-b200-vllm-agentic-lmcache",
                                         "kimik2.5-fp4-b300-vllm-agentic",
-                                        "kimik2.5-fp4-mi355x-vllm-agentic"])
+                                        "kimik2.5-fp4-mi355x-vllm-agentic",
+                                        "kimik2.5-fp4-b300-vllm-agentic-mtp",
+                                        "kimik2.5-int4-h100-vllm",
+                                        "kimik3-fp4-b300-vllm-agentic",
+                                        "kimik3-fp4-b300-vllm-agentic-dspark"])
 def test_an_agentic_servers_flags_are_its_scripts(
         config_key: str, agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
         tmp_path: Path) -> None:
@@ -167,3 +175,82 @@ def test_an_agentic_servers_flags_are_its_scripts(
     # Nothing the fixed-length script passes and the agentic one does not.
     problems += [f"{flag}: not in the script" for flag in argv if flag not in text]
     assert not problems, f"{config_key}:\n" + "\n".join(problems)
+
+
+def test_every_agentic_config_of_the_current_tree_resolves_a_launch_spec(
+        inferencex_current_dir: Path, tmp_path: Path) -> None:
+    # Single-node and multinode alike: a config InferenceX adds without a packaged spec (or a
+    # spec that no longer reads) fails here by its key, not as errors at run time.
+    keys: set[str] = set()
+    declared: set[str] = set()
+    problems: dict[str, str] = {}
+    for name in MASTERS:
+        path = inferencex_current_dir / "configs" / name
+        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+        declared |= {key for key, entry in entries.items()
+                     if "agentic-coding" in (entry.get("scenarios") or {})}
+        recipe = load_recipe(path, strict=False)
+        for server in recipe.servers:
+            if server.scenario != "agentic-coding":
+                continue
+            keys.add(server.config_key)
+            try:
+                spec = resolve(server, tmp_path / "no-local-launch-dir")
+            except LaunchSpecError as exc:
+                problems.setdefault(server.config_key, str(exc))
+                continue
+            # InferenceX replays every agentic trace against the chat endpoint.
+            if not spec.client.chat:
+                problems.setdefault(server.config_key, f"client {spec.client.endpoint}")
+    assert keys == declared  # every agentic key of the tree, not a sample of them
+    assert not problems, "\n".join(f"{key}: {why}" for key, why in sorted(problems.items()))
+
+
+def test_an_mtp_agentic_server_with_decode_context_parallelism_takes_the_scripts_dcp_branch(
+        agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
+        tmp_path: Path) -> None:
+    # kimik2.5_fp4_b300_mtp.sh drafts fewer tokens at a lower forced AL when DCP_SIZE > 1.
+    rows = [s for s in agentic_servers if s.config_key == "kimik2.5-fp4-b300-vllm-agentic-mtp"
+            and s.offloading == "none"]
+    text = script_of(rows[0], inferencex_current_dir).read_text(encoding="utf-8")
+    dcp_branch, plain_branch = text.split('if [[ "$DCP_SIZE" -gt 1 ]]; then', 1)[1].split(
+        "\nelse\n", 1)
+    checked = []
+    for server in rows:
+        branch = dcp_branch if server.parallel.dcp > 1 else plain_branch.split("\nfi\n", 1)[0]
+        tokens = re.search(r"NUM_SPEC_TOKENS=(\d+)", branch)
+        accept = re.search(r"SYNTHETIC_ACCEPT_LEN=([\d.]+)", branch)
+        assert tokens and accept, branch
+        spec = resolve(server, tmp_path)
+        sd = read_speculative_decoding(spec.argv, spec.env_dict)
+        assert sd is not None, spec.argv
+        assert (sd.num_tokens, sd.forced_acceptance_length) == (
+            int(tokens.group(1)), float(accept.group(1))), server.node_name
+        flags = flags_of(spec.argv)
+        assert flags.get("--decode-context-parallel-size", ["1"])[-1] == str(server.parallel.dcp)
+        checked.append(server.parallel.dcp)
+    assert len(set(checked)) == 2  # both branches of the script
+
+
+def test_every_speculative_agentic_server_forces_its_scripts_acceptance(
+        agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
+        tmp_path: Path) -> None:
+    # InferenceX's agentic MTP / EAGLE3 / DSpark scripts pin acceptance to the golden AL by
+    # synthetic acceptance in their throughput branch; the server the plugin starts drafts as
+    # many tokens and forces the same AL (not the fixed-length spec's unforced config).
+    checked: set[str] = set()
+    problems = []
+    for server in (s for s in agentic_servers if s.spec_decoding != "none"):
+        text = script_of(server, inferencex_current_dir).read_text(encoding="utf-8")
+        tokens = {int(v) for v in re.findall(r"NUM_SPEC_TOKENS=(\d+)", text)}
+        accept = {float(a or b) for a, b in re.findall(
+            r'SYNTHETIC_ACCEPT_LEN=([\d.]+)|synthetic_acceptance_length\\": ([\d.]+)', text)}
+        spec = resolve(server, tmp_path)
+        sd = read_speculative_decoding(spec.argv, spec.env_dict)
+        got = (sd.num_tokens, sd.forced_acceptance_length) if sd else None
+        if got is None or got[0] not in tokens or got[1] not in accept:
+            problems.append(f"{server.node_name}: {got} (script: tokens {sorted(tokens)}, "
+                            f"AL {sorted(accept)})")
+        checked.add(server.config_key)
+    assert checked  # the tree's speculative agentic configs
+    assert not problems, "\n".join(problems)

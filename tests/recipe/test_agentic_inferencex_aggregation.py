@@ -20,12 +20,18 @@ from pytest_inferbench.recipe.model import BenchPoint
 from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.report.tables import columns
 from pytest_inferbench.results.agentic import ReplayMeta, inferencex_failures
-from pytest_inferbench.results.agentic_files import AGENTIC_DIR, ARTIFACTS, EXPORT, agentic_env
+from pytest_inferbench.results.agentic_files import (
+    AGENTIC_DIR,
+    ARTIFACTS,
+    EXPORT,
+    SERVER_METRICS,
+    agentic_env,
+)
 from pytest_inferbench.results.build import build_result
 from pytest_inferbench.results.measurement import PointMeasurement
 from pytest_inferbench.results.metrics import RequestRecord
 from pytest_inferbench.results.point_files import point_record, write_point_files
-from pytest_inferbench.results.record import PointRecord
+from pytest_inferbench.results.record import JSONValue, PointRecord
 
 CURRENT = Path(__file__).resolve().parents[2].parent / "shared" / "inferencex-0801"
 AGGREGATION = CURRENT / "utils" / "agentic" / "aggregation" / "process_agentic_result.py"
@@ -41,6 +47,14 @@ REL = 1e-3  # agreement asked of every number
 # interactivity (InferenceX-app derives it from profile_export.jsonl) and the recorded output
 # lengths (InferenceX looks them up in a Hugging Face cache this machine does not have).
 PLUGIN_ONLY = {"request_metrics.latency.e2e_norm_intvty", "request_metrics.tokens.output_expected"}
+
+
+def _sent_tokens(export: Path) -> tuple[int, int]:
+    """The prompt and output tokens of every request of a point's `profile_export.jsonl`,
+    warmup included."""
+    lines = [json.loads(line) for line in export.read_text(encoding="utf-8").splitlines()]
+    return (sum(x["metrics"]["usage_prompt_tokens"]["value"] for x in lines),
+            sum(x["metrics"]["usage_completion_tokens"]["value"] for x in lines))
 
 
 def _leaves(value: object, path: str = "") -> dict[str, object]:
@@ -124,6 +138,29 @@ def test_inferencex_aggregates_the_plugins_files_as_the_plugin_does(
 
 
 @needs_tree
+def test_the_servers_metrics_come_through_inferencex(agentic_point: dict[str, object]) -> None:
+    """The SGLang server's counts of the point's tokens, its KV usage sampled during the point
+    and its prefix-cache hit rate, read by InferenceX's SGLang adapter from the export."""
+    record, theirs = agentic_point["record"], agentic_point["theirs"]
+    assert isinstance(record, dict) and isinstance(theirs, dict)
+    server = theirs["server_metrics"]
+    assert server["present"] and server["adapter"] == "sglang" and "warnings" not in theirs
+    # Every request of the point succeeded: the server counted what the client counted, the
+    # replay's warmup included (the scrapes bracket the whole replay).
+    sent = _sent_tokens(Path(str(agentic_point["export"])))
+    assert (server["tokens"]["prompt_total"], server["tokens"]["generation_total"]) == sent
+    assert sent[0] > record["total_input_tokens"] > 0  # the profiled requests' alone
+    scraped = record["server_metrics"]
+    assert scraped["kv_cache_usage_gauge"] == "sglang:token_usage"
+    assert server["kv_cache"]["gpu_usage_pct"] == pytest.approx(
+        scraped["kv_cache_usage_peak"], abs=1e-5)
+    assert 0 < server["kv_cache"]["gpu_usage_pct"] <= 1
+    assert server["cache"]["overall_cache_hit_rate"] == pytest.approx(
+        scraped["gauges"]["sglang:cache_hit_rate"], abs=1e-5)
+    assert 0 < server["cache"]["overall_cache_hit_rate"] < 1  # the replay re-sends history
+
+
+@needs_tree
 def test_inferencex_validator_accepts_the_aiperf_aggregate(
         agentic_point: dict[str, object]) -> None:
     validated = agentic_point["validated"]
@@ -203,11 +240,13 @@ def _records(count: int) -> list[RequestRecord]:
             for i in range(count)]
 
 
-def _written(point: BenchPoint, records: list[RequestRecord], results: Path) -> PointRecord:
+def _written(point: BenchPoint, records: list[RequestRecord], results: Path,
+             server: dict[str, JSONValue] | None = None) -> PointRecord:
     meta = ReplayMeta(num_gpus=point.server.gpus, clock_start=0.0, start_unix=1_700_000_000.0,
                       duration_s=1800.0, hit_blocks=3, total_blocks=4)
     measurement = PointMeasurement(records=records, duration_s=31.0, num_prompts=len(records),
-                                   max_concurrency=point.conc, simulated=True, replay=meta)
+                                   max_concurrency=point.conc, simulated=True, replay=meta,
+                                   server_metrics=server or {})
     record = build_result(point, measurement, spec=None, backend="external")
     return write_point_files(results, record, agentic_records=records).record
 
@@ -263,3 +302,113 @@ def test_every_agentic_shape_is_named_as_inferencex_names_it(tmp_path: Path) -> 
         assert _differences(ours, theirs) == {}, point.exp_name
         assert theirs["is_multinode"] == point.server.multinode
         assert theirs["kv_offloading"] == point.server.offloading
+
+
+# What the scrapes of a point leave in its record (`loadgen/scrape.point_metrics`: counters as
+# their increase over the point, gauges after it, the KV usage sampled during it) on a server
+# with a CPU-DRAM KV tier: vLLM with its offload connector, SGLang with HiCache; and ATOM,
+# which InferenceX's aggregation at this commit has no adapter for.
+SCRAPED: dict[str, dict[str, JSONValue]] = {
+    "vllm": {
+        "counter_deltas": {
+            "vllm:prompt_tokens_total": 90_000.0, "vllm:generation_tokens_total": 600.0,
+            "vllm:prefix_cache_queries_total": 90_000.0,
+            "vllm:prefix_cache_hits_total": 61_440.0,
+            "vllm:external_prefix_cache_queries_total": 28_560.0,
+            "vllm:external_prefix_cache_hits_total": 8_192.0,
+            "vllm:kv_offload_bytes_gpu_to_cpu_total": 3.2e9,
+            "vllm:kv_offload_bytes_cpu_to_gpu_total": 1.1e9,
+            "vllm:kv_offload_time_gpu_to_cpu_total": 0.4,
+            "vllm:kv_offload_time_cpu_to_gpu_total": 0.2},
+        "gauges": {"vllm:kv_cache_usage_perc": 0.41, "vllm:num_requests_running": 0.0},
+        "kv_cache_usage_gauge": "vllm:kv_cache_usage_perc", "kv_cache_usage_peak": 0.83,
+        "kv_cache_usage_mean": 0.52},
+    "sglang": {
+        "counter_deltas": {
+            "sglang:prompt_tokens_total": 90_000.0, "sglang:generation_tokens_total": 600.0,
+            "sglang:cached_tokens_total": 70_000.0,
+            'sglang:cached_tokens_total{cache_source="device"}': 61_000.0,
+            'sglang:cached_tokens_total{cache_source="host"}': 9_000.0},
+        "gauges": {"sglang:token_usage": 0.3, "sglang:cache_hit_rate": 0.7,
+                   "sglang:hicache_host_used_tokens": 250_000.0,
+                   "sglang:hicache_host_total_tokens": 1_000_000.0},
+        "kv_cache_usage_gauge": "sglang:token_usage", "kv_cache_usage_peak": 0.9,
+        "kv_cache_usage_mean": 0.6},
+    "atom": {
+        "counter_deltas": {"atom:prompt_tokens_total": 90_000.0},
+        "gauges": {"atom:kv_cache_usage_ratio": 0.2},
+        "kv_cache_usage_gauge": "atom:kv_cache_usage_ratio", "kv_cache_usage_peak": 0.5},
+}
+
+
+@needs_tree
+@pytest.mark.parametrize("persona", sorted(SCRAPED))
+def test_server_metrics_of_each_framework_as_inferencex_reads_them(
+        tmp_path: Path, persona: str) -> None:
+    """The point's server metrics, exported as AIPerf exports them: InferenceX's adapter makes
+    of the export the plugin's `server_metrics` block, hit rates, KV usage and offload traffic
+    included; a server it has no adapter for gets no export (an export it cannot read stops
+    its aggregation), and both sides then say the export is missing."""
+    point = next(p for s in load_recipe(write(tmp_path)).servers for p in s.points()
+                 if p.exp_name == "qwen3.5_tp4_conc16_kvdram-hicache_spec-mtp")
+    record = _written(point, _records(30), tmp_path / "results", SCRAPED[persona])
+    done = _inferencex(dict(record), tmp_path / "results", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    name = record.result_filename
+    ours = json.loads((tmp_path / "results" / AGENTIC_DIR / f"{name}.json").read_text("utf-8"))
+    theirs = json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
+    assert _differences(ours, theirs) == {}
+    server = theirs["server_metrics"]
+    exported = tmp_path / "results" / AGENTIC_DIR / name / ARTIFACTS / SERVER_METRICS
+    if persona == "atom":
+        assert not exported.exists() and not server["present"]
+        assert theirs["warnings"] == ["server_metrics_export.json missing or empty"]
+        return
+    assert server["adapter"] == persona and "warnings" not in theirs
+    # The sampled peak, not the gauge's value at the end.
+    assert server["kv_cache"]["gpu_usage_pct"] == SCRAPED[persona]["kv_cache_usage_peak"]
+    assert server["tokens"]["prompt_total"] == 90_000
+    cache = server["cache"]
+    if persona == "vllm":
+        assert cache["gpu_cache_hit_rate"] == round(61_440 / 90_000, 5)
+        assert cache["cpu_cache_hit_rate"] == round(8_192 / 28_560, 5)
+        assert server["kv_offload"]["bytes_gpu_to_cpu"] == 3.2e9
+        assert server["kv_offload"]["bandwidth_cpu_to_gpu_bytes_per_second"] == 1.1e9 / 0.2
+    else:
+        assert cache["cached_tokens_by_source"] == {"device": 61_000, "host": 9_000}
+        assert cache["overall_cache_hit_rate"] == round(70_000 / 90_000, 5)
+        assert server["kv_cache"]["cpu_usage_pct"] == 0.25
+
+
+@needs_tree
+def test_a_point_simulated_in_process_exports_its_engines_counts(tmp_path: Path) -> None:
+    """On the default backend nothing is scraped: the engine's counters stand in, under the
+    names SGLang's server gives them, and InferenceX reads them as it reads a scrape."""
+    write(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH"))
+        if p)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferbench-no-plots",
+         "--inferbench-replay-duration=1.5",
+         "-m", "inferbench(exp_name='qwen3.5_tp4_conc16_kvdram-hicache_spec-mtp')"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    results = tmp_path / "inferbench-results"
+    (raw,) = [p for p in (results / "points").glob("*.json") if not p.name.startswith("agg_")]
+    record = point_record(json.loads(raw.read_text(encoding="utf-8")))
+    done = _inferencex(record, results, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    name = str(record["result_filename"])
+    ours = json.loads((results / AGENTIC_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    theirs = json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
+    assert _differences(ours, theirs) == {}
+    server = theirs["server_metrics"]
+    assert server["adapter"] == "sglang" and "warnings" not in theirs
+    sent = _sent_tokens(results / AGENTIC_DIR / name / ARTIFACTS / EXPORT)
+    assert (server["tokens"]["prompt_total"], server["tokens"]["generation_total"]) == sent
+    tiers = record["server_metrics"]["kv_tiers"]  # type: ignore[index]
+    assert server["cache"]["cached_tokens_by_source"] == {
+        "device": tiers["hbm_hit_tokens"], "host": tiers["dram_hit_tokens"]}
+    assert server["cache"]["gpu_cache_hit_rate"] > 0  # the replay re-sends each history
+    assert server["kv_cache"]["cpu_total_tokens"] == tiers["host_tokens_total"] > 0

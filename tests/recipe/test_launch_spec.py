@@ -89,7 +89,14 @@ def write_spec(tmp_path: Path, text: str) -> Path:
          "mounts: '/a:/b:rx' (expected host:container[:ro|rw])"),
         ("command: [srv\n", "YAML syntax error"),
         ("command: [srv]\nagentic: {flags: [x]}\n",
-         "agentic.flags: unknown key (expected one of: args, env, drop)"),
+         "agentic.flags: unknown key (expected one of: args, env, drop, overlays)"),
+        ("command: [srv]\nagentic: {overlays: {eagle: {args: [x]}}}\n",
+         "agentic.overlays.eagle: unknown key (expected one of: ep, dp-attn-ep, dp-attn, mtp, "
+         "dcp)"),
+        ("command: [srv]\nagentic: {overlays: {mtp: {client: {}}}}\n",
+         "agentic.overlays.mtp.client: unknown key (expected one of: args, env, drop)"),
+        ("command: [srv]\nagentic: {overlays: {mtp: {drop: --x}}}\n",
+         "agentic.overlays.mtp.drop: expected a list of strings (argv words)"),
         ("command: [srv]\ntokenizer: [a]\n", "tokenizer: ['a'] (expected a path or model name"),
     ],
 )

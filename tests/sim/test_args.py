@@ -93,7 +93,7 @@ def test_sglang_flags_and_simulated_acceptance_env() -> None:
          "--tp", "4", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
          "--speculative-draft-model-path", "Inferact/MiniMax-M3-EAGLE3",
          "--speculative-eagle-topk", "1", "--mem-fraction-static", "0.8",
-         "--max-running-requests", "128", "--enable-dp-attention"],
+         "--max-running-requests", "128", "--enable-dp-attention", "--dp-size", "4"],
         hardware="MI355X", env={"SGLANG_SIMULATE_ACC_LEN": "3.1"})
     assert (config.framework, config.tp, config.dp_attn) == ("sglang", 4, True)
     assert (config.gpu_memory_utilization, config.max_num_seqs) == (0.8, 128)
@@ -115,8 +115,9 @@ def test_explicit_accepted_count_distribution() -> None:
 def test_defaults_come_from_the_framework_profile() -> None:
     config, _ = engine_config_from_argv(["vllm", "serve", "amd/MiniMax-M3-MXFP4"],
                                         hardware="MI355X")
-    assert (config.tp, config.max_num_seqs, config.block_size, config.kv_cache_dtype) == (
-        1, 256, 16, "auto")
+    # vLLM's OpenAI server on a GPU of 70 GiB or more: 1024 sequences, 8192 tokens per step.
+    assert (config.tp, config.max_num_seqs, config.max_num_batched_tokens, config.block_size,
+            config.kv_cache_dtype) == (1, 1024, 8192, 16, "auto")
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -17,7 +17,7 @@ from pytest_inferbench.sim.calibrate.cli import run
 from pytest_inferbench.sim.calibrate.fit import errors, fit, predict, profile_of
 from pytest_inferbench.sim.calibrate.knobs import KNOBS, to_values
 from pytest_inferbench.sim.calibrate.points import MeasuredPoint, read_csv
-from pytest_inferbench.sim.physics import Efficiency
+from pytest_inferbench.sim.efficiency import Efficiency
 from pytest_inferbench.testing.recipes import master_entry
 
 REPO = Path(__file__).resolve().parents[2]

@@ -90,8 +90,9 @@ def test_planned_closed_loop_equals_the_engine_step_by_step(case: str) -> None:
     assert planned.server_metrics["engine_steps"] > 0
 
 
-# Plain decoding where the KV cache runs short: admissions wait for blocks, prefill chunks
-# are cut to what fits, decoders are preempted (a stuck prefill too) and recompute later.
+# Plain decoding where the KV cache runs short: admissions wait for blocks, a prefill chunk
+# waits until its blocks are free, decoders are preempted (a waiting prefill too) and
+# recompute later.
 TIGHT = 8 * 2400  # room for about eight of the 2000/400 requests at once
 SHORT_CASES = {
     "blocks-of-16": (with_room_for(M3, TIGHT), 2000, 400, 32),
@@ -99,7 +100,7 @@ SHORT_CASES = {
     "odd-block-size": (with_room_for(replace(M3, block_size=7), TIGHT), 2000, 400, 32),
     "sliding-window": (with_room_for(GPTOSS, TIGHT), 2000, 400, 32),
     "stuck-chunked-prefills": (with_room_for(replace(M3, max_num_batched_tokens=2048), 17_000),
-                               8000, 50, 6),
+                               8000, 200, 6),
     "queue-behind-max-num-seqs": (with_room_for(replace(M3, max_num_seqs=5), 3 * 2400),
                                   2000, 400, 12),
     "jitter": (with_room_for(replace(M3, jitter=0.05, seed=3), TIGHT), 2000, 400, 32),

@@ -220,7 +220,8 @@ def test_long_chunked_prompts_under_kv_pressure_all_complete() -> None:
     assert sorted(traces) == list(range(6))
     assert all(sum(tokens) == 50 for _, tokens in traces.values())
     assert engine.counters().kv_blocks_used == 0
-    assert engine.counters().preemptions > 0
+    # The cache ran full; a prompt whose next chunk's blocks were not free waited for them.
+    assert engine.counters().peak_kv_cache_usage > 0.9
 
 
 def test_a_request_bigger_than_the_whole_cache_is_rejected() -> None:

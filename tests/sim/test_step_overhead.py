@@ -10,8 +10,8 @@ import pytest
 
 from pytest_inferbench.sim import calibration, catalog
 from pytest_inferbench.sim.args import engine_config_from_argv
+from pytest_inferbench.sim.efficiency import Efficiency
 from pytest_inferbench.sim.engine import Engine
-from pytest_inferbench.sim.physics import Efficiency
 
 FITTED_LAYERS = catalog.checkpoint(calibration.MODEL).architecture.layers
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from ...results.record import JSONValue
     from ..config import EngineConfig
-    from ..physics import Efficiency
+    from ..efficiency import Efficiency
 
 FORMAT = "pytest-inferbench sim calibration"
 VERSION = 1

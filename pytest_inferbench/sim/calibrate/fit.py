@@ -23,7 +23,7 @@ from ...results.metrics import summarize
 from ...results.record import to_float
 from .. import catalog
 from ..driver import simulate_point
-from ..physics import profile_efficiency
+from ..efficiency import profile_efficiency
 from .knobs import KNOBS, clamp, from_values, to_values
 from .points import KEY_OF_METRIC
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from ..physics import Efficiency
+    from ..efficiency import Efficiency
     from .points import MeasuredPoint
 
     FloatArray = npt.NDArray[np.float64]

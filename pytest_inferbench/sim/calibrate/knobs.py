@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..physics import Efficiency
+from ..efficiency import Efficiency
 
 
 @dataclass(frozen=True)
