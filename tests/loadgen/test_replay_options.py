@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_inferbench.backends.agentic_traces import replay_workload
 from pytest_inferbench.loadgen.replay_config import ReplayConfig, replay_config
 from pytest_inferbench.loadgen.replay_schedule import ReplaySchedule
 from pytest_inferbench.loadgen.synthetic_traces import (
@@ -57,6 +58,17 @@ def test_the_fast_mode_is_inferencex_s(pytester: pytest.Pytester) -> None:
     assert (replay.duration_s, replay.warmup_per_lane) == (1200.0, 1)
     pytester.makeini("[pytest]\ninferbench_agentic_fast = true\n")
     assert Settings.from_config(pytester.parseconfig()).replay.fast
+
+
+def test_the_result_says_how_the_replay_started(pytester: pytest.Pytester,
+                                               tmp_path: Path) -> None:
+    file = write_synthetic_traces(tmp_path / "t.jsonl", SyntheticTraceSettings(traces=1))
+    trees = [sessions(t) for t in load_traces(file)]
+    replay = _replay(pytester, "--inferbench-agentic-fast",
+                     "--inferbench-trajectory-start-min-ratio=0.5")
+    workload = replay_workload("t.jsonl", trees, 2, replay, (), 0, 0, "words")
+    assert (workload["duration_s"], workload["trajectory_start"],
+            workload["warmup_requests_per_lane"]) == (1200.0, [0.5, 0.75], 1)
 
 
 def test_a_fast_lane_sends_one_warmup_request_after_its_primers(pytester: pytest.Pytester,
