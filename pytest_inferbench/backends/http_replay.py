@@ -44,8 +44,8 @@ class HttpServerHandle(Protocol):
     simulated: bool
     base_url: str
     time_scale: float | None
-    local_server_pid: int | None
 
+    def server_group(self) -> int | None: ...
     def tokenizer(self) -> TextTokenizer | None: ...
     def client_config(self, conc: int, tokenizer: TextTokenizer | None,
                       stall_timeout_s: float = ..., point_timeout_s: float | None = ...
@@ -61,7 +61,7 @@ def run_replay_point(handle: HttpServerHandle, point: BenchPoint, load: LoadSett
     # A simulated server's clock scales the recorded gaps with it (0: no waiting at all).
     scale = handle.time_scale if handle.simulated and handle.time_scale is not None else 1.0
     settings = replay_config(load, delay_scale=scale)
-    with pinned_to_one_cpu(handle.local_server_pid) as pinning:
+    with pinned_to_one_cpu(handle.server_group()) as pinning:
         measurement = asyncio.run(_measure(handle, point, cfg, trees, settings, label))
     check = {**measurement.client_check, "client_cpu_pinned": pinning.cpu,
              "client_cpu_choice": pinning.choice}

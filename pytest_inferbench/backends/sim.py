@@ -37,7 +37,7 @@ from ..sim.disagg import (
     engine_framework,
     router_policy_of_argv,
 )
-from ..sim.driver import SimulatedPoint, simulate_point
+from ..sim.driver import server_metrics, simulate_point
 from ..sim.engine import Engine, RequestRejectedError
 from ..sim.physics import EngineConfigError
 from ..sim.replay_driver import simulate_replay
@@ -45,6 +45,8 @@ from .agentic_traces import replay_meta, replay_note, replay_traces, replay_work
 from .base import Backend, PointNotMeasuredError, ServerHandle, ServerStartError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..loadgen.progress import ProgressOutput
     from ..options import Settings
     from ..recipe.launch import ClientOptions, ServerSpec
@@ -121,11 +123,13 @@ class SimHandle(ServerHandle):
             notes=tuple(notes), started_unix=started,
             workload={**workload.describe(), "token_source": "words"},
             expected_error=expected, expected_error_label=label,
-            power=self._power(point, engine, outcome))
+            power=self._power(point, engine, outcome.busy_s, outcome.server_metrics,
+                              outcome.duration_s))
 
-    def _power(self, point: BenchPoint, engine: Engine | None, outcome: SimulatedPoint
-               ) -> PowerReading:
-        """Each GPU's mean power by the simulator's power model (`sim.power`)."""
+    def _power(self, point: BenchPoint, engine: Engine | None, busy_s: float,
+               counters: Mapping[str, JSONValue], duration_s: float) -> PowerReading:
+        """Each GPU's mean power by the simulator's power model (`sim.power`) over a measured
+        phase of `duration_s` whose steps ran `busy_s` and moved the `counters`' deltas."""
         if engine is None:
             return PowerReading.missing(SIMULATED_SOURCE, "the simulator's power model covers "
                                         "single-node servers, not multinode deployments")
@@ -133,8 +137,8 @@ class SimHandle(ServerHandle):
             figures = power.gpu_power(self.config.hardware)
         except catalog.CatalogError as exc:  # a GPU without power figures: no number made up
             return PowerReading.missing(SIMULATED_SOURCE, str(exc))
-        work = power.step_work(engine.cost, outcome.busy_s, outcome.server_metrics)
-        watts = power.mean_power_w(figures, work, outcome.duration_s)
+        work = power.step_work(engine.cost, busy_s, counters)
+        watts = power.mean_power_w(figures, work, duration_s)
         return PowerReading(SIMULATED_SOURCE, avg_power_w=watts, num_gpus=point.server.gpus)
 
     def _run_replay(self, point: BenchPoint, load: LoadSettings) -> PointMeasurement:
@@ -148,13 +152,14 @@ class SimHandle(ServerHandle):
         label, trees = replay_traces(load.traces)
         settings = replay_config(load)
         started = time.time()
+        engine = Engine(config, keep_traces=True)
         try:
-            outcome = simulate_replay(Engine(config, keep_traces=True), trees, point.conc,
-                                      settings, chat=self.client.chat)
+            outcome = simulate_replay(engine, trees, point.conc, settings, chat=self.client.chat)
         except RequestRejectedError as exc:
             raise PointNotMeasuredError(
                 f"{point.name}: the simulated server rejects the replay's requests (a real "
                 f"server answers them with HTTP 400): {exc}") from None
+        measured = server_metrics(outcome.profile_counters, engine.counters(), engine)
         notes = [replay_note(label, settings, point.conc), SIMULATED_NOTE]
         if self.ignored and not self._notes_given:
             notes.append("ignored by the simulator: " + " ".join(self.ignored))
@@ -170,8 +175,10 @@ class SimHandle(ServerHandle):
             # The records' virtual clock starts at 0 when the replay starts.
             replay=replay_meta(point.server.gpus, settings, outcome.requests, clock_start=0.0,
                                start_unix=started),
-            power=PowerReading.missing(SIMULATED_SOURCE, "the simulator's power model covers "
-                                       "fixed-length points, not the agentic replay yet"))
+            # Over the measured phase only, as its duration and token counts: the warmup's
+            # steps are left out with its requests.
+            power=self._power(point, engine, outcome.profile_busy_s, measured,
+                              outcome.duration_s - outcome.profile_start))
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._log[-lines:])

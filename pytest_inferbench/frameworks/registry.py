@@ -22,7 +22,7 @@ A framework's file is the one place that says what it is to every part of the pl
   server exports it under (counters without `_total`); what the simulated server exposes
   and what the client's scraper reads. A name may end in one `{label="value"}`: one series
   of a labelled family (SGLang's `sglang:cached_tokens{cache_source="host"}`).
-  `latency_histograms`: ttft/itl/e2e -> histogram names.
+  `latency_histograms`: ttft/itl/e2e/tpot -> histogram names.
 - `older_kv_usage`: KV-usage gauge names of older releases that the scraper also reads.
 - `acceptance`: how the scraper reads the acceptance length from the counters: 1 + the
   `accepted_tokens` metric / the `steps` quantity's (the one that counts verify steps), the

@@ -10,7 +10,8 @@ free to move, is balanced away from it.
 
 A server process that is not free to move (vLLM's CPU backend binds its worker to CPU 0) must
 not get the client pinned onto its CPU: the client takes a CPU none of the local server's
-processes is bound to, or stays unpinned when there is none.
+processes is bound to, or stays unpinned when there is none. A server this run did not start
+(external, or a container on the host network) is found by the loopback port it listens on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -62,17 +64,64 @@ def server_bound_cpus(leader: int, allowed: set[int],
 
 def _group_members(leader: int, proc: Path) -> list[int]:
     members = [leader]
-    with contextlib.suppress(OSError):
-        for entry in proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == leader:
-                continue
-            try:
-                fields = (entry / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-            except (OSError, IndexError, UnicodeDecodeError):
-                continue
-            if len(fields) > 2 and fields[2] == str(leader):  # field 5 of proc(5): pgrp
-                members.append(int(entry.name))
+    for entry in _pids(proc):
+        if int(entry.name) != leader and _pgrp(entry) == leader:
+            members.append(int(entry.name))
     return members
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+TCP_LISTEN = "0A"  # the st column of /proc/net/tcp: TCP_LISTEN
+
+
+def loopback_server_group(base_url: str, proc: Path = Path("/proc")) -> int | None:
+    """The process group of the process listening on `base_url`'s port when the URL is this
+    host's loopback, else None (a remote server, or a listener not visible in `proc`), and
+    None when that group is the client's own (a server in this process or started without a
+    group of its own: its processes cannot be told from the client's and its xdist siblings')."""
+    parts = urlsplit(base_url)
+    if parts.hostname not in LOOPBACK_HOSTS:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    inodes = _listening_inodes(port, proc)
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for entry in _pids(proc):
+        with contextlib.suppress(OSError):
+            for fd in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in wanted:
+                        group = _pgrp(entry)
+                        return None if group == os.getpgrp() else group
+    return None
+
+
+def _listening_inodes(port: int, proc: Path) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in (proc / "net" / table).read_text(encoding="ascii").splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[3] == TCP_LISTEN \
+                        and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    return inodes
+
+
+def _pids(proc: Path) -> list[Path]:
+    try:
+        return [entry for entry in proc.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+
+
+def _pgrp(entry: Path) -> int | None:
+    try:
+        fields = (entry / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        return int(fields[2])  # field 5 of proc(5): pgrp
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def chosen_cpu(allowed: set[int], avoid: frozenset[int] = frozenset()) -> int | None:
@@ -115,7 +164,7 @@ def pinned_to_one_cpu(server_pid: int | None = None) -> Iterator[Pinning]:
     except OSError as exc:
         yield Pinning(None, f"not pinned: {exc}", server_cpus)
         return
-    where = ("server CPUs unknown (not a local process of this run)" if server_pid is None
+    where = ("server CPUs unknown (not a process of this host)" if server_pid is None
              else f"off the local server's bound CPUs {list(server_cpus)}" if server_cpus
              else "the local server is bound to no CPU")
     try:

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 # The quantities a framework's registry entry may name histograms for (`latency_histograms`),
 # and the client's distribution each is compared with: the server's ITL counts one gap per
-# engine iteration that streamed, as the client's ITL counts one per chunk.
-CLIENT_COUNTERPART = {"ttft": "ttft", "itl": "itl", "e2e": "e2el"}
+# engine iteration that streamed, as the client's ITL counts one per chunk; its TPOT (vLLM's)
+# one value per request, as the client's does.
+CLIENT_COUNTERPART = {"ttft": "ttft", "itl": "itl", "e2e": "e2el", "tpot": "tpot"}
 
 
 @dataclass(frozen=True)

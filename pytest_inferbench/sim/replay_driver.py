@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ..loadgen.trace_sessions import SessionTree
     from ..results.record import JSONValue
     from .engine import Trace
+    from .state import EngineCounters
 
 
 # AIPerf's --failed-request-threshold (InferenceX keeps its default): past it the run is cancelled.
@@ -60,6 +61,10 @@ class SimulatedReplay:
     plays: int
     plays_completed: int
     server_metrics: dict[str, JSONValue]
+    # The engine's counters when profiling began, and its steps' total duration since: the
+    # measured phase's work, which its power is priced from (`backends/sim.py`).
+    profile_counters: EngineCounters
+    profile_busy_s: float
 
 
 class _Run:
@@ -146,7 +151,10 @@ def simulate_replay(engine: Engine, trees: Sequence[SessionTree], concurrency: i
     clock.n = engine.steps_done
     clock.ends = np.zeros(engine.steps_done + 4096)
     in_transit: list[Dispatch] = []
+    profiled: tuple[EngineCounters, float] | None = None
     while True:
+        if profiled is None and schedule.profile_start is not None:
+            profiled = engine.counters(), clock.busy  # profiling began at this clock.now
         now = clock.now
         busy = engine.has_work()
         for dispatch in schedule.take(now):
@@ -180,4 +188,6 @@ def simulate_replay(engine: Engine, trees: Sequence[SessionTree], concurrency: i
         records=run.records(clock.ends), requests=tuple(run.requests), duration_s=clock.now,
         profile_start=clock.now if schedule.profile_start is None else schedule.profile_start,
         plays=schedule.plays, plays_completed=schedule.plays_completed,
-        server_metrics=server_metrics(before, after, engine))
+        server_metrics=server_metrics(before, after, engine),
+        profile_counters=after if profiled is None else profiled[0],
+        profile_busy_s=0.0 if profiled is None else clock.busy - profiled[1])

@@ -7,13 +7,14 @@ them, with os.sched_setaffinity; the client is this test process.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_inferbench.loadgen.affinity import pinned_to_one_cpu
+from pytest_inferbench.loadgen.affinity import loopback_server_group, pinned_to_one_cpu
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -37,6 +38,28 @@ def server() -> Iterator[tuple[int, int]]:
         assert process.stdout is not None
         worker = int(process.stdout.readline())
         yield process.pid, worker
+    finally:
+        os.killpg(process.pid, 9)
+        process.wait()
+
+
+# A server listening on a loopback port, its worker as above: one started by hand, not by this
+# run (the external backend's case); it prints its port and its worker's pid.
+LISTENER = ("import socket, subprocess, sys, time; s = socket.socket(); "
+            "s.bind(('127.0.0.1', 0)); s.listen(); "
+            "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "print(s.getsockname()[1], w.pid, flush=True); time.sleep(60)")
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, int, int]]:
+    """(leader pid, worker pid, port) of a listening server in a process group of its own."""
+    process = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE,
+                               process_group=0)
+    try:
+        assert process.stdout is not None
+        port, worker = map(int, process.stdout.readline().split())
+        yield process.pid, worker, port
     finally:
         os.killpg(process.pid, 9)
         process.wait()
@@ -86,3 +109,33 @@ def test_an_unbound_server_leaves_the_client_where_it_is(
         assert pinning.cpu is not None and os.sched_getaffinity(0) == {pinning.cpu}
     assert pinning.server_cpus == ()
     assert "bound to no CPU" in pinning.choice
+
+
+def test_a_server_not_started_by_the_run_is_found_by_its_loopback_port(
+        listener: tuple[int, int, int], affinity: set[int]) -> None:
+    """An external server on this host (vLLM started by hand, its worker bound to a CPU): the
+    client keeps off that CPU as it does for a server the run started."""
+    leader, worker, port = listener
+    bound = min(affinity)
+    os.sched_setaffinity(worker, {bound})
+    os.sched_setaffinity(0, {bound})  # the client starts on the worker's CPU
+    os.sched_setaffinity(0, affinity)
+    for host in ("127.0.0.1", "localhost"):
+        assert loopback_server_group(f"http://{host}:{port}/v1") == leader
+    with pinned_to_one_cpu(loopback_server_group(f"http://127.0.0.1:{port}")) as pinning:
+        assert os.sched_getaffinity(0) == {pinning.cpu}
+    assert pinning.cpu is not None and pinning.cpu != bound
+    assert pinning.server_cpus == (bound,)
+
+
+def test_no_local_server_for_a_remote_url_or_a_port_nobody_listens_on(
+        listener: tuple[int, int, int]) -> None:
+    _, _, port = listener
+    assert loopback_server_group(f"http://10.0.0.1:{port}") is None
+    with socket.socket() as closed:  # a port bound, never listened on
+        closed.bind(("127.0.0.1", 0))
+        assert loopback_server_group(f"http://127.0.0.1:{closed.getsockname()[1]}") is None
+    with socket.socket() as own:  # a server inside the client's process: nothing to keep off
+        own.bind(("127.0.0.1", 0))
+        own.listen()
+        assert loopback_server_group(f"http://127.0.0.1:{own.getsockname()[1]}") is None

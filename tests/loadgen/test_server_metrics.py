@@ -28,7 +28,7 @@ from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfi
 from pytest_inferbench.report import result_properties
 from pytest_inferbench.results.build import build_result
 from pytest_inferbench.results.record import mapping, number
-from pytest_inferbench.results.server_latency import HistogramDelta
+from pytest_inferbench.results.server_latency import HistogramDelta, client_vs_server
 from pytest_inferbench.sim.server.launcher import running_sim_server
 
 if TYPE_CHECKING:
@@ -79,10 +79,11 @@ def measured(vllm_server: SimServer) -> tuple[ServerConfig, PointMeasurement]:
                                     LoadSettings(prompts_per_conc=PROMPTS_PER_CONC))
 
 
-def exposition(observations: dict[str, list[float]]) -> str:
-    """A real prometheus_client TTFT histogram under vLLM's name, one label set per engine."""
+def exposition(observations: dict[str, list[float]], name: str = TTFT_NAME) -> str:
+    """A real prometheus_client histogram under vLLM's name (its TTFT's unless `name` says),
+    one label set per engine."""
     registry_ = CollectorRegistry()
-    hist = Histogram(TTFT_NAME.removesuffix("_seconds"), "ttft", ["model_name", "engine"],
+    hist = Histogram(name.removesuffix("_seconds"), "ttft", ["model_name", "engine"],
                      unit="seconds", registry=registry_, buckets=(0.1, 0.2, 0.4, 0.8))
     for engine, values in observations.items():
         for value in values:
@@ -110,6 +111,25 @@ def test_histogram_delta_counts_only_what_happened_between_the_scrapes() -> None
     lower, upper = ttft["median_bucket_s"]
     assert lower <= statistics.median(values) <= upper
     assert lower <= ttft["median_s"] <= upper
+
+
+def test_vllm_tpot_histogram_is_compared_with_the_clients_tpot() -> None:
+    """vLLM's per-request TPOT histogram (decode time / (output tokens - 1), the client's TPOT
+    statistic) is kept over the point and set against the client's mean and median TPOT."""
+    name = VLLM.latency_histograms["tpot"]
+    assert name == "vllm:request_time_per_output_token_seconds"
+    during = [0.15, 0.25, 0.3]
+    before = snapshot(exposition({"0": [0.7]}, name))
+    after = snapshot(exposition({"0": [0.7, *during]}, name))
+    latency = mapping(point_metrics(before, after)["latency_histograms"])
+    tpot = mapping(latency["tpot"])
+    assert tpot["count"] == len(during)
+    assert tpot["mean_s"] == pytest.approx(statistics.mean(during))
+    client = {"mean_tpot_ms": 250.0, "median_tpot_ms": 240.0}
+    compared = client_vs_server(client, latency)
+    assert compared["mean_tpot_ms"] == pytest.approx(250.0 - 1e3 * statistics.mean(during))
+    assert compared["median_tpot_ms"] == pytest.approx(
+        240.0 - 1e3 * number(tpot["median_s"]))  # type: ignore[operator]
 
 
 def test_quantile_interpolates_as_prometheus_histogram_quantile() -> None:

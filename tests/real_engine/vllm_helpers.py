@@ -8,6 +8,7 @@ install fails every test of the tier with its reason: these tests never skip.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import random
@@ -25,9 +26,22 @@ import pytest
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO / "benchmarks" / "real_engine" / "cpu_project.py"
+
+
+def _setup_module() -> ModuleType:
+    """cpu_project.py, the script (not a package module): its facts, e.g. the server's CPU."""
+    sys.path.insert(0, str(SETUP_SCRIPT.parent))
+    try:
+        return importlib.import_module(SETUP_SCRIPT.stem)
+    finally:
+        sys.path.remove(str(SETUP_SCRIPT.parent))
+
+
+SERVER_CPU: int = _setup_module().SERVER_CPU
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 STARTUP_TIMEOUT_S = 600.0
 
@@ -101,7 +115,7 @@ def plugin_env() -> dict[str, str]:
 
 
 def run_plugin(project: CpuProject, results: Path, *args: str,
-               during: object = None) -> PluginRun:
+               during: object = None, env: dict[str, str] | None = None) -> PluginRun:
     """A real pytest run of the project's recipe (a process of its own, as a user runs it)."""
     argv = [sys.executable, "-m", "pytest", str(project.path), "-p", "no:cacheprovider",
             "-p", "no:randomly", f"--inferbench-results={results}", "-rA", *args]
@@ -109,7 +123,8 @@ def run_plugin(project: CpuProject, results: Path, *args: str,
     results.mkdir(parents=True, exist_ok=True)
     out_path = results.parent / f"{results.name}-output.txt"
     with out_path.open("w") as out:
-        proc = subprocess.Popen(argv, cwd=project.path, env=plugin_env(), stdout=out,
+        proc = subprocess.Popen(argv, cwd=project.path, env={**plugin_env(), **(env or {})},
+                                stdout=out,
                                 stderr=subprocess.STDOUT, text=True)
         if callable(during):
             during(proc.pid, out_path)
@@ -244,10 +259,12 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def busy_neighbour() -> Iterator[int]:
-    """One CPU-busy process in another session (as a second user's job would be)."""
+    """One CPU-busy process in another session (as a second user's job would be), on the
+    server's CPU: it takes a share of the server's core, not of the measuring client's."""
     # It ends itself after an hour should this run be killed before its teardown.
     spin = "import time\nend = time.time() + 3600\nwhile time.time() < end: pass"
-    proc = subprocess.Popen([sys.executable, "-c", spin], start_new_session=True)
+    proc = subprocess.Popen(["taskset", "--cpu-list", str(SERVER_CPU), sys.executable, "-c",
+                             spin], start_new_session=True)
     yield proc.pid
     proc.kill()
     proc.wait(timeout=30)

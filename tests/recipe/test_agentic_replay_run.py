@@ -13,15 +13,18 @@ from typing import Any
 import pytest
 from test_agentic_entries import write
 
+from pytest_inferbench.sim.power import SECONDS_COUNTER, gpu_power
+
 CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 # In a subprocess: a sim-server run's httpx must be the one its `except` clauses name, and
 # pytester's in-process runs forget and re-import modules.
 FAST = ("-p", "no:cacheprovider", "-rs", "--inferbench-backend=sim-server",
         "--inferbench-time-scale=0", "--inferbench-replay-duration=0.5", "--inferbench-no-plots")
+B200 = gpu_power("B200")  # the runner of the TP8 point
 TP8_CONC4 = ("-m", "inferbench(exp_name='qwen3.5_tp8_conc4_kvnone_spec-mtp')")
 
 
-def _point(pytester: pytest.Pytester) -> dict[str, object]:
+def _point(pytester: pytest.Pytester) -> dict[str, Any]:
     files = [p for p in (pytester.path / "inferbench-results" / "points").glob("*.json")
              if not p.name.startswith("agg_")]
     assert len(files) == 1, files
@@ -73,6 +76,21 @@ def test_a_bad_traces_file_fails_the_point_saying_file_and_line(
     assert "Traceback" not in result.stdout.str()
 
 
+def _assert_one_energy(point: dict[str, Any]) -> None:
+    """The power model's figures, one energy: mean power x GPUs x the measured duration, per
+    token from the point's measured token counts (the warmup's are in none of them)."""
+    assert point["power_valid"] == 1, point.get("power_invalid_reason")
+    assert point["power_source"] == "simulated" and point["power_num_gpus"] == 8
+    watts, energy = float(point["avg_power_w"]), float(point["total_gpu_energy_j"])
+    assert B200.idle_w < watts <= B200.tdp_w
+    # rel 1e-5: the record rounds the watts to 3 decimals and the joules per token to 6.
+    assert energy == pytest.approx(watts * 8 * float(point["duration"]), rel=1e-5)
+    out = int(point["total_output_tokens"])
+    total = int(point["total_input_tokens"]) + out
+    assert point["joules_per_output_token"] == pytest.approx(energy / out, rel=1e-5)
+    assert point["joules_per_total_token"] == pytest.approx(energy / total, rel=1e-5)
+
+
 def test_an_agentic_point_replays_in_process_on_the_default_backend(
     pytester: pytest.Pytester,
 ) -> None:
@@ -97,8 +115,7 @@ def test_an_agentic_point_replays_in_process_on_the_default_backend(
     assert metrics["tokens"]["output_expected"] == metrics["tokens"]["output_actual"]
     # Each lane's first tree starts at its t*: its primers and warmups are counted by nothing.
     assert point["agentic"]["request_accounting"]["records_warmup_dropped"] >= 4
-    # No power model for a replay yet: the record says so instead of leaving the keys out.
-    assert point["power_valid"] == 0 and "agentic replay" in point["power_invalid_reason"]
+    _assert_one_energy(point)
     junit = pytester.path / "junit.xml"
     result = pytester.runpytest("-p", "no:cacheprovider", "--inferbench-no-plots",
                                 "--inferbench-replay-duration=120", f"--junitxml={junit}",
@@ -106,6 +123,41 @@ def test_an_agentic_point_replays_in_process_on_the_default_backend(
     result.assert_outcomes(passed=1)
     assert 'name="agentic_traces" value="synthetic' in junit.read_text(encoding="utf-8")
 
+
+
+def test_in_process_and_sim_server_replays_draw_the_same_mean_power(
+    pytester: pytest.Pytester,
+) -> None:
+    # A few seconds of replay at the server's real-time clock: its energy counters need a
+    # clock (time scale 0 keeps none).
+    short = ("-p", "no:cacheprovider", "--inferbench-no-plots", "--inferbench-replay-duration=5",
+             *TP8_CONC4)
+    write(pytester.path)
+    pytester.runpytest(*short).assert_outcomes(passed=1)
+    in_process = _point(pytester)
+    _assert_one_energy(in_process)
+    result = pytester.runpytest_subprocess(*short, "--inferbench-backend=sim-server")
+    # On a busy machine the client's or the server's self-check may fail the point: a verdict
+    # on the timings, which this test does not judge.
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, outcomes
+    served = _point(pytester)
+    assert served["backend"] == "sim-server"
+    _assert_one_energy(served)
+    # Both price the same steps with the same model over the same recorded think times. What
+    # differs is the window: the server's counters run from the scrape before the replay to the
+    # one after it, so they also cover the warmup and the scrapes' own latency, which the
+    # in-process point's measured phase leaves out. That share w of the server's window may
+    # draw anything between idle and rated power, so it moves the mean by at most
+    # w x (rated - idle); and the HTTP timing (when a request joins a step) changes which
+    # steps batch together, a few percent of the power above idle.
+    deltas = served["server_metrics"]["counter_deltas"]
+    seconds = float(deltas[f"{SECONDS_COUNTER}_total"])
+    outside = max(seconds - float(served["duration"]), 0.0) / seconds
+    above_idle = float(in_process["avg_power_w"]) - B200.idle_w
+    tolerance = outside * (B200.tdp_w - B200.idle_w) + 0.05 * above_idle
+    assert float(served["avg_power_w"]) == pytest.approx(float(in_process["avg_power_w"]),
+                                                         abs=tolerance)
 
 # The same vLLM server with and without a CPU-DRAM tier (vllm-simple), its KV pool capped at
 # 375 pages of 64 tokens: two lanes of ~16k-token sessions do not both fit, so without the tier

@@ -108,3 +108,24 @@ def test_a_replay_whose_requests_mostly_fail_stops_saying_why() -> None:
                        "context length"):
         _replay(_trees(CORPUS)[:1], 1, ReplayConfig(**FROM_TURN_0, duration_s=30.0),
                 extra=("--max-model-len", "1200"))
+
+
+@needs_corpus
+def test_the_measured_phase_counts_the_profiled_requests_and_not_the_warmup() -> None:
+    # The power of a replayed point is priced from this window (`backends/sim.py`).
+    config, _ = engine_config_from_argv(
+        ["vllm", "serve", MODEL, "--tensor-parallel-size", "4"], hardware="MI355X")
+    engine = Engine(config, keep_traces=True)
+    out = simulate_replay(engine, _trees(CORPUS), 2, ReplayConfig(duration_s=60.0), chat=True)
+    warmup = [r for r in out.records if r.warmup]
+    measured = [r for r in out.records if not r.warmup]
+    assert warmup and measured and out.profile_start > 0
+    after = engine.counters()
+    assert after.prompt_tokens - out.profile_counters.prompt_tokens == sum(
+        r.input_tokens for r in measured)
+    assert after.generation_tokens - out.profile_counters.generation_tokens == sum(
+        r.output_tokens for r in measured)
+    # The warmup ran steps too, before the window: the whole replay's count is larger.
+    assert out.server_metrics["prompt_tokens"] > sum(r.input_tokens for r in measured)
+    # Steps ran in the window, never longer than it.
+    assert 0 < out.profile_busy_s <= out.duration_s - out.profile_start
