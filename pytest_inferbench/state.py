@@ -58,7 +58,9 @@ def create_session_state(config: pytest.Config,
                           warmup=settings.warmup, stall_timeout_s=settings.stall_timeout_s,
                           point_timeout_s=settings.point_timeout_s,
                           dataset=settings.dataset, traces=settings.traces,
-                          replay_duration_s=settings.replay_duration_s),
+                          replay_duration_s=settings.replay.duration_s,
+                          trajectory_start=settings.replay.trajectory_start,
+                          warmup_per_lane=settings.replay.warmup_per_lane),
         redactor=Redactor.from_env(settings.pass_env, urls=(settings.base_url,)),
     )
     config.stash[STATE_KEY] = state

@@ -62,6 +62,9 @@ def replay_workload(label: str, trees: Sequence[SessionTree], lanes: int,
         "kind": "agentic-replay", "traces": label, "trace_count": len(trees),
         "lanes": lanes, "duration_s": settings.duration_s,
         "delay_scale": settings.delay_scale, "plays": plays,
+        # Where each lane's first tree started and its warmup (§3.3): the fast mode's one.
+        "trajectory_start": list(settings.trajectory_start),
+        "warmup_requests_per_lane": settings.warmup_per_lane,
         "plays_completed": plays_completed,
         # agentic.md §4.2: theoretical_prefix_cache_hit sum / count, over the requests
         # profiled (a primer's assumes the history it stands for was sent).

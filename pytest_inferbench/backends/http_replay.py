@@ -9,7 +9,8 @@ and measured by no metric, and the duration is the profiling phase's.
 
 A request that lost the server stops the replay (`loadgen/replay.py`); the point fails naming
 it (`results.build.measurement_failures`), and where the server is found dead its log tail
-follows that line (`ServerDiedError`).
+follows that line (`ServerDiedError`). A root stream's warmup request that fails aborts the
+replay before profiling, as AIPerf does, and the point is not measured.
 """
 
 from __future__ import annotations
@@ -20,17 +21,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..loadgen.affinity import pinned_to_one_cpu
 from ..loadgen.replay import replay
-from ..loadgen.replay_schedule import ReplayConfig
+from ..loadgen.replay_config import replay_config
 from ..loadgen.selfcheck import point_verdict
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .agentic_traces import replay_meta, replay_note, replay_traces, replay_workload
-from .base import ServerDiedError
+from .base import PointNotMeasuredError, ServerDiedError
 from .measured import measured_phase
 
 if TYPE_CHECKING:
     from ..loadgen.client import ClientConfig
     from ..loadgen.prompts import TextTokenizer
     from ..loadgen.replay import ReplayRun
+    from ..loadgen.replay_config import ReplayConfig
     from ..loadgen.trace_sessions import SessionTree
     from ..loadgen.workload import LoadSettings
     from ..recipe.model import BenchPoint
@@ -58,8 +60,7 @@ def run_replay_point(handle: HttpServerHandle, point: BenchPoint, load: LoadSett
                                load.point_timeout_s)
     # A simulated server's clock scales the recorded gaps with it (0: no waiting at all).
     scale = handle.time_scale if handle.simulated and handle.time_scale is not None else 1.0
-    settings = ReplayConfig(duration_s=load.replay_duration_s, delay_scale=scale,
-                            seed=load.seed)
+    settings = replay_config(load, delay_scale=scale)
     with pinned_to_one_cpu(handle.server_group()) as pinning:
         measurement = asyncio.run(_measure(handle, point, cfg, trees, settings, label))
     check = {**measurement.client_check, "client_cpu_pinned": pinning.cpu,
@@ -90,6 +91,8 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
                 raise ServerDiedError(f"{ran[0].fault}\n{exc}") from None
             raise
     run, stats, server = phase.run, phase.loop, phase.server_metrics
+    if run.aborted:  # AIPerf exits before profiling: nothing was measured
+        raise PointNotMeasuredError(f"{point.name}: {run.aborted}")
     check = point_verdict(stats, run.records, time_scale=handle.time_scale)
     described = replay_workload(label, trees, point.conc, settings, run.requests, run.plays,
                                 run.plays_completed, cfg.text_token_source)

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..loadgen.prompts import point_workload
-from ..loadgen.replay_schedule import ReplayConfig
+from ..loadgen.replay_config import replay_config
 from ..recipe.agentic import SCENARIO as AGENTIC_SCENARIO
 from ..recipe.agentic import drop_flags, offload_launch
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
@@ -150,7 +150,7 @@ class SimHandle(ServerHandle):
         config = self.config if self.config.seed == load.seed else replace(
             self.config, seed=load.seed)
         label, trees = replay_traces(load.traces)
-        settings = ReplayConfig(duration_s=load.replay_duration_s, seed=load.seed)
+        settings = replay_config(load)
         started = time.time()
         engine: Engine | None = None  # the one engine of a single-node server
         try:

@@ -14,7 +14,9 @@ stopped process) or a connection refused or cut (a crashed one) -- stops the rep
 every later request would wait out the same stall or fail the same way until the duration
 ends. The other lanes' requests in flight are cancelled (recorded, with what they received),
 nothing more is sent, and the run says why (`ReplayRun.fault`: the request, its lane, the
-cause). An answer, even an HTTP error, goes on as §3.4 "Errors" says.
+cause). An answer, even an HTTP error, goes on as §3.4 "Errors" says -- except on a root
+stream's warmup request, which the schedule turns into an abort (`ReplayRun.aborted`), stopping
+the replay the same way before profiling.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class ReplayRun:
     plays_completed: int  # trees whose every stream sent every turn
     cancelled: bool = False  # the point's deadline cut the replay off
     fault: str = ""  # why the replay stopped before its end: a request lost the server
+    aborted: str = ""  # why the warmup failed and the replay stopped before profiling
 
     @property
     def duration_s(self) -> float:
@@ -101,7 +104,8 @@ class Replayer:
         self.stopped = asyncio.Event()
         self.deadline_passed = False
         self.fault = ""  # the request that lost the server, and how
-        self.fault_at = ""
+        self.fault_at = ""  # what stopped the replay, for the requests it cancelled
+        self.aborted = ""
         self.cancelled_in_flight = 0
         self.wake = asyncio.Event()  # a request completed: the schedule may have more due
         self.start = 0.0
@@ -144,7 +148,7 @@ class Replayer:
                          end=ended, profile_start=ended if profile_start is None
                          else profile_start,
                          plays=schedule.plays, plays_completed=schedule.plays_completed,
-                         cancelled=self.deadline_passed, fault=fault)
+                         cancelled=self.deadline_passed, fault=fault, aborted=self.aborted)
 
     def _stop(self) -> None:
         """Send nothing more and cancel every request in flight but the caller's own."""
@@ -201,14 +205,17 @@ class Replayer:
         if self.stopped.is_set() and not self.deadline_passed and raw.error == DEADLINE:
             # Cut off by another request's fault, not by the deadline `send_raw` assumed.
             self.cancelled_in_flight += 1
-            raw = replace(raw, error=f"cancelled: the replay stopped ({self.fault_at} lost "
-                                     "the server)")
+            raw = replace(raw, error=f"cancelled: the replay stopped ({self.fault_at})")
         elif not self.stopped.is_set() and server_lost(raw.error):
-            self.fault_at = f"a request on lane {dispatch.lane}"
+            self.fault_at = f"a request on lane {dispatch.lane} lost the server"
             self.fault = self._fault(dispatch, raw)
             self._stop()
-        schedule.complete(dispatch.key, raw.ended, overflow=bool(raw.error) and
-                          is_context_overflow(raw.error))
+        schedule.complete(dispatch.key, raw.ended, failed=bool(raw.error),
+                          overflow=bool(raw.error) and is_context_overflow(raw.error))
+        if schedule.aborted is not None and not self.stopped.is_set():
+            self.fault_at = f"a root stream's warmup request on lane {dispatch.lane} failed"
+            self.aborted = f"{schedule.aborted} ({raw.error})"
+            self._stop()
         self.wake.set()
         self.requests.append(dispatch.described())
         self.records.append(None)

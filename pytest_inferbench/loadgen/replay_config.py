@@ -4,6 +4,8 @@
 The defaults are InferenceX's (agentic.md §3.1): the 10 s system and 300 s per-tree idle caps,
 the trajectory start between 0.25 and 0.75 of each first tree (§3.3), ten warmup requests per
 lane after the primers (one in InferenceX's fast mode), one output token per warmup request.
+The duration and the start's defaults are those of a point's `LoadSettings` (`workload`), which
+the options set; `replay_config` makes a point's replay of them.
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
-from .workload import DEFAULT_REPLAY_DURATION_S
+from .workload import (
+    DEFAULT_REPLAY_DURATION_S,
+    TRAJECTORY_START_RATIOS,
+    WARMUP_REQUESTS_PER_LANE,
+)
 
 if TYPE_CHECKING:
     from .trace_sessions import SessionTree, Turn
+    from .workload import LoadSettings
 
 __all__ = [
     "CONTEXT_OVERFLOW_SUBSTRINGS",
@@ -29,6 +36,7 @@ __all__ = [
     "ReplayedRequest",
     "StartSettings",
     "is_context_overflow",
+    "replay_config",
 ]
 
 # What an error says when the prompt did not fit the server's context: AIPerf's
@@ -38,10 +46,7 @@ CONTEXT_OVERFLOW_SUBSTRINGS = ("context length", "maximum context", "context_len
 # InferenceX's idle caps (§3.1 scenario locks and flags, §3.4).
 SYSTEM_IDLE_CAP_S = 10.0
 TRACE_IDLE_CAP_S = 300.0
-# --trajectory-start-min-ratio / -max-ratio and --warmup-requests-per-lane as InferenceX passes
-# them (§3.1), and the fork's one output token per warmup request (§3.3).
-TRAJECTORY_START_RATIOS = (0.25, 0.75)
-WARMUP_REQUESTS_PER_LANE = 10
+# The fork's one output token per warmup request (§3.3).
 WARMUP_MAX_TOKENS = 1
 
 
@@ -72,6 +77,14 @@ class ReplayConfig:
         if self.warmup_per_lane < 0:
             raise ValueError(f"warmup requests per lane must be >= 0, got "
                              f"{self.warmup_per_lane}")
+
+
+def replay_config(load: LoadSettings, *, delay_scale: float = 1.0) -> ReplayConfig:
+    """The replay of an agentic point under `load` (its options; `delay_scale`: the server's
+    time scale, for a simulated server's clock)."""
+    return ReplayConfig(duration_s=load.replay_duration_s, delay_scale=delay_scale,
+                        seed=load.seed, trajectory_start=load.trajectory_start,
+                        warmup_per_lane=load.warmup_per_lane)
 
 
 class StartSettings(TypedDict):

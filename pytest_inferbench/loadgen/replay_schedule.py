@@ -18,11 +18,16 @@ offset within its branch (`max(0, t0 - branch start)`).
 
 The start (§3.3, `replay_start`): each lane's first tree starts at its seeded t*. The warmup
 sends each stream alive at t* its last turn before t* (its primer: the context the lane
-skipped), then, once the lane's primers are done, the lane's next `warmup_per_lane` requests in
-dependency order with no delays, each for one output token and flagged (`Dispatch.warmup`).
-When every lane's warmup has drained, profiling begins (`profile_start`, the duration counts
-from it): each stream's next turn is due at its recorded offset from t* after that instant
-(`resume_offset`); a lane whose tree ran out in the warmup starts its next one from turn 0.
+skipped), spread as AIPerf spreads them: each primer leaves its recorded lead before its lane's
+t* ahead of one common instant, the same for every lane (the first primer, the one with the
+longest lead, at the start), so every lane's t* lands on that instant; the idle caps move these
+timers as any other. Once the lane's primers are done come the lane's next `warmup_per_lane`
+requests in dependency order with no delays. Warmup requests ask for one output token and are
+flagged (`Dispatch.warmup`). A root stream's warmup request that fails aborts the replay before
+profiling (`aborted` says why), as AIPerf does; a child's does not. When every lane's warmup
+has drained, profiling begins (`profile_start`, the duration counts from it): each stream's
+next turn is due at its recorded offset from t* after that instant (`resume_offset`); a lane
+whose tree ran out in the warmup starts its next one from turn 0.
 
 Both idle caps of §3.4 move timers and never reorder requests: once a tree has nothing in flight
 its earliest pending timer is pulled to at most `trace_idle_cap_s` after it went idle (its other
@@ -39,7 +44,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .replay_config import (
@@ -52,58 +56,17 @@ from .replay_config import (
     ReplayedRequest,
     is_context_overflow,
 )
-from .replay_start import StartPoint, resume_offset, snapshot, trajectory_start
+from .replay_lanes import PRIMER, PROFILE, WARMUP, Pending, Play, Stream
+from .replay_start import resume_offset, snapshot, trajectory_start
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .trace_sessions import SessionTree, SubagentLink, Turn
+    from .trace_sessions import SessionTree, SubagentLink
 
 __all__ = ["CONTEXT_OVERFLOW_SUBSTRINGS", "FROM_TURN_0", "SYSTEM_IDLE_CAP_S",
            "TRACE_IDLE_CAP_S", "Dispatch", "ReplayConfig", "ReplaySchedule", "ReplayedRequest",
            "is_context_overflow"]
-
-_PRIMER, _WARMUP, _PROFILE = "primer", "warmup", "profile"
-
-
-@dataclass
-class _Stream:
-    turns: tuple[Turn, ...]
-    pos: int = 0  # the next turn to send
-    previous_end: float | None = None
-    outcome: bool | None = None  # True: every turn sent and done; False: cut by the end
-    joining: bool = False  # its next turn waits for the children it joins
-    parked: bool = False  # held by the warmup (its primers, or the lane's warmup spent)
-    resume_due: float | None = None  # its first turn after the warmup is due then
-
-
-@dataclass
-class _Play:
-    lane: int
-    play: int
-    tree: SessionTree
-    streams: dict[str, _Stream] = field(default_factory=dict)  # root first, then spawned
-    in_flight: int = 0
-    idle_since: float | None = None
-    timers: dict[int, list[float]] = field(default_factory=dict)  # timer key -> [due]
-    start: StartPoint | None = None  # a first play started at its t* (§3.3)
-    primers: int = 0  # primers not yet completed
-    warmup_left: int = 0  # warmup requests it may still queue
-    queued: int = 0  # in the ready queue
-
-    @property
-    def root(self) -> _Stream:
-        return self.streams[self.tree.trace.id]
-
-
-@dataclass(frozen=True)
-class _Pending:
-    play: _Play
-    session: str
-    due: float | None
-    at: float  # when it became ready (a timer's: set when it fires)
-    kind: str = _PROFILE
-
 
 class ReplaySchedule:
     """The schedule of one replay of `trees` at `concurrency` lanes from `start` (module doc)."""
@@ -121,14 +84,15 @@ class ReplaySchedule:
         self.plays = 0  # trees started
         self.plays_completed = 0  # trees whose every stream sent every turn
         self.total_in_flight = 0
+        self.aborted: str | None = None  # why the warmup failed and the replay stopped
         self._system_idle_since: float | None = None
-        self._ready: list[_Pending] = []  # due at once, in the order they became ready
+        self._ready: list[Pending] = []  # due at once, in the order they became ready
         self._timers: list[tuple[float, int]] = []  # heap of (due as set, timer key)
-        self._timer_of: dict[int, tuple[_Play, _Pending, list[float]]] = {}
-        self._sent: dict[int, tuple[_Play, str, str]] = {}
+        self._timer_of: dict[int, tuple[Play, Pending, list[float]]] = {}
+        self._sent: dict[int, tuple[Play, str, str]] = {}
         self._next_key = 0
-        self._live: dict[int, _Play] = {}
-        self._warming: dict[int, _Play] = {}
+        self._live: dict[int, Play] = {}
+        self._warming: dict[int, Play] = {}
         self._idle_lanes: list[int] = []  # lanes whose first tree drained in the warmup
         self._children: dict[tuple[int, str], list[SubagentLink]] = {}
         self._link_of: dict[tuple[int, str], SubagentLink] = {}
@@ -136,15 +100,17 @@ class ReplaySchedule:
             for link in tree.links:
                 self._children.setdefault((id(tree), tree.parent_of(link)), []).append(link)
                 self._link_of[(id(tree), link.session_id)] = link
+        primers: list[tuple[float, Play, str]] = []
         for lane in range(concurrency):
-            self._first_play(lane, start)
+            primers += self._first_play(lane, start)
+        self._spread(primers, start)
         self._maybe_profile(start)
 
     # ----------------------------------------------------------------- the caller's questions
     def take(self, now: float) -> list[Dispatch]:
-        """Everything due by `now`, now in flight (after the end: nothing, and every timer
-        is dropped)."""
-        if now >= self.end:
+        """Everything due by `now`, now in flight (after the end, or once aborted: nothing,
+        and every timer is dropped)."""
+        if now >= self.end or self.aborted is not None:
             self._close()
             return []
         while self._timers and self._timers[0][0] <= now:
@@ -157,7 +123,7 @@ class ReplaySchedule:
                 continue
             del self._timer_of[key]
             del play.timers[key]
-            self._queue(_Pending(play, pending.session, pending.due, due[0]))
+            self._queue(Pending(play, pending.session, pending.due, due[0], pending.kind))
         ready, self._ready = self._ready, []
         return [self._send(p) for p in ready]
 
@@ -172,15 +138,19 @@ class ReplaySchedule:
         return None
 
     def finished(self, now: float) -> bool:
-        """Nothing in flight and nothing left to send by the end."""
+        """Aborted, or nothing in flight and nothing left to send by the end."""
+        if self.aborted is not None:
+            return True
         if self.total_in_flight:
             return False
         return now >= self.end or not (self._ready or self._timer_of)
 
-    def complete(self, key: int, t: float, *, overflow: bool = False) -> None:
+    def complete(self, key: int, t: float, *, overflow: bool = False,
+                 failed: bool = False) -> None:
         """Request `key` completed at `t`: its stream's next turn, the children it spawns, the
-        join it releases, and the lane's next play become ready or timed. `overflow`: it
-        failed on a context overflow, which ends its stream (module doc)."""
+        join it releases, and the lane's next play become ready or timed. `failed`: it failed
+        (a root stream's warmup request that failed aborts the replay); `overflow`: on a
+        context overflow, which ends its stream (module doc)."""
         play, session, kind = self._sent.pop(key)
         play.in_flight -= 1
         self.total_in_flight -= 1
@@ -190,15 +160,19 @@ class ReplaySchedule:
             self._system_idle_since = t
         stream = play.streams[session]
         turn = stream.turns[stream.pos]
+        if (failed or overflow) and kind != PROFILE and session == play.tree.trace.id:
+            self.aborted = self.aborted or (
+                f"the warmup request of root stream {session} (lane {play.lane}, turn "
+                f"{turn.index}) failed: the replay stops before profiling, as AIPerf aborts")
         stream.pos += 1
         stream.previous_end = t
-        if kind == _PRIMER:  # its children's state at t* is the snapshot's
+        if kind == PRIMER:  # its children's state at t* is the snapshot's
             play.primers -= 1
             stream.parked = not overflow
         if overflow:
             stream.outcome = False
             self._settled(play, session, t)
-        if kind == _PRIMER:
+        if kind == PRIMER:
             if not play.primers and play.play in self._live:
                 self._unpark(play, t)
         elif not overflow:
@@ -208,11 +182,13 @@ class ReplaySchedule:
         self._maybe_profile(t)
 
     # ----------------------------------------------------------------- the start (§3.3)
-    def _first_play(self, lane: int, now: float) -> None:
+    def _first_play(self, lane: int, now: float) -> list[tuple[float, Play, str]]:
+        """The lane's first tree at its t*; its primers as (lead before t*, play, stream)."""
         play = self._new_play(lane, now, first=True)
         if play is None:
-            return
+            return []
         tree, cfg = play.tree, self.cfg
+        primers = []
         lo, hi = cfg.trajectory_start
         t_star = trajectory_start(tree, cfg.seed, lane, lo, hi)
         start = play.start = snapshot(tree, t_star)
@@ -220,18 +196,29 @@ class ReplaySchedule:
         self._warming[play.play] = play
         for session in (tree.trace.id, *(k.session_id for k in tree.links)):
             if session in start.done:
-                play.streams[session] = _Stream(tree.streams[session], outcome=True)
+                play.streams[session] = Stream(tree.streams[session], outcome=True)
             elif session in start.pending:
-                play.streams[session] = _Stream(tree.streams[session], parked=True)
+                play.streams[session] = Stream(tree.streams[session], parked=True)
             elif session in start.resume:
-                play.streams[session] = _Stream(tree.streams[session],
+                play.streams[session] = Stream(tree.streams[session],
                                                 pos=start.resume[session] - 1)
                 play.primers += 1
-                self._queue(_Pending(play, session, None, now, _PRIMER))
+                primer = tree.streams[session][start.resume[session] - 1].request
+                primers.append((t_star - primer.t, play, session))
         if not play.primers:
             self._unpark(play, now)
+        return primers
 
-    def _unpark(self, play: _Play, now: float) -> None:
+    def _spread(self, primers: list[tuple[float, Play, str]], now: float) -> None:
+        """Time the primers so that every lane's t* lands on one instant (module doc)."""
+        lead = max((p[0] for p in primers), default=0.0)
+        for ahead, play, session in primers:
+            due = now + (lead - ahead) * self.cfg.delay_scale
+            self._timer(play, Pending(play, session, due, now, PRIMER), due, now, cap=False)
+        for play in {id(p): p for _, p, _ in primers}.values():  # a tree's timers move as one
+            self._cap(play, now)
+
+    def _unpark(self, play: Play, now: float) -> None:
         """The lane's primers are done (or it had none), or profiling begins: its streams go
         on, in the recorded order of their next turns (which the warmup budget takes first)."""
         def recorded(session: str) -> float:
@@ -244,7 +231,7 @@ class ReplaySchedule:
 
     def _maybe_profile(self, now: float) -> None:
         """Every lane's warmup drained: profiling begins now (module doc)."""
-        if self.profile_start is not None or any(
+        if self.profile_start is not None or self.aborted is not None or any(
                 p.primers or p.in_flight or p.queued for p in self._warming.values()):
             return
         self.profile_start = now
@@ -264,22 +251,22 @@ class ReplaySchedule:
             self._new_play(lane, now)
 
     # ----------------------------------------------------------------- internals
-    def _new_play(self, lane: int, now: float, *, first: bool = False) -> _Play | None:
-        play = _Play(lane, self.plays, self.trees[self.plays % len(self.trees)])
+    def _new_play(self, lane: int, now: float, *, first: bool = False) -> Play | None:
+        play = Play(lane, self.plays, self.trees[self.plays % len(self.trees)])
         self.plays += 1  # dataset order, wrapping: the first lanes take the first traces (§3.2)
         self._live[play.play] = play
         if first:
             return play
         root = play.tree.trace.id
-        play.streams[root] = _Stream(play.tree.streams.get(root, ()))
+        play.streams[root] = Stream(play.tree.streams.get(root, ()))
         self._advance(play, root, now, first_due=None)
         return None
 
-    def _queue(self, pending: _Pending) -> None:
+    def _queue(self, pending: Pending) -> None:
         pending.play.queued += 1
         self._ready.append(pending)
 
-    def _advance(self, play: _Play, session: str, now: float, *,
+    def _advance(self, play: Play, session: str, now: float, *,
                  first_due: float | None = None) -> None:
         """Queue the stream's next turn (ready or timed), or settle the stream."""
         stream = play.streams[session]
@@ -300,7 +287,7 @@ class ReplaySchedule:
                 stream.parked = True
                 return
             play.warmup_left -= 1
-            self._queue(_Pending(play, session, None, now, _WARMUP))
+            self._queue(Pending(play, session, None, now, WARMUP))
             return
         if stream.resume_due is not None:
             due: float | None = stream.resume_due
@@ -313,7 +300,11 @@ class ReplaySchedule:
             stream.outcome = False
             self._settled(play, session, now)
             return
-        pending = _Pending(play, session, due, now)
+        self._timer(play, Pending(play, session, due, now), due, now)
+
+    def _timer(self, play: Play, pending: Pending, due: float | None, now: float, *,
+               cap: bool = True) -> None:
+        """Queue `pending` now, or set its timer for `due` (under both idle caps)."""
         if due is None or due <= now:
             self._queue(pending)
             return
@@ -325,9 +316,10 @@ class ReplaySchedule:
         heapq.heappush(self._timers, (due, key))
         if not play.in_flight and play.idle_since is None:
             play.idle_since = now
-        self._cap(play, now)
+        if cap:
+            self._cap(play, now)
 
-    def _spawn(self, play: _Play, session: str, turn: int, ended: float) -> None:
+    def _spawn(self, play: Play, session: str, turn: int, ended: float) -> None:
         """Start the children the stream's turn `turn` spawns (a branch: same spawn and
         join)."""
         tree = play.tree
@@ -339,11 +331,11 @@ class ReplaySchedule:
                       if tree.streams.get(b.session_id)]
             own = tree.streams.get(link.session_id, ())
             offset = max(0.0, own[0].request.t - min(starts)) if own and starts else 0.0
-            play.streams[link.session_id] = _Stream(own)
+            play.streams[link.session_id] = Stream(own)
             self._advance(play, link.session_id, ended,
                           first_due=ended + offset * self.cfg.delay_scale)
 
-    def _settled(self, play: _Play, session: str, now: float) -> None:
+    def _settled(self, play: Play, session: str, now: float) -> None:
         """A stream is done: a parent waiting on it may go on; a drained tree frees its lane."""
         link = self._link_of.get((id(play.tree), session))
         if link is not None:
@@ -367,7 +359,7 @@ class ReplaySchedule:
         elif now < self.end:
             self._new_play(play.lane, now)
 
-    def _send(self, pending: _Pending) -> Dispatch:
+    def _send(self, pending: Pending) -> Dispatch:
         play, stream = pending.play, pending.play.streams[pending.session]
         play.queued -= 1
         key = self._next_key
@@ -380,7 +372,7 @@ class ReplaySchedule:
         return Dispatch(key=key, lane=play.lane, play=play.play, tree=play.tree,
                         turn=stream.turns[stream.pos], due=pending.due,
                         at=pending.at, previous_end=stream.previous_end,
-                        warmup=pending.kind != _PROFILE)
+                        warmup=pending.kind != PROFILE)
 
     def _close(self) -> None:
         """The end: every pending turn is cut; trees with nothing in flight drain."""
@@ -400,18 +392,20 @@ class ReplaySchedule:
                 stream.outcome = False
                 self._settled(play, session, self.end)
 
-    def _shift(self, play: _Play, shift: float) -> None:
+    def _shift(self, play: Play, shift: float) -> None:
         for key, timer in play.timers.items():
             timer[0] -= shift
             heapq.heappush(self._timers, (timer[0], key))
 
-    def _cap(self, play: _Play, now: float) -> None:
-        since = play.idle_since if not play.in_flight else None
+    def _cap(self, play: Play, now: float) -> None:
+        # Idle means nothing in flight and nothing ready to go (§3.4), for the tree and for
+        # the system: a request about to leave holds the timers as one in flight does.
+        since = play.idle_since if not (play.in_flight or play.queued) else None
         if play.timers and since is not None:
             shift = min(t[0] for t in play.timers.values()) - (since + self.cfg.trace_idle_cap_s)
             if shift > 0:
                 self._shift(play, shift)
-        if self.total_in_flight or not self._timer_of:
+        if self.total_in_flight or self._ready or not self._timer_of:
             return
         since = self._system_idle_since if self._system_idle_since is not None else now
         first = self.next_due()

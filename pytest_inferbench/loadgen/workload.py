@@ -47,8 +47,14 @@ DEFAULT_RANGE_RATIO = 0.8  # InferenceX's RANDOM_RANGE_RATIO
 # A request that receives nothing for this long fails: long enough for a long prefill behind a
 # full queue, short enough that a stalled stream does not hold a point for a proxy's 15 min.
 DEFAULT_STALL_TIMEOUT_S = 300.0
-# InferenceX's agentic benchmark duration (agentic.md §1.3 "Duration").
+# InferenceX's agentic benchmark duration (agentic.md §1.3 "Duration"), where each lane's first
+# tree starts (--trajectory-start-min-ratio / -max-ratio) and the warmup requests per lane after
+# its primers (§3.1, §3.3); its fast mode (AIPERF_EXPERIMENTAL_FAST, §5) runs 1200 s after one.
 DEFAULT_REPLAY_DURATION_S = 3600.0
+TRAJECTORY_START_RATIOS = (0.25, 0.75)
+WARMUP_REQUESTS_PER_LANE = 10
+FAST_REPLAY_DURATION_S = 1200.0
+FAST_WARMUP_REQUESTS_PER_LANE = 1
 _DISTINCT_WARMUP_STREAM = 1_000_003  # seed offset of the distinct warmups' lengths
 # numpy's RandomState takes seeds below 2**32; the warmup stream adds its offset to the seed.
 MAX_SEED = 2**32 - 1 - _DISTINCT_WARMUP_STREAM
@@ -67,10 +73,12 @@ class LoadSettings:
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     point_timeout_s: float | None = None  # deadline of one load (HTTP backends)
     dataset: DatasetSpec = RANDOM  # what the prompts are drawn from (`datasets.py`)
-    # Agentic-coding points (`replay.py`): the traces file (None: seeded synthetic traces) and
-    # the seconds of replay.
+    # Agentic-coding points (`replay.py`): the traces file (None: seeded synthetic traces), the
+    # seconds of replay, where each lane's first tree starts and its warmup requests.
     traces: Path | None = None
     replay_duration_s: float = DEFAULT_REPLAY_DURATION_S
+    trajectory_start: tuple[float, float] = TRAJECTORY_START_RATIOS
+    warmup_per_lane: int = WARMUP_REQUESTS_PER_LANE
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.range_ratio <= 1.0:

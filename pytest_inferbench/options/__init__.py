@@ -14,11 +14,7 @@ from pathlib import Path
 import pytest
 
 from ..loadgen.datasets import RANDOM, DatasetError, DatasetSpec, parse_dataset, text_prompts
-from ..loadgen.workload import (
-    DEFAULT_RANGE_RATIO,
-    DEFAULT_REPLAY_DURATION_S,
-    DEFAULT_STALL_TIMEOUT_S,
-)
+from ..loadgen.workload import DEFAULT_RANGE_RATIO, DEFAULT_STALL_TIMEOUT_S
 from ..recipe.layout import BESIDE_RECIPES, Layout, discover
 from ..results import catalog, run_dir
 from .backend_registry import BACKENDS as REGISTRY
@@ -28,6 +24,7 @@ from .registration import GIT_TIMEOUT_S as GIT_TIMEOUT_S
 from .registration import VALUE_OPTIONS
 from .registration import add_options as add_options
 from .registration import given as given
+from .replay import ReplayOptions, replay_options
 from .rules import REQUEST_RATE
 from .slurm import SlurmSettings as SlurmSettings
 
@@ -80,7 +77,8 @@ class Settings:
     keep_runs: int = run_dir.KEEP_RUNS
     docker_sim: bool = False  # docker backend: the simulator runs in every container
     traces: Path | None = None  # agentic replay: None = seeded synthetic traces
-    replay_duration_s: float = DEFAULT_REPLAY_DURATION_S
+    # agentic points: duration, start, warmup
+    replay: ReplayOptions = field(default_factory=ReplayOptions)
     sim_calibration: Path | None = None  # the simulator's calibration file (None: the profiles)
 
     @property
@@ -161,9 +159,7 @@ class Settings:
             keep_runs=_keep_runs(str(config.getini("inferbench_keep_runs"))),
             docker_sim=_docker_sim(config, backend),
             traces=_path(opt("inferbench_traces")),
-            replay_duration_s=_replay_duration(
-                _float(opt("inferbench_replay_duration")),
-                str(config.getini("inferbench_replay_duration"))),
+            replay=replay_options(config),
             sim_calibration=_sim_calibration(config, opt("inferbench_sim_calibration")),
             layout=discover(
                 config.rootpath, tuple(config.getini("inferbench_recipes")),
@@ -270,17 +266,6 @@ def _path(value: str | None) -> Path | None:
 
 def _float(value: str | None) -> float | None:
     return float(value) if value is not None else None
-
-
-def _replay_duration(option: float | None, ini: str) -> float:
-    """The option, else the ini value, else InferenceX's 3600 s; it must be > 0."""
-    duration = option if option is not None else _ini_seconds(
-        "inferbench_replay_duration", ini, DEFAULT_REPLAY_DURATION_S)
-    if not duration > 0 or math.isinf(duration):
-        raise pytest.UsageError(f"replay duration {duration:g} s: expected a finite number of "
-                                "seconds > 0 (--inferbench-replay-duration, "
-                                "inferbench_replay_duration)")
-    return duration
 
 
 def _ini_seconds(name: str, text: str, default: float) -> float:

@@ -65,6 +65,17 @@ OPTIONS: tuple[tuple[str, OptionKind, str | None, str], ...] = (
         (or of the one in this directory); default: seeded synthetic traces"""),
     ("replay-duration", float, "S", """agentic-coding points: seconds of replay before no new
         request is sent (default 3600, as InferenceX; ini inferbench_replay_duration)"""),
+    ("trajectory-start-min-ratio", float, "R", """agentic-coding points: each lane's first
+        tree starts at a seeded instant at least R of the way through its recorded span (default
+        0.25, as InferenceX; ini inferbench_trajectory_start_min_ratio)"""),
+    ("trajectory-start-max-ratio", float, "R", """... and at most R of the way (default 0.75,
+        as InferenceX; ini inferbench_trajectory_start_max_ratio)"""),
+    ("warmup-requests-per-lane", int, "N", """agentic-coding points: after its primers, each
+        lane sends its next N requests as one-token warmups, measured by nothing (default 10,
+        as InferenceX; ini inferbench_warmup_requests_per_lane)"""),
+    ("agentic-fast", bool, None, """agentic-coding points: InferenceX's fast mode
+        (AIPERF_EXPERIMENTAL_FAST): 1200 s of replay after 1 warmup request per lane (ini
+        inferbench_agentic_fast)"""),
     ("docker-host", str, "URL", "Docker Engine to use (default: DOCKER_HOST or the local socket)"),
     ("docker-hosts", str, "H1,H2", "one Docker Engine per xdist worker, assigned in order"),
     ("gpus", str, "IDS", "GPU ids to split between xdist workers, e.g. 0-7"),
@@ -131,6 +142,15 @@ def add_options(parser: pytest.Parser) -> None:
     _addini(parser, "inferbench_sim_calibration", "calibration file of the simulated backends, "
                   "relative to the rootdir (as --inferbench-sim-calibration)", default="")
     _addini(parser, "inferbench_replay_duration", "agentic-coding replay seconds (default 3600)")
+    _addini(parser, "inferbench_trajectory_start_min_ratio", "agentic-coding replay: where each "
+                  "lane's first tree starts at the earliest, of its recorded span (default 0.25)")
+    _addini(parser, "inferbench_trajectory_start_max_ratio", "agentic-coding replay: where each "
+                  "lane's first tree starts at the latest, of its recorded span (default 0.75)")
+    _addini(parser, "inferbench_warmup_requests_per_lane", "agentic-coding replay: warmup "
+                  "requests per lane after its primers (default 10)")
+    _addini(parser, "inferbench_agentic_fast", "agentic-coding replay: InferenceX's fast mode, "
+                  "1200 s after 1 warmup request per lane (as --inferbench-agentic-fast)",
+                  type="bool", default=False)
     _addini(parser, "inferbench_results", "results directory", default="inferbench-results")
     _addini(parser, "inferbench_eval_data", "GSM8K jsonl for eval items (per task: "
                   "gsm8k=PATH,gpqa=PATH)", default="")

@@ -17,7 +17,8 @@ that, as on the server; an idle engine takes it at once. A request the engine ca
 context overflow, `replay_schedule`);
 once more than a tenth of the requests answered so far failed so, the replay stops with
 `RequestRejectedError`, as AIPerf cancels a run past its failed-request threshold (and on the
-virtual clock a lane whose requests all fail would otherwise never see time pass).
+virtual clock a lane whose requests all fail would otherwise never see time pass); a root
+stream's warmup request rejected so stops it at once, as AIPerf aborts the run (`replay_schedule`).
 """
 
 from __future__ import annotations
@@ -91,17 +92,20 @@ class _Run:
         try:
             engine.add_request(dispatch.key, tokens, dispatch.output_tokens, block_hashes=keys)
         except RequestRejectedError as exc:
-            if len(self.rejected) + 1 > FAILED_REQUEST_THRESHOLD * (len(self.requests) + 1):
-                raise RequestRejectedError(
-                    f"{len(self.rejected) + 1} of the first {len(self.requests) + 1} requests "
-                    f"of the replay rejected (more than {FAILED_REQUEST_THRESHOLD:.0%}), "
-                    f"the last one: {exc}") from None
             self.rejected[len(self.requests)] = RequestRecord(
                 send_time=dispatch.at, end_time=now, input_tokens=tokens, output_tokens=0,
                 success=False, error=f"HTTP 400: {exc}",
                 scheduled_time=_scheduled(dispatch))
             self.requests.append(dispatch.described())
-            self.schedule.complete(dispatch.key, now, overflow=is_context_overflow(str(exc)))
+            self.schedule.complete(dispatch.key, now, failed=True,
+                                   overflow=is_context_overflow(str(exc)))
+            if self.schedule.aborted is not None:
+                raise RequestRejectedError(f"{self.schedule.aborted} ({exc})") from None
+            if len(self.rejected) > FAILED_REQUEST_THRESHOLD * len(self.requests):
+                raise RequestRejectedError(
+                    f"{len(self.rejected)} of the first {len(self.requests)} requests "
+                    f"of the replay rejected (more than {FAILED_REQUEST_THRESHOLD:.0%}), "
+                    f"the last one: {exc}") from None
             return
         self.sent[dispatch.key] = (dispatch, dispatch.at)
 

@@ -13,6 +13,7 @@ overflow ends its session both ways.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +21,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from pytest_inferbench.backends.base import PointNotMeasuredError
+from pytest_inferbench.backends.http import HttpServerHandle
+from pytest_inferbench.backends.http_replay import run_replay_point
 from pytest_inferbench.loadgen.client import CHAT_ENDPOINT, ClientConfig
 from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayedRequest, ReplayRun, replay
 from pytest_inferbench.loadgen.replay_schedule import FROM_TURN_0
@@ -29,8 +33,9 @@ from pytest_inferbench.loadgen.synthetic_traces import (
 )
 from pytest_inferbench.loadgen.trace_sessions import sessions
 from pytest_inferbench.loadgen.traces import load_traces
+from pytest_inferbench.loadgen.workload import LoadSettings
 from pytest_inferbench.sim.args import engine_config_from_argv
-from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.engine import Engine, RequestRejectedError
 from pytest_inferbench.sim.replay_driver import SimulatedReplay, simulate_replay
 from pytest_inferbench.sim.server.launcher import launch
 
@@ -181,6 +186,43 @@ def test_a_context_overflow_ends_its_session_over_http(tmp_path: Path) -> None:
     assert len(plays) > 1 and run.plays_completed == 0
     assert plays[0] == [(0, True), (1, True), (2, False)]
     assert all(turns == plays[0][:len(turns)] for turns in plays.values())
+
+
+def test_a_root_warmup_request_that_fails_aborts_the_replay(tmp_path: Path) -> None:
+    """t* falls before the overflowing third turn, so the lane's warmup sends it: the server
+    answers HTTP 400 on the root stream, and the replay stops before profiling (AIPerf exits
+    non-zero), over HTTP and in process alike; the point is not measured."""
+    settings = ReplayConfig(duration_s=30.0, trajectory_start=(0.25, 0.5))
+    run, _ = _serve(tmp_path, _overflow_trace(tmp_path), 1, settings, "0",
+                    "--max-model-len", "1000")
+    assert "warmup request of root stream overflow (lane 0, turn 2) failed" in run.aborted
+    assert "maximum context length" in run.aborted  # the server's own words
+    assert all(q.warmup for q in run.requests) and not run.cancelled
+    assert [q.turn for q in run.requests][-1] == 2
+    tree = sessions(load_traces(_overflow_trace(tmp_path))[0])
+    with pytest.raises(RequestRejectedError, match="warmup request of root stream overflow"):
+        _in_process([tree], 1, settings, "--max-model-len", "1000")
+
+
+def test_an_aborted_replay_leaves_its_point_not_measured(tmp_path: Path) -> None:
+    """Through the HTTP backend's point runner: the point fails with the abort's cause."""
+    from test_server_metrics import vllm_point
+
+    spec, config = vllm_point("agentic-coding")
+    point = dataclasses.replace(config.points()[0], conc=1)
+    server = launch(("vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--max-model-len",
+                     "1000"), ("--hardware", "MI355X", "--time-scale", "0"), log_dir=tmp_path)
+    try:
+        server.wait_healthy(timeout_s=60)
+        handle = HttpServerHandle(base_url=server.base_url, spec=spec, simulated=True,
+                                  time_scale=0.0)
+        load = LoadSettings(replay_duration_s=30.0, traces=_overflow_trace(tmp_path),
+                            trajectory_start=(0.25, 0.5))
+        with pytest.raises(PointNotMeasuredError,
+                           match=r"warmup request of root stream overflow .*failed"):
+            run_replay_point(handle, point, load)
+    finally:
+        server.stop()
 
 
 def _trace_file(tmp_path: Path) -> Path:

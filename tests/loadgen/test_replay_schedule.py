@@ -9,6 +9,7 @@ turn that joins children is sent only after all of them, and so on down the tree
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from pytest_inferbench.loadgen.trace_sessions import SessionTree, sessions
 from pytest_inferbench.loadgen.traces import load_traces
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from pytest_inferbench.loadgen.replay_schedule import Dispatch
 
@@ -40,9 +41,10 @@ def _trees(tmp_path: Path, **settings: int) -> list[SessionTree]:
     return [sessions(t) for t in load_traces(file)]
 
 
-def _play(trees: Sequence[SessionTree], lanes: int, cfg: ReplayConfig
+def _play(trees: Sequence[SessionTree], lanes: int, cfg: ReplayConfig,
+          fails: Callable[[Dispatch], bool] = lambda d: False
           ) -> tuple[list[tuple[Dispatch, float, float]], ReplaySchedule]:
-    """Every request as (dispatch, sent, ended), in the order sent."""
+    """Every request as (dispatch, sent, ended), in the order sent; those `fails` picks fail."""
     schedule = ReplaySchedule(trees, lanes, cfg, 0.0)
     events: list[tuple[float, int]] = []
     out: dict[int, list[object]] = {}
@@ -62,7 +64,7 @@ def _play(trees: Sequence[SessionTree], lanes: int, cfg: ReplayConfig
         while events and events[0][0] <= now:
             t, key = heapq.heappop(events)
             out[key][2] = t
-            schedule.complete(key, t)
+            schedule.complete(key, t, failed=fails(out[key][0]))  # type: ignore[arg-type]
     return [tuple(out[k]) for k in order], schedule  # type: ignore[misc]
 
 
@@ -256,3 +258,86 @@ def test_a_child_spawned_before_t_star_starts_after_the_primers(tmp_path: Path) 
     assert schedule.profile_start is not None
     assert first[2][3] == pytest.approx(schedule.profile_start + 0.3)
     assert first[3][3] == pytest.approx(schedule.profile_start + 0.4)
+
+
+def _primers(played: Sequence[tuple[Dispatch, float, float]], lanes: int
+             ) -> list[tuple[Dispatch, float]]:
+    """Each first tree's primers: the first request of every stream it sends in the warmup
+    that resumes at t* (a stream's first warmup request whose turn lies before t*)."""
+    seen: set[tuple[int, str]] = set()
+    out = []
+    for d, at, _ in played:
+        key = (d.play, d.turn.session_id)
+        if d.play < lanes and d.warmup and key not in seen:
+            seen.add(key)
+            out.append((d, at))
+    return out
+
+
+def test_primers_are_spread_so_every_lanes_t_star_lands_on_one_instant(tmp_path: Path) -> None:
+    """Each primer leaves its recorded lead before its lane's t* ahead of one instant, the same
+    for every lane; the one with the longest lead leaves at the start (caps out of reach)."""
+    trees = _trees(tmp_path, traces=3, turns=12, subagents=0)
+    lanes, seed = 3, 7
+    cfg = ReplayConfig(duration_s=30.0, seed=seed, warmup_per_lane=0, system_idle_cap_s=1e6,
+                       trace_idle_cap_s=1e6)
+    played, _ = _play(trees, lanes, cfg)
+    primers = _primers(played, lanes)
+    assert len(primers) == lanes
+    landing = []
+    for d, at in primers:
+        t_star = trajectory_start(d.tree, seed, d.lane, *cfg.trajectory_start)
+        assert d.turn.request.t < t_star
+        landing.append(at + (t_star - d.turn.request.t))
+    assert min(at for _, at in primers) == 0.0
+    assert len({at for _, at in primers}) == lanes  # spread, not all at once
+    assert max(landing) - min(landing) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_idle_caps_shorten_the_primers_spread(tmp_path: Path) -> None:
+    """A lead longer than the system idle cap is pulled in as any timer: with nothing in flight
+    the next primer leaves within the cap, and the others keep their spacing."""
+    trees = _trees(tmp_path, traces=3, turns=12, subagents=0)
+    lanes, seed, cap = 3, 7, 0.05
+    spread = _primers(_play(trees, lanes, ReplayConfig(
+        duration_s=30.0, seed=seed, warmup_per_lane=0, system_idle_cap_s=1e6,
+        trace_idle_cap_s=1e6))[0], lanes)
+    capped = _primers(_play(trees, lanes, ReplayConfig(
+        duration_s=30.0, seed=seed, warmup_per_lane=0, system_idle_cap_s=cap,
+        trace_idle_cap_s=1e6))[0], lanes)
+    def gaps(primers: list[tuple[Dispatch, float]]) -> list[float]:
+        return [b - a for a, b in itertools.pairwise(sorted(at for _, at in primers))]
+
+    assert max(gaps(spread)) > WARMUP_TIME + cap  # a gap the cap shortens
+    assert [d.lane for d, _ in sorted(capped, key=lambda p: p[1])] == \
+        [d.lane for d, _ in sorted(spread, key=lambda p: p[1])]
+    for before, after in zip(gaps(spread), gaps(capped), strict=True):
+        assert after == pytest.approx(min(before, WARMUP_TIME + cap))
+
+
+def test_a_failed_root_warmup_request_aborts_the_replay(tmp_path: Path) -> None:
+    """AIPerf aborts before profiling when a root stream's warmup request fails: nothing more is
+    sent, profiling never begins, and the schedule says why."""
+    trees = _trees(tmp_path, traces=2, turns=12, subagents=0)
+    played, schedule = _play(trees, 2, ReplayConfig(duration_s=30.0, seed=1),
+                             fails=lambda d: d.warmup and d.lane == 1)
+    assert schedule.aborted is not None
+    assert "warmup request of root stream" in schedule.aborted and "lane 1" in schedule.aborted
+    assert schedule.profile_start is None
+    assert all(d.warmup for d, _, _ in played)
+    failed_at = min(end for d, _, end in played if d.lane == 1)
+    assert all(at <= failed_at for _, at, _ in played)  # nothing sent after the failure
+    assert schedule.finished(failed_at) and schedule.take(failed_at + 1.0) == []
+
+
+def test_a_failed_subagent_warmup_request_does_not_abort(tmp_path: Path) -> None:
+    """t* = 0.3 s: the root and the subagent are both alive and each sends a primer; the
+    subagent's fails, and the replay goes on to profile."""
+    tree = _gaps(tmp_path)
+    cfg = ReplayConfig(duration_s=20.0, trajectory_start=(0.3 / 6.6, 0.3 / 6.6),
+                       warmup_per_lane=1)
+    played, schedule = _play([tree], 1, cfg,
+                             fails=lambda d: d.warmup and d.turn.session_id == "gaps::sa:sa1")
+    assert any(d.warmup and d.turn.session_id == "gaps::sa:sa1" for d, _, _ in played)
+    assert schedule.aborted is None and schedule.profile_start is not None
+    assert any(not d.warmup for d, _, _ in played)
