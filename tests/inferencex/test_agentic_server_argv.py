@@ -35,6 +35,14 @@ PREFIX_CACHE_OFF = ("--no-enable-prefix-caching", "--disable-radix-cache")
 LONGEST_PROMPT_256K = 256_000
 LONGEST_PROMPT_FULL = 990_016
 FULL_CORPUS_PREFIXES = ("dsv4", "glm5.2", "minimaxm3", "kimik3")
+# Flags of a compared script the spec cannot pass, and why: (config key, flag) -> reason. The
+# comparison checks each still differs, so the list stays accurate.
+CHAT_TEMPLATE_FILE = ("the script's --chat-template names a file of InferenceX's tree "
+                      "(benchmarks/single_node/chat_templates/), which the plugin does not ship")
+KNOWN_DIFFERENCES = {
+    ("dsv4-fp4-b200-sglang-agentic-hicache", "--chat-template"): CHAT_TEMPLATE_FILE,
+    ("dsv4-fp4-b300-sglang-agentic-hicache", "--chat-template"): CHAT_TEMPLATE_FILE,
+}
 SERVER_START = re.compile(r"^(?!\s*(#|echo\b)).*(\bvllm serve\s|\bsglang serve\s|"
                           r"sglang\.launch_server)")
 
@@ -153,28 +161,35 @@ def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cach
                                         "kimik2.5-fp4-b300-vllm-agentic-mtp",
                                         "kimik2.5-int4-h100-vllm",
                                         "kimik3-fp4-b300-vllm-agentic",
-                                        "kimik3-fp4-b300-vllm-agentic-dspark"])
+                                        "kimik3-fp4-b300-vllm-agentic-dspark",
+                                        "dsv4-fp4-b200-sglang-agentic-hicache",
+                                        "dsv4-fp4-b300-sglang-agentic-hicache"])
 def test_an_agentic_servers_flags_are_its_scripts(
         config_key: str, agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
         tmp_path: Path) -> None:
-    # The config's plain row: TP only, no offload, no DP attention (the script's arrays for
-    # the other branches are not in its server command's own words).
-    (server,) = [s for s in agentic_servers if s.config_key == config_key
-                 and s.offloading == "none" and s.parallel.ep == 1
-                 and not s.parallel.dp_attn][:1]
+    # The config's plainest row: TP only, no offload, no DP attention where it has one (the
+    # script's arrays for the other branches are not in its server command's own words, but
+    # every flag the spec adds for them must be in the script's text).
+    rows = [s for s in agentic_servers if s.config_key == config_key]
+    (server,) = sorted(rows, key=lambda s: (s.parallel.dp_attn, s.offloading != "none",
+                                            s.parallel.ep > 1))[:1]
     text = script_of(server, inferencex_current_dir).read_text(encoding="utf-8")
     script = flags_of(server_block(text))
     argv = flags_of(resolve(server, tmp_path).argv_for_port(8000))
-    problems = []
+    problems: dict[str, str] = {}
     for flag, values in script.items():
         literal = [v for v in values if "$" not in v]
         if flag not in argv:
-            problems.append(f"{flag}: missing")
+            problems[flag] = f"{flag}: missing"
         elif literal and not same_value(argv[flag][-1], literal[-1]):
-            problems.append(f"{flag}: {argv[flag][-1]!r} (script: {literal[-1]!r})")
+            problems[flag] = f"{flag}: {argv[flag][-1]!r} (script: {literal[-1]!r})"
     # Nothing the fixed-length script passes and the agentic one does not.
-    problems += [f"{flag}: not in the script" for flag in argv if flag not in text]
-    assert not problems, f"{config_key}:\n" + "\n".join(problems)
+    problems.update({flag: f"{flag}: not in the script" for flag in argv if flag not in text})
+    known = {flag for key, flag in KNOWN_DIFFERENCES if key == config_key}
+    stale = sorted(known - set(problems))
+    unexplained = [why for flag, why in problems.items() if flag not in known]
+    assert not unexplained, f"{config_key}:\n" + "\n".join(unexplained)
+    assert not stale, f"{config_key}: known differences that no longer differ: {stale}"
 
 
 def test_every_agentic_config_of_the_current_tree_resolves_a_launch_spec(
