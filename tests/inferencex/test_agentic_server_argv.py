@@ -42,6 +42,13 @@ CHAT_TEMPLATE_FILE = ("the script's --chat-template names a file of InferenceX's
 KNOWN_DIFFERENCES = {
     ("dsv4-fp4-b200-sglang-agentic-hicache", "--chat-template"): CHAT_TEMPLATE_FILE,
     ("dsv4-fp4-b300-sglang-agentic-hicache", "--chat-template"): CHAT_TEMPLATE_FILE,
+    # Configs with DRAM-offload rows only: the tier's flags are the framework registry's
+    # `kv_offload` (frameworks/entries/), sized from total-cpu-dram-gb, for every script of
+    # the framework alike.
+    ("glm5.2-fp4-b300-sglang-agentic", "--enable-cache-report"):
+        "the registry's HiCache flags; the script sizes the tier by --hicache-ratio",
+    ("minimaxm3-fp4-mi355x-vllm-agentic", "--kv-transfer-config"):
+        "the registry's vllm-simple connector; the script passes --kv_offloading_backend native",
 }
 SERVER_START = re.compile(r"^(?!\s*(#|echo\b)).*(\bvllm serve\s|\bsglang serve\s|"
                           r"sglang\.launch_server)")
@@ -166,7 +173,9 @@ def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cach
                                         "dsv4-fp4-b300-sglang-agentic-hicache",
                                         "dsv4-fp4-mi355x-sglang-agentic-hicache",
                                         "dsv4-fp4-mi355x-vllm-agentic",
-                                        "dsv4-fp8-h200-vllm-agentic"])
+                                        "dsv4-fp8-h200-vllm-agentic",
+                                        "glm5.2-fp4-b300-sglang-agentic",
+                                        "minimaxm3-fp4-mi355x-vllm-agentic"])
 def test_an_agentic_servers_flags_are_its_scripts(
         config_key: str, agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
         tmp_path: Path) -> None:
