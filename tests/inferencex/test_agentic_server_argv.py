@@ -175,7 +175,8 @@ def test_every_agentic_server_gets_its_scripts_context_and_keeps_its_prefix_cach
                                         "dsv4-fp4-mi355x-vllm-agentic",
                                         "dsv4-fp8-h200-vllm-agentic",
                                         "glm5.2-fp4-b300-sglang-agentic",
-                                        "minimaxm3-fp4-mi355x-vllm-agentic"])
+                                        "minimaxm3-fp4-mi355x-vllm-agentic",
+                                        "qwen3.5-fp8-h100-sglang-agentic"])
 def test_an_agentic_servers_flags_are_its_scripts(
         config_key: str, agentic_servers: list[ServerConfig], inferencex_current_dir: Path,
         tmp_path: Path) -> None:
