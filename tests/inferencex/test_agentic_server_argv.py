@@ -6,7 +6,9 @@ of the agentic script InferenceX runs for it (`benchmarks/single_node/agentic/`,
 InferenceX's runners choose it): the context length the script passes (none: the engine's
 default, the model's native context, since benchmark_lib.sh unsets MAX_MODEL_LEN for agentic
 scripts), never below the longest prompt of the trace corpus the script replays, and the prefix
-cache never turned off. A few configs are compared flag by flag.
+cache never turned off. A few configs are compared flag by flag (one with DRAM-offload rows
+only by such a row, against the script's branch for its backend), with a checked list of the
+flags a spec cannot pass.
 """
 
 from __future__ import annotations
