@@ -24,7 +24,7 @@ from pytest_inferbench.testing.inferencex import single_node_servers
 from pytest_inferbench.testing.recipes import master_entry
 from pytest_inferbench.testing.scriptrun import run_script, workspace_available
 
-from .conftest import inferencex_source
+from .conftest import inferencex_current_source, inferencex_source
 
 SCRIPTS = inferencex_source() / "benchmarks" / "single_node" / "fixed_seq_len"
 
@@ -214,3 +214,14 @@ def test_stub_helper_reports_a_script_that_never_starts_a_server(tmp_path: Path)
         pytest.skip("no bash")
     with pytest.raises(RuntimeError, match=r"(?s)broken.sh: .*no server here"):
         run_script(script, {})
+
+
+def test_no_packaged_spec_names_a_path_of_the_checkouts_it_was_written_from() -> None:
+    """The specs were read off InferenceX's scripts run on stub programs here; a script path
+    that came along (`$(dirname "$0")/...`) would start the real server on a file of this
+    machine. Such files are named as InferenceX's containers see its checkout (/workspace)."""
+    here = {str(p.resolve()) for p in (inferencex_source(), inferencex_current_source())}
+    here |= {str(p.resolve().parent) for p in (inferencex_source(),)}
+    found = [f"{spec.name}: {root}" for spec in sorted(packaged_launch_dir().rglob("*.yaml"))
+             for root in here if root in spec.read_text(encoding="utf-8")]
+    assert found == []
