@@ -39,6 +39,7 @@ LOGIT_BYTES = 4.0  # fp32 logits read by the sampler / rejection sampler
 # Logits travel between TP ranks in the model dtype (bf16) before sampling.
 LOGIT_GATHER_BYTES = 2.0
 ACTIVATION_BUFFERS = 8  # live bf16 hidden-size buffers per batched token (profiled peak)
+ACTIVATION_BYTES = 2.0  # hidden states are bf16 between layers and between pipeline stages
 
 
 class EngineConfigError(ValueError):
@@ -205,14 +206,20 @@ class StepCost:
     # not the profile's GEMM figure.
     attn_eta_flops: float
     dp_attn: bool = False  # attention data-parallel over the TP ranks
+    # Pipeline parallelism: `pp` stages of tp GPUs each; between consecutive stages the hidden
+    # states go point to point (one small-message latency, then bytes over this bandwidth).
+    pp: int = 1
+    p2p_latency_s: float = 0.0
+    p2p_bytes_per_s: float = 1.0
 
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
               hw: Hardware, fw: Framework, dp_attn: bool = False,
-              efficiency: Efficiency | None = None, cuda_graphs: bool = True) -> StepCost:
+              efficiency: Efficiency | None = None, cuda_graphs: bool = True,
+              pp: int = 1) -> StepCost:
         """`efficiency`: a calibration's knobs in place of the profile's (its step overhead
         is the measured server's, graphs or not, and is used as is); `cuda_graphs`: False when
-        the server runs its forwards eagerly."""
+        the server runs its forwards eagerly; `pp`: pipeline stages of `tp` GPUs each."""
         if efficiency is not None:
             eff, overhead = efficiency, efficiency.step_overhead_s
         else:
@@ -225,7 +232,11 @@ class StepCost:
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
                    eta_flops=eff.compute_efficiency, attn_eta_flops=hw.achievable_flops,
-                   dp_attn=dp_attn)
+                   dp_attn=dp_attn, pp=pp, p2p_latency_s=hw.collective_latency_s(2),
+                   # Stages of one scale-up domain send over its fabric, else over the NIC
+                   # (a tp8 x pp2 worker on 8-GPU nodes: one stage per node).
+                   p2p_bytes_per_s=(hw.link_bytes_per_s if tp * pp <= hw.scaleup_gpus
+                                    else hw.nic_bytes_per_s))
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -322,7 +333,42 @@ class StepCost:
              prefill_ctx: FloatArray | float = 0.0, prefill_ctx_win: FloatArray | float = 0.0,
              prefill_pairs: FloatArray | float = 0.0,
              prefill_win_pairs: FloatArray | float = 0.0) -> FloatArray | float:
-        """Duration of one engine step.
+        """Duration of one engine step (one period of a pipelined engine, `_pipelined`).
+
+        Arguments as `_pass`'s."""
+        if self.pp == 1:
+            return self._pass(decode_seqs, decode_ctx, decode_ctx_win, prefill_tokens,
+                              prefill_seqs, prefill_ctx, prefill_ctx_win, prefill_pairs,
+                              prefill_win_pairs)
+        return self._pipelined(decode_seqs, decode_ctx, decode_ctx_win, prefill_tokens,
+                               prefill_seqs, prefill_ctx, prefill_ctx_win, prefill_pairs,
+                               prefill_win_pairs)
+
+    def _pipelined(self, *terms: FloatArray | float) -> FloatArray | float:
+        """A step of a `pp`-stage worker (docs/simulator.md, "Pipeline parallelism").
+
+        The step's sequences run as min(pp, sequences) micro-batches in flight at once (vLLM
+        V1 keeps pp batches in flight), each a 1/m share of every sum. The stages split the
+        layers evenly, so the stages of one micro-batch together cost what the whole model on
+        tp GPUs costs for it: that is one micro-batch's latency, the sum over the stages, plus
+        pp - 1 point-to-point sends of its hidden states. In the same time each stage works
+        through every micro-batch once (m x one stage's 1/pp share <= that latency), so it
+        is also the period in which every sequence of the step advances once."""
+        # terms: decode_seqs, ..., prefill_tokens (3), prefill_seqs (4), ... as `step`'s.
+        micro = np.clip(np.add(terms[0], terms[4]), 1.0, float(self.pp))
+        share = [np.divide(t, micro) for t in terms]
+        tokens = share[0] * (self.k + 1) + share[3]
+        send = (self.p2p_latency_s
+                + tokens * self.target.hidden * ACTIVATION_BYTES / self.p2p_bytes_per_s)
+        t = self._pass(*share) + (self.pp - 1) * send
+        return float(t) if np.ndim(t) == 0 else np.asarray(t, dtype=np.float64)
+
+    def _pass(self, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
+              decode_ctx_win: FloatArray | float, prefill_tokens: FloatArray | float,
+              prefill_seqs: FloatArray | float, prefill_ctx: FloatArray | float,
+              prefill_ctx_win: FloatArray | float, prefill_pairs: FloatArray | float,
+              prefill_win_pairs: FloatArray | float) -> FloatArray | float:
+        """One forward pass over the whole model on the tp GPUs, with its overhead.
 
         decode_ctx / decode_ctx_win: sums over decode sequences of c and min(c, window);
         prefill_ctx*: the same for the prefill chunks' final context; prefill_*pairs: their
@@ -364,24 +410,28 @@ class StepCost:
 
 def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_utilization: float,
                        max_num_batched_tokens: int, max_num_seqs: int = 0,
-                       free_fraction: float | None = None) -> int:
+                       free_fraction: float | None = None, pp: int = 1) -> int:
     """Tokens the KV cache holds: HBM x utilization - weights - activations - per-sequence
-    state (sliding windows, recurrent state, reserved for max_num_seqs), per GPU."""
+    state (sliding windows, recurrent state, reserved for max_num_seqs), per GPU.
+
+    `models` are sharded over the tp GPUs of one stage; with `pp` stages each GPU holds 1/pp
+    of the layers' weights and of every token's KV, so a worker holds pp times the tokens
+    its HBM left after the weights would give one stage holding all the layers."""
     target = models[0]
     budget = hw.hbm_bytes * (gpu_memory_utilization if free_fraction is None else 1.0)
-    weights = sum(m.resident_bytes for m in models)
-    activations = ACTIVATION_BUFFERS * 2.0 * target.hidden * max_num_batched_tokens
+    weights = sum(m.resident_bytes for m in models) / pp
+    activations = ACTIVATION_BUFFERS * ACTIVATION_BYTES * target.hidden * max_num_batched_tokens
     free = (budget - weights - activations
-            - max_num_seqs * sum(m.kv_store_per_seq for m in models))
+            - max_num_seqs * sum(m.kv_store_per_seq for m in models) / pp)
     if free <= 0:
         raise EngineConfigError(
             f"the weights do not fit: {weights / 1e9:.1f} GB per GPU of weights plus "
             f"{activations / 1e9:.1f} GB activations exceed {budget / 1e9:.1f} GB "
             f"({hw.name} {hw.hbm_bytes / 1e9:.0f} GB x gpu_memory_utilization "
-            f"{gpu_memory_utilization}); use more tensor parallelism")
+            f"{gpu_memory_utilization}); use more tensor or pipeline parallelism")
     if free_fraction is not None:
         free *= free_fraction
-    per_token = sum(m.kv_store_per_token for m in models)
+    per_token = sum(m.kv_store_per_token for m in models) / pp
     return int(free // per_token)
 
 
