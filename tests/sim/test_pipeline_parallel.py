@@ -11,6 +11,7 @@ import pytest
 
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
+from pytest_inferbench.sim.disagg import Deployment, Pool, kv_transfer
 from pytest_inferbench.sim.engine import Engine
 from pytest_inferbench.sim.physics import EngineConfigError
 
@@ -82,6 +83,22 @@ def test_a_full_batch_runs_as_micro_batches_through_both_stages_at_once() -> Non
     # (each stage works on one micro-batch while the other stage works on the other).
     one, two = _engine(4, 1).cost, _engine(4, 2).cost
     assert _decode_step(one, 32.0) < _decode_step(two, 64.0) < _decode_step(one, 64.0)
+
+
+def test_a_pipelined_pool_counts_its_stages_gpus_and_sends_each_stages_share_of_the_kv(
+        ) -> None:
+    # Disaggregated pools of tp8 workers on a GB200 rack (one NVLink domain either way).
+    tp8 = EngineConfig(hardware="GB200", model=R1, framework="vllm", tp=8, max_model_len=65536)
+    pp2 = EngineConfig(hardware="GB200", model=R1, framework="vllm", tp=8, pp=2,
+                       max_model_len=65536)
+    one = Deployment(Pool("prefill", tp8, 1), Pool("decode", tp8, 1))
+    two = Deployment(Pool("prefill", pp2, 1), Pool("decode", pp2, 1))
+    assert two.gpus == 2 * one.gpus
+    assert two.topology == "p1x8pp2-d1x8pp2"
+    flat, staged = kv_transfer(one), kv_transfer(two)
+    assert flat is not None and staged is not None
+    # Each stage's GPUs send (and receive) the KV of their half of the layers, concurrently.
+    assert staged.bytes_per_token == pytest.approx(flat.bytes_per_token / 2)
 
 
 RECIPE = textwrap.dedent("""\
