@@ -25,6 +25,7 @@ from .catalog import (
     Hardware,
 )
 from .efficiency import Efficiency, eager_overhead_s, profile_efficiency
+from .pipeline import ACTIVATION_BYTES, Pipeline
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -39,7 +40,6 @@ LOGIT_BYTES = 4.0  # fp32 logits read by the sampler / rejection sampler
 # Logits travel between TP ranks in the model dtype (bf16) before sampling.
 LOGIT_GATHER_BYTES = 2.0
 ACTIVATION_BUFFERS = 8  # live bf16 hidden-size buffers per batched token (profiled peak)
-ACTIVATION_BYTES = 2.0  # hidden states are bf16 between layers and between pipeline stages
 
 
 class EngineConfigError(ValueError):
@@ -206,11 +206,7 @@ class StepCost:
     # not the profile's GEMM figure.
     attn_eta_flops: float
     dp_attn: bool = False  # attention data-parallel over the TP ranks
-    # Pipeline parallelism: `pp` stages of tp GPUs each; between consecutive stages the hidden
-    # states go point to point (one small-message latency, then bytes over this bandwidth).
-    pp: int = 1
-    p2p_latency_s: float = 0.0
-    p2p_bytes_per_s: float = 1.0
+    pipeline: Pipeline | None = None  # pp stages of tp GPUs each; None: pp 1
 
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
@@ -232,11 +228,8 @@ class StepCost:
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
                    eta_flops=eff.compute_efficiency, attn_eta_flops=hw.achievable_flops,
-                   dp_attn=dp_attn, pp=pp, p2p_latency_s=hw.collective_latency_s(2),
-                   # Stages of one scale-up domain send over its fabric, else over the NIC
-                   # (a tp8 x pp2 worker on 8-GPU nodes: one stage per node).
-                   p2p_bytes_per_s=(hw.link_bytes_per_s if tp * pp <= hw.scaleup_gpus
-                                    else hw.nic_bytes_per_s))
+                   dp_attn=dp_attn,
+                   pipeline=Pipeline.on(hw, tp=tp, pp=pp, hidden=target.hidden))
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -333,35 +326,14 @@ class StepCost:
              prefill_ctx: FloatArray | float = 0.0, prefill_ctx_win: FloatArray | float = 0.0,
              prefill_pairs: FloatArray | float = 0.0,
              prefill_win_pairs: FloatArray | float = 0.0) -> FloatArray | float:
-        """Duration of one engine step (one period of a pipelined engine, `_pipelined`).
+        """Duration of one engine step (a pipelined worker's: `pipeline.Pipeline.step`).
 
         Arguments as `_pass`'s."""
-        if self.pp == 1:
-            return self._pass(decode_seqs, decode_ctx, decode_ctx_win, prefill_tokens,
-                              prefill_seqs, prefill_ctx, prefill_ctx_win, prefill_pairs,
-                              prefill_win_pairs)
-        return self._pipelined(decode_seqs, decode_ctx, decode_ctx_win, prefill_tokens,
-                               prefill_seqs, prefill_ctx, prefill_ctx_win, prefill_pairs,
-                               prefill_win_pairs)
-
-    def _pipelined(self, *terms: FloatArray | float) -> FloatArray | float:
-        """A step of a `pp`-stage worker (docs/simulator.md, "Pipeline parallelism").
-
-        The step's sequences run as min(pp, sequences) micro-batches in flight at once (vLLM
-        V1 keeps pp batches in flight), each a 1/m share of every sum. The stages split the
-        layers evenly, so the stages of one micro-batch together cost what the whole model on
-        tp GPUs costs for it: that is one micro-batch's latency, the sum over the stages, plus
-        pp - 1 point-to-point sends of its hidden states. In the same time each stage works
-        through every micro-batch once (m x one stage's 1/pp share <= that latency), so it
-        is also the period in which every sequence of the step advances once."""
-        # terms: decode_seqs, ..., prefill_tokens (3), prefill_seqs (4), ... as `step`'s.
-        micro = np.clip(np.add(terms[0], terms[4]), 1.0, float(self.pp))
-        share = [np.divide(t, micro) for t in terms]
-        tokens = share[0] * (self.k + 1) + share[3]
-        send = (self.p2p_latency_s
-                + tokens * self.target.hidden * ACTIVATION_BYTES / self.p2p_bytes_per_s)
-        t = self._pass(*share) + (self.pp - 1) * send
-        return float(t) if np.ndim(t) == 0 else np.asarray(t, dtype=np.float64)
+        terms = (decode_seqs, decode_ctx, decode_ctx_win, prefill_tokens, prefill_seqs,
+                 prefill_ctx, prefill_ctx_win, prefill_pairs, prefill_win_pairs)
+        if self.pipeline is None:
+            return self._pass(*terms)
+        return self.pipeline.step(self._pass, self.k, terms)
 
     def _pass(self, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
               decode_ctx_win: FloatArray | float, prefill_tokens: FloatArray | float,
