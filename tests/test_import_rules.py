@@ -58,7 +58,8 @@ ROOT_MODULES = {"__init__.py", "fixtures.py", "state.py"}
 # `python -m pytest_inferbench.sim` starts the server: the entry point belongs to it.
 PART_OF = {"sim.__main__": "sim.server"}
 # The engine core has no I/O and no clock (docs/simulator.md).
-ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.acceptance", "sim.state",
+ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.pipeline", "sim.acceptance",
+               "sim.state",
                "sim.kv_blocks", "sim.prefix_cache", "sim.host_cache", "sim.offload_args",
                "sim.stretch", "sim.closed_loop", "sim.kv_schedule", "sim.planned",
                "sim.decode_sums", "sim.driver", "sim.disagg", "sim.cluster", "sim.instance",

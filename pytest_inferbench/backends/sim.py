@@ -291,10 +291,11 @@ class SimBackend(Backend):
                     argv, hardware=server.hardware, env=env,
                     framework=engine_framework(server.framework), files=dict(spec.files))
                 p = worker.parallel
-                if config.tp != p.gpus:
+                if config.gpus != p.gpus:
                     raise DeploymentError(
-                        f"the {name} role's argv runs {config.tp} GPUs per worker, the recipe's "
-                        f"{name} workers have {p.gpus} (tp {p.tp}, ep {p.ep})")
+                        f"the {name} role's argv runs {config.gpus} GPUs per worker (tp "
+                        f"{config.tp}, pp {config.pp}), the recipe's {name} workers have "
+                        f"{p.gpus} (tp {p.tp}, ep {p.ep}, pp {p.pp})")
                 ignored += [f"{name}: {word}" for word in skipped]
                 aggregated = server.decode.num_worker == 0
                 pools.append(Pool("aggregated" if aggregated else name, config,

@@ -247,7 +247,7 @@ def resolve(server: ServerConfig, launch_dir: Path, *,
     context = max((max_model_len(s.isl, s.osl) for s in server.sweeps), default=32768)
     p = server.parallel
     values = {"{model}": server.model, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.tp),
-              "{dcp}": str(p.dcp),
+              "{pp}": str(p.pp), "{dcp}": str(p.dcp),
               "{max_model_len}": str(context),
               "{mtp_tokens}": str(speculative_tokens(server))}
     roles = _roles(path, data, command, env, values, server, files)
@@ -380,7 +380,8 @@ def _roles(path: Path, data: dict[str, object], command: list[str], env: dict[st
                 continue
             count = worker.num_worker
             p = worker.parallel
-            role_values = {**values, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.gpus)}
+            role_values = {**values, "{tp}": str(p.tp), "{ep}": str(p.ep), "{gpus}": str(p.gpus),
+                           "{pp}": str(p.pp)}
             on = _overlays_on(p, server)
         role_env = {**env, **read_str_dict(path, f"{where}.env", role.get("env", {}))}
         extra, _ = _apply_overlays(path, f"{where}.overlays", role.get("overlays", {}), on,

@@ -48,6 +48,7 @@ SERVER_FLAGS = frozenset({"port", "server-port", "host", "served-model-name", "a
 ALIASES: dict[str, str] = {
     "model": "model", "model-path": "model",
     "tp": "tp", "tensor-parallel-size": "tp", "tp-size": "tp",
+    "pp": "pp", "pipeline-parallel-size": "pp", "pp-size": "pp",
     "ep": "ep", "ep-size": "ep", "expert-parallel-size": "ep",
     "dp": "dp", "dp-size": "dp", "data-parallel-size": "dp",
     "max-num-seqs": "max_num_seqs", "max-running-requests": "max_num_seqs",
@@ -68,7 +69,7 @@ ALIASES: dict[str, str] = {
     "sim-jitter": "jitter", "sim-seed": "seed",
     **OFFLOAD_FIELDS,  # the CPU-DRAM KV tier's flags (`offload_args.py`)
 }
-INT_FIELDS = {"tp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size",
+INT_FIELDS = {"tp", "pp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size",
               "max_model_len", "seed", "max_total_tokens", "num_gpu_blocks"}
 FLOAT_FIELDS = {"gpu_memory_utilization", "jitter", "kv_cache_free_fraction"}
 
@@ -267,7 +268,7 @@ def engine_config_from_argv(argv: Sequence[str], *, hardware: str,
     try:
         config = EngineConfig(
             hardware=catalog.hardware(hardware).name, model=catalog.checkpoint(model).name,
-            framework=fw.name, tp=tp, ep=ep, dp_attn=dp_attn,
+            framework=fw.name, tp=tp, pp=v.get("pp", 1), ep=ep, dp_attn=dp_attn,
             max_model_len=v.get("max_model_len", NATIVE_CONTEXT),
             kv_cache_free_fraction=v.get("kv_cache_free_fraction"),
             online_quant="fp8" if quant and "fp8" in str(quant).lower() else None,

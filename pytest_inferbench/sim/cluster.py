@@ -175,7 +175,7 @@ class Cluster:
         if need > engine.num_blocks:
             raise RequestRejectedError(
                 f"request of {prompt_tokens + max_tokens} tokens exceeds the KV cache of a "
-                f"{engine.config.tp}-GPU worker ({engine.num_blocks} blocks of "
+                f"{engine.config.gpus}-GPU worker ({engine.num_blocks} blocks of "
                 f"{engine.block_size} tokens)")
 
     def abort_request(self, request_id: int) -> None:

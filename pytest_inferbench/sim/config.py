@@ -39,6 +39,9 @@ class EngineConfig:
     model: str  # checkpoint name, e.g. "amd/MiniMax-M3-MXFP4"
     framework: str = "atom"  # a registry name (frameworks/entries/)
     tp: int = 1
+    # Pipeline stages (vLLM `--pipeline-parallel-size`, SGLang `--pp-size`, TensorRT-LLM
+    # `pipeline_parallel_size`): a worker is tp x pp GPUs, each stage layers/pp of the model.
+    pp: int = 1
     ep: int = 1  # expert-parallel degree (= tp when --enable-expert-parallel)
     dp_attn: bool = False
     max_num_seqs: int = 256
@@ -70,11 +73,17 @@ class EngineConfig:
     efficiency: Efficiency | None = None
     calibration: str | None = None
 
+    @property
+    def gpus(self) -> int:
+        """GPUs one worker runs on: tp per pipeline stage, pp stages."""
+        return self.tp * self.pp
+
     def __post_init__(self) -> None:
         if self.max_model_len == NATIVE_CONTEXT:
             object.__setattr__(self, "max_model_len", catalog.checkpoint(self.model).context)
         checks = [
             (self.tp >= 1, f"tp must be >= 1, got {self.tp}"),
+            (self.pp >= 1, f"pp must be >= 1, got {self.pp}"),
             (self.ep >= 1, f"ep must be >= 1, got {self.ep}"),
             (self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}"),
             (self.max_num_batched_tokens >= 1,

@@ -37,7 +37,7 @@ class DeploymentError(ValueError):
 
 @dataclass(frozen=True)
 class Pool:
-    """`workers` identical engine instances of one role; `config.tp` GPUs each."""
+    """`workers` identical engine instances of one role; `config.gpus` GPUs each."""
 
     role: str
     config: EngineConfig
@@ -45,12 +45,13 @@ class Pool:
 
     @property
     def gpus(self) -> int:
-        return self.workers * self.config.tp
+        return self.workers * self.config.gpus
 
     @property
     def shape(self) -> str:
         c = self.config
         return (f"{self.workers}x{c.tp}" + (f"ep{c.ep}" if c.ep > 1 else "")
+                + (f"pp{c.pp}" if c.pp > 1 else "")
                 + ("dpa" if c.dp_attn else ""))
 
 
@@ -128,10 +129,11 @@ class KvTransfer:
 
 def _kv_share(config: EngineConfig, model: ModelOnGpus, whole: ModelOnGpus
               ) -> tuple[float, float]:
-    """Bytes per token and per sequence one GPU of this pool holds of one sequence."""
+    """Bytes per token and per sequence one GPU of this pool holds of one sequence (a
+    pipeline stage's GPUs hold its 1/pp of the layers)."""
     if config.dp_attn:  # the sequence lives on one attention rank, all its KV there
-        return whole.kv_store_per_token, whole.kv_store_per_seq
-    return model.kv_store_per_token, model.kv_store_per_seq
+        return whole.kv_store_per_token / config.pp, whole.kv_store_per_seq / config.pp
+    return model.kv_store_per_token / config.pp, model.kv_store_per_seq / config.pp
 
 
 def kv_transfer(deployment: Deployment) -> KvTransfer | None:

@@ -122,12 +122,13 @@ class Engine(KVBlocks):
         self.cost = StepCost.build(target=self.target, draft=draft, k=self.k, tp=config.tp,
                                    ep=config.ep > 1, hw=hw, fw=fw, dp_attn=config.dp_attn,
                                    efficiency=config.efficiency,
-                                   cuda_graphs=config.cuda_graphs)
+                                   cuda_graphs=config.cuda_graphs, pp=config.pp)
         models = [self.target] + ([draft] if draft else [])
         self.kv_capacity_tokens = kv_capacity_tokens(
             hw=hw, models=models, gpu_memory_utilization=config.gpu_memory_utilization,
             max_num_batched_tokens=config.max_num_batched_tokens,
-            max_num_seqs=config.max_num_seqs, free_fraction=config.kv_cache_free_fraction)
+            max_num_seqs=config.max_num_seqs, free_fraction=config.kv_cache_free_fraction,
+            pp=config.pp)
         if config.max_total_tokens is not None:
             self.kv_capacity_tokens = min(self.kv_capacity_tokens, config.max_total_tokens)
         self.block_size = config.block_size

@@ -25,6 +25,7 @@ from .catalog import (
     Hardware,
 )
 from .efficiency import Efficiency, eager_overhead_s, profile_efficiency
+from .pipeline import ACTIVATION_BYTES, Pipeline
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -205,14 +206,16 @@ class StepCost:
     # not the profile's GEMM figure.
     attn_eta_flops: float
     dp_attn: bool = False  # attention data-parallel over the TP ranks
+    pipeline: Pipeline | None = None  # pp stages of tp GPUs each; None: pp 1
 
     @classmethod
     def build(cls, *, target: ModelOnGpus, draft: ModelOnGpus | None, k: int, tp: int, ep: bool,
               hw: Hardware, fw: Framework, dp_attn: bool = False,
-              efficiency: Efficiency | None = None, cuda_graphs: bool = True) -> StepCost:
+              efficiency: Efficiency | None = None, cuda_graphs: bool = True,
+              pp: int = 1) -> StepCost:
         """`efficiency`: a calibration's knobs in place of the profile's (its step overhead
         is the measured server's, graphs or not, and is used as is); `cuda_graphs`: False when
-        the server runs its forwards eagerly."""
+        the server runs its forwards eagerly; `pp`: pipeline stages of `tp` GPUs each."""
         if efficiency is not None:
             eff, overhead = efficiency, efficiency.step_overhead_s
         else:
@@ -225,7 +228,8 @@ class StepCost:
                    link_bytes_per_s=hw.link_bytes_per_s,
                    mem_bytes_per_s=eff.hbm_efficiency * hw.hbm_bytes_per_s,
                    eta_flops=eff.compute_efficiency, attn_eta_flops=hw.achievable_flops,
-                   dp_attn=dp_attn)
+                   dp_attn=dp_attn,
+                   pipeline=Pipeline.on(hw, tp=tp, pp=pp, hidden=target.hidden))
 
     def _comm(self, m: ModelOnGpus, n_tok: FloatArray | float,
               n_sampled: FloatArray | float = 0.0) -> FloatArray | float:
@@ -322,7 +326,21 @@ class StepCost:
              prefill_ctx: FloatArray | float = 0.0, prefill_ctx_win: FloatArray | float = 0.0,
              prefill_pairs: FloatArray | float = 0.0,
              prefill_win_pairs: FloatArray | float = 0.0) -> FloatArray | float:
-        """Duration of one engine step.
+        """Duration of one engine step (a pipelined worker's: `pipeline.Pipeline.step`).
+
+        Arguments as `_pass`'s."""
+        terms = (decode_seqs, decode_ctx, decode_ctx_win, prefill_tokens, prefill_seqs,
+                 prefill_ctx, prefill_ctx_win, prefill_pairs, prefill_win_pairs)
+        if self.pipeline is None:
+            return self._pass(*terms)
+        return self.pipeline.step(self._pass, self.k, terms)
+
+    def _pass(self, decode_seqs: FloatArray | float, decode_ctx: FloatArray | float,
+              decode_ctx_win: FloatArray | float, prefill_tokens: FloatArray | float,
+              prefill_seqs: FloatArray | float, prefill_ctx: FloatArray | float,
+              prefill_ctx_win: FloatArray | float, prefill_pairs: FloatArray | float,
+              prefill_win_pairs: FloatArray | float) -> FloatArray | float:
+        """One forward pass over the whole model on the tp GPUs, with its overhead.
 
         decode_ctx / decode_ctx_win: sums over decode sequences of c and min(c, window);
         prefill_ctx*: the same for the prefill chunks' final context; prefill_*pairs: their
@@ -364,24 +382,28 @@ class StepCost:
 
 def kv_capacity_tokens(*, hw: Hardware, models: list[ModelOnGpus], gpu_memory_utilization: float,
                        max_num_batched_tokens: int, max_num_seqs: int = 0,
-                       free_fraction: float | None = None) -> int:
+                       free_fraction: float | None = None, pp: int = 1) -> int:
     """Tokens the KV cache holds: HBM x utilization - weights - activations - per-sequence
-    state (sliding windows, recurrent state, reserved for max_num_seqs), per GPU."""
+    state (sliding windows, recurrent state, reserved for max_num_seqs), per GPU.
+
+    `models` are sharded over the tp GPUs of one stage; with `pp` stages each GPU holds 1/pp
+    of the layers' weights and of every token's KV, so a worker holds pp times the tokens
+    its HBM left after the weights would give one stage holding all the layers."""
     target = models[0]
     budget = hw.hbm_bytes * (gpu_memory_utilization if free_fraction is None else 1.0)
-    weights = sum(m.resident_bytes for m in models)
-    activations = ACTIVATION_BUFFERS * 2.0 * target.hidden * max_num_batched_tokens
+    weights = sum(m.resident_bytes for m in models) / pp
+    activations = ACTIVATION_BUFFERS * ACTIVATION_BYTES * target.hidden * max_num_batched_tokens
     free = (budget - weights - activations
-            - max_num_seqs * sum(m.kv_store_per_seq for m in models))
+            - max_num_seqs * sum(m.kv_store_per_seq for m in models) / pp)
     if free <= 0:
         raise EngineConfigError(
             f"the weights do not fit: {weights / 1e9:.1f} GB per GPU of weights plus "
             f"{activations / 1e9:.1f} GB activations exceed {budget / 1e9:.1f} GB "
             f"({hw.name} {hw.hbm_bytes / 1e9:.0f} GB x gpu_memory_utilization "
-            f"{gpu_memory_utilization}); use more tensor parallelism")
+            f"{gpu_memory_utilization}); use more tensor or pipeline parallelism")
     if free_fraction is not None:
         free *= free_fraction
-    per_token = sum(m.kv_store_per_token for m in models)
+    per_token = sum(m.kv_store_per_token for m in models) / pp
     return int(free // per_token)
 
 

@@ -57,6 +57,8 @@ def engine_fields(options: dict[str, Any]) -> dict[str, Any]:
         out["max_num_seqs"] = int(options["max_batch_size"])
     if "max_num_tokens" in options:
         out["max_num_batched_tokens"] = int(options["max_num_tokens"])
+    if "pipeline_parallel_size" in options:
+        out["pp"] = int(options["pipeline_parallel_size"])
     if options.get("enable_attention_dp"):
         out["dp_attn"] = True
     return out

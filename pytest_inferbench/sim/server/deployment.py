@@ -48,7 +48,8 @@ def serve_deployment(prefill: EngineConfig, decode_argv: Sequence[str],
     info: dict[str, object] = {
         "topology": deployment.topology, "router": deployment.router, "gpus": deployment.gpus,
         "pools": {p.role: {"workers": p.workers, "tp": p.config.tp, "ep": p.config.ep,
-                           "dp_attn": p.config.dp_attn} for p in deployment.pools}}
+                           "pp": p.config.pp, "dp_attn": p.config.dp_attn}
+                  for p in deployment.pools}}
     if cluster.transfer is not None:
         info["kv_transfer"] = {"fabric": cluster.transfer.fabric,
                                "bytes_per_token": cluster.transfer.bytes_per_token,
