@@ -38,6 +38,13 @@ class ReplayOptions:
     fast: bool = False
 
 
+def is_fast_mode(duration_s: object, warmup_per_lane: object) -> bool:
+    """Whether a replay of this duration and warmup is InferenceX's fast mode (it is nothing
+    else: the mode sets both)."""
+    return (duration_s == FAST_REPLAY_DURATION_S
+            and warmup_per_lane == FAST_WARMUP_REQUESTS_PER_LANE)
+
+
 def replay_options(config: pytest.Config) -> ReplayOptions:
     """The run's replay options (module doc); a bad value is a usage error naming its source."""
     def given(name: str) -> object | None:
