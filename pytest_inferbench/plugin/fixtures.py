@@ -7,8 +7,9 @@
   pick servers at run time or use several.
 - `inferbench_load`: runs one point against a server (the marked one unless `server=` is
   given): ISL/OSL/concurrency or the test's own prompts, request rate, prompts per
-  concurrency, seed. It is the recipe item's body (`runner.run_bench_item`): the same result
-  record, the same gates, the same files, JUnit properties, table rows and summary.json entry.
+  concurrency, seed, an agentic server's replay start. It is the recipe item's body
+  (`runner.run_bench_item`): the same result record, the same gates, the same files, JUnit
+  properties, table rows and summary.json entry.
 - `inferbench_eval`: GSM8K against a server, as a recipe node's `eval-gsm8k` item runs it.
 - `inferbench_results_dir`, `inferbench_run`: where results go, and what this run is.
 
