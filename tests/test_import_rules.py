@@ -65,8 +65,8 @@ ENGINE_CORE = ("sim.config", "sim.engine", "sim.physics", "sim.pipeline", "sim.a
                "sim.decode_sums", "sim.driver", "sim.disagg", "sim.cluster", "sim.instance",
                "sim.cluster_driver", "sim.cluster_replay", "sim.replay_driver", "sim.efficiency",
                # The agentic replay's schedule: the simulator runs it on its virtual clock.
-               "loadgen.replay_schedule", "loadgen.replay_lanes", "loadgen.replay_start",
-               "loadgen.replay_config", "loadgen.trace_sessions")
+               "loadgen.replay_schedule", "loadgen.replay_warmup", "loadgen.replay_lanes",
+               "loadgen.replay_start", "loadgen.replay_config", "loadgen.trace_sessions")
 NO_IO_OR_CLOCK = {"asyncio", "httpx", "os", "socket", "subprocess", "threading", "time"}
 
 

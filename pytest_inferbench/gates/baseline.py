@@ -4,8 +4,9 @@ A baseline is a `summary.json` written by this plugin (`{"points": [result, ...]
 JSON list of results, a single result JSON (a point's raw file gives back its full record),
 or a directory holding any of these (searched recursively, e.g. a whole results directory).
 A point is identified by its recipe identity, never by image, so a new image is compared
-against the old one; a baseline measured with another backend, time scale or client settings
-(`setup_of`) is refused unless `--inferbench-baseline-any-setup` asks for the comparison.
+against the old one; a baseline measured with another backend, time scale, client settings or
+agentic replay (duration, lane starts, warmup, so the fast mode too; `setup_of`) is refused
+unless `--inferbench-baseline-any-setup` asks for the comparison.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..options.replay import is_fast_mode
 from ..results import catalog, metric_kinds
 from ..results.build import write_json_atomic
 from ..results.point_files import NAMESPACE, point_record
@@ -48,14 +50,24 @@ IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
 SETUP_FIELDS = ("backend", "time_scale")
 CLIENT_FIELDS = ("dataset", "seed", "random_range_ratio", "prompts_per_conc", "warmup",
                  "request_rate", "chat_template")
+# An agentic replay's (`workload.kind` agentic-replay): how long it ran and how each lane
+# started. InferenceX's fast mode is one such setting, 1200 s after one warmup request per lane.
+REPLAY_FIELDS = ("duration_s", "trajectory_start", "warmup_requests_per_lane")
 
 
 def setup_of(result: Record) -> dict[str, JSONValue]:
-    """Backend, time scale and client settings of a result (the keys it records)."""
+    """Backend, time scale, client and agentic replay settings of a result (the keys it
+    records)."""
     setup = {key: result[key] for key in SETUP_FIELDS if key in result}
     workload = result.get("workload")
     if isinstance(workload, dict):
         setup.update({f"client {key}": workload[key] for key in CLIENT_FIELDS if key in workload})
+        if workload.get("kind") == "agentic-replay":
+            if all(key in workload for key in ("duration_s", "warmup_requests_per_lane")):
+                fast = is_fast_mode(workload["duration_s"], workload["warmup_requests_per_lane"])
+                setup["replay mode"] = "fast" if fast else "standard"
+            setup.update({f"replay {key}": workload[key] for key in REPLAY_FIELDS
+                          if key in workload})
     return setup
 
 

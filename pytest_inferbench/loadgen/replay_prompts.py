@@ -24,6 +24,7 @@ Words are the simulator's tokens exactly; for a real tokenizer the block lengths
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,6 +46,17 @@ def marker(run_id: str, play: int, lane: int, trace_id: str) -> str:
     """The cache-bust marker of one play of a tree: one word, fresh per run, play and lane."""
     digest = hashlib.sha256(f"{run_id}:{play}:{lane}:{trace_id}".encode()).hexdigest()
     return f"[rid:{digest[:MARKER_HEX]}]"
+
+
+_MARKER = re.compile(rf"\[rid:[0-9a-f]{{{MARKER_HEX}}}\]")
+
+
+def play_of(prompt_text: str) -> str | None:
+    """The marker of the play a prompt belongs to (its first word, or the first after the chat
+    header), None for a prompt the replay did not send: how a server tells a play's requests
+    from others, as InferenceX's deployments tell a session's by its header."""
+    words = prompt_text.split(maxsplit=CHAT_HEAD_TOKENS + 1)[:CHAT_HEAD_TOKENS + 1]
+    return next((w for w in words if _MARKER.fullmatch(w)), None)
 
 
 def _words(seed: str, n: int) -> list[str]:

@@ -5,12 +5,15 @@ Each is the command line's, else the ini file's, else InferenceX's default. The 
 (InferenceX's AIPERF_EXPERIMENTAL_FAST, agentic.md §5) forces a 1200 s replay after one warmup
 request per lane, over the ini values as InferenceX's over its environment; given with either
 of those options on the command line it is a usage error, not a silent choice between them.
+`ReplayStart` is `inferbench_load`'s say over the same settings, in the same ranges (`rules.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +24,10 @@ from ..loadgen.workload import (
     TRAJECTORY_START_RATIOS,
     WARMUP_REQUESTS_PER_LANE,
 )
+from .rules import FLAG, START_RATIO, WARMUP_PER_LANE, Rule
+
+if TYPE_CHECKING:
+    from ..loadgen.workload import LoadSettings
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,13 @@ class ReplayOptions:
     trajectory_start: tuple[float, float] = TRAJECTORY_START_RATIOS
     warmup_per_lane: int = WARMUP_REQUESTS_PER_LANE
     fast: bool = False
+
+
+def is_fast_mode(duration_s: object, warmup_per_lane: object) -> bool:
+    """Whether a replay of this duration and warmup is InferenceX's fast mode (it is nothing
+    else: the mode sets both)."""
+    return (duration_s == FAST_REPLAY_DURATION_S
+            and warmup_per_lane == FAST_WARMUP_REQUESTS_PER_LANE)
 
 
 def replay_options(config: pytest.Config) -> ReplayOptions:
@@ -61,19 +75,72 @@ def replay_options(config: pytest.Config) -> ReplayOptions:
                       f"inferbench_trajectory_start_{end}_ratio",
                       ini(f"inferbench_trajectory_start_{end}_ratio"), default)
               for end, default in zip(("min", "max"), TRAJECTORY_START_RATIOS, strict=True))
-    if not 0.0 <= lo <= hi <= 1.0:
+    if not (START_RATIO.accepts(lo) and START_RATIO.accepts(hi) and lo <= hi):
         raise pytest.UsageError(
             f"trajectory start ratios {lo:g} (min) and {hi:g} (max): expected 0 <= min <= max "
             "<= 1 (--inferbench-trajectory-start-min-ratio and -max-ratio, or their ini keys)")
     warmup = FAST_WARMUP_REQUESTS_PER_LANE if fast else _number(
         given("inferbench_warmup_requests_per_lane"), "inferbench_warmup_requests_per_lane",
         ini("inferbench_warmup_requests_per_lane"), WARMUP_REQUESTS_PER_LANE)
-    if warmup < 0 or warmup != int(warmup):
+    # The ini file's and argparse's numbers are floats; a whole one stands for its int.
+    if not WARMUP_PER_LANE.accepts(int(warmup) if float(warmup).is_integer() else warmup):
         raise pytest.UsageError(f"warmup requests per lane {warmup:g}: expected a whole number "
                                 ">= 0 (--inferbench-warmup-requests-per-lane, "
                                 "inferbench_warmup_requests_per_lane)")
     return ReplayOptions(duration_s=duration, trajectory_start=(lo, hi),
                          warmup_per_lane=int(warmup), fast=fast)
+
+
+@dataclass(frozen=True)
+class ReplayStart:
+    """`inferbench_load`'s replay start arguments, as given (None: the run's option)."""
+
+    min_ratio: object
+    max_ratio: object
+    warmup_per_lane: object
+    fast: object
+
+    def numbers(self) -> list[tuple[str, object, Rule]]:
+        """The arguments given, each with the rule its option keeps (the fast flag's: a
+        bool)."""
+        given = [("trajectory_start_min_ratio", self.min_ratio, START_RATIO),
+                 ("trajectory_start_max_ratio", self.max_ratio, START_RATIO),
+                 ("warmup_requests_per_lane", self.warmup_per_lane, WARMUP_PER_LANE),
+                 ("agentic_fast", self.fast, FLAG)]
+        return [(name, value, rule) for name, value, rule in given if value is not None]
+
+    def conflicts(self, load: LoadSettings) -> list[str]:
+        """What the arguments, each right (`numbers`), get wrong together or with the run's."""
+        problems = []
+        lo, hi = self._ratios(load)
+        if lo > hi:
+            problems.append(f"trajectory start ratios {lo:g} (min) > {hi:g} (max): expected "
+                            "0 <= min <= max <= 1")
+        if self.fast and self.warmup_per_lane is not None:
+            problems.append(f"agentic_fast runs {FAST_REPLAY_DURATION_S:g} s after "
+                            f"{FAST_WARMUP_REQUESTS_PER_LANE} warmup request per lane "
+                            "(InferenceX's fast mode): drop warmup_requests_per_lane, or "
+                            "agentic_fast")
+        return problems
+
+    def _ratios(self, load: LoadSettings) -> tuple[float, float]:
+        lo, hi = load.trajectory_start
+        return (lo if self.min_ratio is None else float(self.min_ratio),  # type: ignore[arg-type]
+                hi if self.max_ratio is None else float(self.max_ratio))  # type: ignore[arg-type]
+
+    def applied(self, load: LoadSettings, run_fast: bool) -> LoadSettings:
+        """The run's load with these arguments over it (checked: `numbers`, `conflicts`). Off a
+        fast run, `fast=False` goes back to InferenceX's duration and warmup: the fast mode
+        stands for both of the run's."""
+        duration, warmup = load.replay_duration_s, load.warmup_per_lane
+        if self.fast:
+            duration, warmup = FAST_REPLAY_DURATION_S, FAST_WARMUP_REQUESTS_PER_LANE
+        elif self.fast is False and run_fast:
+            duration, warmup = DEFAULT_REPLAY_DURATION_S, WARMUP_REQUESTS_PER_LANE
+        if self.warmup_per_lane is not None:
+            warmup = int(self.warmup_per_lane)  # type: ignore[call-overload]
+        return dataclasses.replace(load, trajectory_start=self._ratios(load),
+                                   replay_duration_s=duration, warmup_per_lane=warmup)
 
 
 def _number(option: object | None, name: str, ini: str, default: float) -> float:

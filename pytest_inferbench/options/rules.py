@@ -27,8 +27,11 @@ class Rule:
     integer: bool = False
     low_open: bool = False
     allow_inf: bool = False
+    flag: bool = False  # True or False, no number
 
     def accepts(self, value: object) -> bool:
+        if self.flag:
+            return isinstance(value, bool)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
         if self.integer and not isinstance(value, int):
@@ -50,3 +53,8 @@ SEED = Rule(f"an integer within [0, {MAX_SEED}]", low=0, high=MAX_SEED, integer=
 TOKENS = Rule("an integer >= 1 (tokens)", low=1, integer=True)
 CONCURRENCY = Rule(f"an integer within [1, {MAX_CONCURRENCY}]", low=1, high=MAX_CONCURRENCY,
                    integer=True)
+# An agentic replay's start (options/replay.py, `inferbench_load`): where each lane's first tree
+# starts, as a share of its turns, and its warmup requests.
+START_RATIO = Rule("a number within [0, 1]", low=0.0, high=1.0)
+WARMUP_PER_LANE = Rule("an integer >= 0", low=0, integer=True)
+FLAG = Rule("True or False", low=0, flag=True)

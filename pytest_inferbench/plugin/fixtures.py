@@ -7,8 +7,9 @@
   pick servers at run time or use several.
 - `inferbench_load`: runs one point against a server (the marked one unless `server=` is
   given): ISL/OSL/concurrency or the test's own prompts, request rate, prompts per
-  concurrency, seed. It is the recipe item's body (`runner.run_bench_item`): the same result
-  record, the same gates, the same files, JUnit properties, table rows and summary.json entry.
+  concurrency, seed, an agentic server's replay start. It is the recipe item's body
+  (`runner.run_bench_item`): the same result record, the same gates, the same files, JUnit
+  properties, table rows and summary.json entry.
 - `inferbench_eval`: GSM8K against a server, as a recipe node's `eval-gsm8k` item runs it.
 - `inferbench_results_dir`, `inferbench_run`: where results go, and what this run is.
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..options.replay import ReplayStart
 from ..options.rules import (
     CONCURRENCY,
     PROMPTS_PER_CONC,
@@ -183,12 +185,16 @@ TAG_DIGEST_CHARS = 8  # with the test name beside it; the writer's claim settles
 @pytest.fixture
 def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult]:
     """`inferbench_load(isl=, osl=, conc=, *, prompts=None, request_rate=None,
-    prompts_per_conc=None, seed=None, server=None, check=True) -> PointResult`.
+    prompts_per_conc=None, seed=None, server=None, check=True, trajectory_start_min_ratio=None,
+    trajectory_start_max_ratio=None, warmup_requests_per_lane=None, agentic_fast=None)
+    -> PointResult`.
 
     Runs one point as a recipe item does. With `prompts`, those texts are sent once each (in
     order, `osl` tokens asked of each) instead of random ones, and `isl` is not needed. With
     `check` (the default) a failed gate fails the test, one line per reason, after the result
-    is recorded; `check=False` returns it for the test to judge.
+    is recorded; `check=False` returns it for the test to judge. An agentic-coding server's
+    point replays traces: the last four start it as their `--inferbench-*` options do (None:
+    the run's), `agentic_fast=False` on a fast run with InferenceX's duration and warmup.
     """
     _use(request.config)
     calls = 0  # every call's point gets a name of its own, one that failed included
@@ -200,7 +206,11 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
     def run(isl: int | None = None, osl: int = 1024, conc: int = 1, *,
             prompts: Sequence[str] | None = None, request_rate: float | None = None,
             prompts_per_conc: int | None = None, seed: int | None = None,
-            server: Server | None = None, check: bool = True) -> PointResult:
+            server: Server | None = None, check: bool = True,
+            trajectory_start_min_ratio: float | None = None,
+            trajectory_start_max_ratio: float | None = None,
+            warmup_requests_per_lane: int | None = None,
+            agentic_fast: bool | None = None) -> PointResult:
         nonlocal calls
         from ..loadgen.tokenizer import count_tokens
         from ..recipe.model import BenchPoint
@@ -208,6 +218,12 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
         problems = _load_problems(isl=isl, osl=osl, conc=conc, prompts=prompts,
                                   request_rate=request_rate, prompts_per_conc=prompts_per_conc,
                                   seed=seed, server=server, check=check)
+        state = get_session_state(request.config)
+        replay = ReplayStart(trajectory_start_min_ratio, trajectory_start_max_ratio,
+                             warmup_requests_per_lane, agentic_fast)
+        problems += [f"{name}={_shown(value)}: expected {rule.expected}"
+                     for name, value, rule in replay.numbers() if not rule.accepts(value)]
+        problems += [] if problems else replay.conflicts(state.load)
         if problems:
             pytest.fail("inferbench_load: " + "; ".join(problems), pytrace=False)
         server = server or marked
@@ -218,9 +234,9 @@ def inferbench_load(request: pytest.FixtureRequest) -> Callable[..., PointResult
         if isl is None and not texts:
             pytest.fail("inferbench_load: give isl (with osl and conc) or prompts",
                         pytrace=False)
-        state = get_session_state(request.config)
         load = dataclasses.replace(
-            state.load, request_rate=math.inf if request_rate is None else float(request_rate),
+            replay.applied(state.load, state.settings.replay.fast),
+            request_rate=math.inf if request_rate is None else float(request_rate),
             prompts_per_conc=state.load.prompts_per_conc if prompts_per_conc is None
             else prompts_per_conc, seed=state.load.seed if seed is None else seed)
         # A given prompt list is its own nominal ISL: the longest prompt, in words; the

@@ -116,10 +116,11 @@ class Cluster:
         return Instance(pool.role, index, engine)
 
     # ----------------------------------------------------------------- requests
-    # The simulated server's deployment hands its instances no block hashes: its router sees
-    # no sessions, so a conversation's turns would scatter (docs/simulator.md, "Known
-    # limits"). The in-process agentic replay gives them, with sessions (`cluster_replay`).
-    prefix_block_size = 0
+    @property
+    def prefix_block_size(self) -> int:
+        """The block size of `block_hashes` (0: the instances keep no prefix cache)."""
+        first = self.pools[0][0].engine  # where prompts are computed and cached
+        return first.block_size if not self.lean and first.prefix_cache is not None else 0
 
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
                     block_hashes: tuple[int, ...] = (), session: object = None) -> None:
@@ -134,6 +135,11 @@ class Cluster:
         if block_hashes and self.lean:
             raise ValueError("lean instances keep no prefix cache: give block hashes to "
                              "engine-backed instances (Cluster(lean=False))")
+        if session is None:
+            # Outside a session the router scatters a conversation's turns, and the fixed-length
+            # deployment in process (`cluster_driver`) prices no cache: a request of no session
+            # is priced uncached, so the served deployment agrees with it.
+            block_hashes = ()
         prefill_pool = self.pools[0]
         bound = self._sessions.get(session) if session is not None else None
         if bound is not None:

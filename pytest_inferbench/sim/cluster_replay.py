@@ -61,8 +61,7 @@ class _Run:
         self.cluster = cluster
         self.schedule = schedule
         self.chat = chat
-        first = cluster.pools[0][0].engine  # where prompts are computed and cached
-        self.block_size = first.block_size if first.prefix_cache is not None else 0
+        self.block_size = cluster.prefix_block_size
         self.sent: dict[int, Dispatch] = {}
         self.done: list[tuple[int, float, ClientTrace]] = []  # (position, send, trace)
         self.prompts: list[int] = []  # prompt tokens, finish order

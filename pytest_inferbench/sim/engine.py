@@ -168,10 +168,12 @@ class Engine(KVBlocks):
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
-                    kv_ready: bool = False, block_hashes: tuple[int, ...] = ()) -> None:
+                    kv_ready: bool = False, block_hashes: tuple[int, ...] = (),
+                    session: object = None) -> None:
         """Queue a request; `kv_ready`: its prompt's KV cache was computed elsewhere (a
         disaggregated prefill instance) and arrives with it; `block_hashes`: the content
-        hashes of its prompt's full `block_size` blocks, for the prefix cache."""
+        hashes of its prompt's full `block_size` blocks, for the prefix cache; `session`:
+        unused, one engine being the only place a session can go (a `Cluster` keeps it)."""
         cfg = self.config
         if request_id in self.requests:
             raise ValueError(f"request id {request_id} is already in the engine")

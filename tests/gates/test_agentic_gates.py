@@ -1,14 +1,24 @@
 """The gates of an agentic point: InferenceX's validator rule in place of the failure ratio,
-AIPerf's validity as an SLO with its reasons, SLO and baseline gates on the agentic metrics."""
+AIPerf's validity as an SLO with its reasons, SLO and baseline gates on the agentic metrics; a
+baseline replayed otherwise (duration, lane starts, warmup: the fast mode) is another setup."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from pytest_inferbench.backends.agentic_traces import replay_workload
 from pytest_inferbench.gates import Gates, evaluate_point
 from pytest_inferbench.gates.baseline import load_baseline, save_baseline
 from pytest_inferbench.gates.rules import parse_gates
+from pytest_inferbench.loadgen.replay_config import ReplayConfig
+from pytest_inferbench.loadgen.workload import (
+    DEFAULT_REPLAY_DURATION_S,
+    FAST_REPLAY_DURATION_S,
+    FAST_WARMUP_REQUESTS_PER_LANE,
+    TRAJECTORY_START_RATIOS,
+    WARMUP_REQUESTS_PER_LANE,
+)
 
 GATES = """\
 slo:
@@ -83,3 +93,35 @@ def test_agentic_points_alike_but_for_their_kv_tier_have_their_own_baselines(
     # Each as good as its own baseline: no regression, though DRAM is 40 % below HBM.
     assert evaluate_point({**hbm}, point, None, settings, gates, baseline) == []
     assert evaluate_point({**dram}, point, None, settings, gates, baseline) == []
+
+
+def _replayed(duration_s: float, warmup: int,
+              start: tuple[float, float] = TRAJECTORY_START_RATIOS) -> dict[str, object]:
+    """The `workload` an agentic replay of these settings records."""
+    replay = ReplayConfig(duration_s=duration_s, warmup_per_lane=warmup, trajectory_start=start)
+    return dict(replay_workload("synthetic", (), 4, replay, (), 0, 0, "words"))
+
+
+def test_a_baseline_replayed_otherwise_is_refused_naming_the_fast_mode_and_the_start(
+        objs: Any, tmp_path: Path) -> None:
+    point, settings = objs.make_point(), objs.make_settings()
+    standard = _replayed(DEFAULT_REPLAY_DURATION_S, WARMUP_REQUESTS_PER_LANE)
+    before = agentic_result(objs, point, agentic_tput_per_gpu=1000.0, workload=standard)
+    save_baseline(tmp_path / "base.json", [before], {"backend": "sim"})
+    baseline = load_baseline(tmp_path / "base.json")
+    fast = _replayed(FAST_REPLAY_DURATION_S, FAST_WARMUP_REQUESTS_PER_LANE, (0.0, 0.5))
+    now = agentic_result(objs, point, agentic_tput_per_gpu=1000.0, workload=fast)
+    (failure,) = evaluate_point(now, point, None, settings, Gates(), baseline)
+    lo, hi = TRAJECTORY_START_RATIOS
+    assert failure == (
+        "baseline not comparable: measured otherwise (replay mode 'standard' -> 'fast'; "
+        f"replay duration_s {DEFAULT_REPLAY_DURATION_S!r} -> {FAST_REPLAY_DURATION_S!r}; "
+        f"replay trajectory_start [{lo!r}, {hi!r}] -> [0.0, 0.5]; "
+        f"replay warmup_requests_per_lane {WARMUP_REQUESTS_PER_LANE!r} -> "
+        f"{FAST_WARMUP_REQUESTS_PER_LANE!r}; {tmp_path / 'base.json'}); "
+        "--inferbench-baseline-any-setup compares anyway")
+    across = objs.make_settings(baseline_any_setup=True)
+    assert evaluate_point(now, point, None, across, Gates(), baseline) == []
+    # The same replay compares as before.
+    again = agentic_result(objs, point, agentic_tput_per_gpu=1000.0, workload=standard)
+    assert evaluate_point(again, point, None, settings, Gates(), baseline) == []

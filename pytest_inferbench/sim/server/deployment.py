@@ -5,7 +5,10 @@ argv>]`: each worker is the engine its argv describes, and the server loop drive
 `Cluster` as it drives one engine (`Cluster.step` runs to the next event: a step's end on any
 instance, a KV transfer's arrival). Clients see one endpoint (the router's); `/metrics` adds
 per-role families (`inferbench:deployment_*{role="prefill"|"decode"|"aggregated"}`, KV
-transfers) to the persona's totals, and `/debug/inferbench/info` describes the deployment.
+transfers, each instance's prefix cache hits) to the persona's totals, and
+`/debug/inferbench/info` describes the deployment. A request carrying an agentic replay's marker
+(`replay_prompts.play_of`) is its play's session: the router places its first request and the
+rest follow it, each instance caching the prompts it computes, as the in-process replay does.
 """
 
 from __future__ import annotations
@@ -101,6 +104,16 @@ class RoleCollector:
             for role in cluster.roles:
                 counter.add_metric([self._model, role], float(read(role)))
             yield counter
+        # Each instance keeps its own prefix cache: a session's hits land where it is kept.
+        hits = CounterMetricFamily("inferbench:deployment_instance_prefix_cache_hits",
+                                   "Prompt tokens found in the instance's own prefix cache.",
+                                   labels=[*labels, "instance"])
+        for role in cluster.roles:
+            mine = [inst for inst in cluster.instances if inst.role == role]
+            for number, inst in enumerate(mine):
+                hits.add_metric([self._model, role, str(number)],
+                                float(inst.engine.counters().prefix_cache_hits))
+        yield hits
         if cluster.transfer is not None:
             transfers = CounterMetricFamily("inferbench:kv_transfers", "KV-cache transfers "
                                             "from prefill to decode.", labels=["model_name"])

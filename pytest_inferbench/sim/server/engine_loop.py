@@ -17,6 +17,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ...loadgen.replay_prompts import play_of
 from ...util.aio import cancel_and_wait
 from ..prefix_cache import block_hashes
 from .timeline import DEFAULT_BUDGET_MIB, MIB, Timeline
@@ -45,7 +46,7 @@ class EngineLike(Protocol):
         ...
 
     def add_request(self, request_id: int, prompt_tokens: int, max_tokens: int, *,
-                    block_hashes: tuple[int, ...] = ()) -> None: ...
+                    block_hashes: tuple[int, ...] = (), session: object = None) -> None: ...
     def abort_request(self, request_id: int) -> None: ...
     def has_work(self) -> bool: ...
     def step(self) -> StepResult: ...
@@ -122,13 +123,15 @@ class EngineLoop:
     def submit(self, prompt_tokens: int, max_tokens: int, prompt_text: str = ""
                ) -> tuple[int, asyncio.Queue[Delivery]]:
         """Add a request; its tokens arrive on the returned queue. The prompt's text gives
-        its blocks' content hashes to an engine with a prefix cache."""
+        its blocks' content hashes to an engine with a prefix cache, and its replay marker
+        the session a deployment keeps on the instances of its first request."""
         request_id = self._next_id
         self._next_id += 1
         queue: asyncio.Queue[Delivery] = asyncio.Queue()
         block = self.engine.prefix_block_size
         hashes = block_hashes(prompt_text.split(), block) if block and prompt_text else ()
-        self.engine.add_request(request_id, prompt_tokens, max_tokens, block_hashes=hashes)
+        self.engine.add_request(request_id, prompt_tokens, max_tokens, block_hashes=hashes,
+                                session=play_of(prompt_text))
         self._queues[request_id] = queue
         self._awaiting_first.add(request_id)
         self._last_submit = self.clock()
