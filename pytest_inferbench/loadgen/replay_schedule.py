@@ -72,7 +72,7 @@ class ReplaySchedule:
     """The schedule of one replay of `trees` at `concurrency` lanes from `start` (module doc)."""
 
     def __init__(self, trees: Sequence[SessionTree], concurrency: int, cfg: ReplayConfig,
-                 start: float) -> None:
+                 start: float, *, hold_profile: bool = False) -> None:
         if not trees:
             raise ValueError("no traces to replay")
         if not all(t.streams.get(t.trace.id) for t in trees):
@@ -80,6 +80,10 @@ class ReplaySchedule:
         self.trees = trees
         self.cfg = cfg
         self.profile_start: float | None = None  # when the warmup drained (§3.3)
+        # hold_profile: once the warmup drains, profiling waits for `begin_profile` (the
+        # caller reads the server's counters first, nothing in flight); `held` says it waits.
+        self._hold = hold_profile
+        self.held = False
         self.end = math.inf  # profile_start + duration, once profiling begins
         self.plays = 0  # trees started
         self.plays_completed = 0  # trees whose every stream sent every turn
@@ -141,7 +145,7 @@ class ReplaySchedule:
         """Aborted, or nothing in flight and nothing left to send by the end."""
         if self.aborted is not None:
             return True
-        if self.total_in_flight:
+        if self.total_in_flight or self.held:
             return False
         return now >= self.end or not (self._ready or self._timer_of)
 
@@ -234,6 +238,9 @@ class ReplaySchedule:
         if self.profile_start is not None or self.aborted is not None or any(
                 p.primers or p.in_flight or p.queued for p in self._warming.values()):
             return
+        if self._hold:
+            self.held = True
+            return
         self.profile_start = now
         self.end = now + self.cfg.duration_s
         warmed, self._warming = list(self._warming.values()), {}
@@ -249,6 +256,11 @@ class ReplaySchedule:
         lanes, self._idle_lanes = self._idle_lanes, []
         for lane in lanes:
             self._new_play(lane, now)
+
+    def begin_profile(self, now: float) -> None:
+        """Profiling begins now: the warmup drained while held (`hold_profile`)."""
+        self._hold = self.held = False
+        self._maybe_profile(now)
 
     # ----------------------------------------------------------------- internals
     def _new_play(self, lane: int, now: float, *, first: bool = False) -> Play | None:
