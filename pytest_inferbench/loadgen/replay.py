@@ -17,6 +17,9 @@ nothing more is sent, and the run says why (`ReplayRun.fault`: the request, its 
 cause). An answer, even an HTTP error, goes on as §3.4 "Errors" says -- except on a root
 stream's warmup request, which the schedule turns into an abort (`ReplayRun.aborted`), stopping
 the replay the same way before profiling.
+
+`on_profile` (the point's "before" scrape) is awaited once the warmup drained, nothing in flight;
+the profiling phase (its timers, its duration) starts when it returned, so it delays no request.
 """
 
 from __future__ import annotations

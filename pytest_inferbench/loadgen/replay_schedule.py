@@ -84,6 +84,7 @@ class ReplaySchedule:
         # caller reads the server's counters first, nothing in flight); `held` says it waits.
         self._hold = hold_profile
         self.held = False
+        self._held_at = 0.0
         self.end = math.inf  # profile_start + duration, once profiling begins
         self.plays = 0  # trees started
         self.plays_completed = 0  # trees whose every stream sent every turn
@@ -239,7 +240,7 @@ class ReplaySchedule:
                 p.primers or p.in_flight or p.queued for p in self._warming.values()):
             return
         if self._hold:
-            self.held = True
+            self.held, self._held_at = True, now
             return
         self.profile_start = now
         self.end = now + self.cfg.duration_s
@@ -258,7 +259,15 @@ class ReplaySchedule:
             self._new_play(lane, now)
 
     def begin_profile(self, now: float) -> None:
-        """Profiling begins now: the warmup drained while held (`hold_profile`)."""
+        """Profiling begins now: the warmup drained while held (`hold_profile`). The hold is
+        no idle time of the replay's: the idle caps count from `now` as they would have from
+        the drain."""
+        held_s = now - self._held_at
+        if self._system_idle_since is not None:
+            self._system_idle_since += held_s
+        for play in self._live.values():
+            if play.idle_since is not None:
+                play.idle_since += held_s
         self._hold = self.held = False
         self._maybe_profile(now)
 
