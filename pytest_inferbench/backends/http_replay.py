@@ -5,7 +5,9 @@ fixed-length load: the measured phase's bracket (`measured.py`: scrapes, event-l
 usage and GPU power sampled during the replay), the client self-check, one `RequestRecord` per
 request. The replay's warmup (agentic.md §3.3: each lane's first tree from its seeded t*, its
 primers and per-lane warmup requests) runs inside the bracket; its records are flagged `warmup`
-and measured by no metric, and the duration is the profiling phase's.
+and measured by no metric. The "before" scrape is taken once the warmup drained, before the
+first profiling request leaves, so the server's counters (its tokens, a simulated server's
+energy) cover the profiling phase the duration and the records' token counts cover.
 
 A request that lost the server stops the replay (`loadgen/replay.py`); the point fails naming
 it (`results.build.measurement_failures`), and where the server is found dead its log tail
@@ -26,7 +28,7 @@ from ..loadgen.selfcheck import point_verdict
 from ..results.measurement import SIMULATED_NOTE, PointMeasurement
 from .agentic_traces import replay_meta, replay_note, replay_traces, replay_workload
 from .base import PointNotMeasuredError, ServerDiedError
-from .measured import measured_phase
+from .measured import Begin, bracketed_phase
 
 if TYPE_CHECKING:
     from ..loadgen.client import ClientConfig
@@ -78,14 +80,13 @@ async def _measure(handle: HttpServerHandle, point: BenchPoint, cfg: ClientConfi
         notes.append(SIMULATED_NOTE)
     ran: list[ReplayRun] = []
 
-    async def load() -> ReplayRun:
-        ran.append(await replay(cfg, trees, point.conc, settings))
+    async def load(begin: Begin) -> ReplayRun:
+        ran.append(await replay(cfg, trees, point.conc, settings, on_profile=begin))
         return ran[0]
 
     async with make_http_client(cfg, 1) as client:
         try:
-            phase = await measured_phase(handle, client, notes, load,
-                                         point.server.gpus)
+            phase = await bracketed_phase(handle, client, notes, load, point.server.gpus)
         except ServerDiedError as exc:
             if ran and ran[0].fault:  # the request that found it gone, then its log
                 raise ServerDiedError(f"{ran[0].fault}\n{exc}") from None

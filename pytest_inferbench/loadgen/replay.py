@@ -17,6 +17,9 @@ nothing more is sent, and the run says why (`ReplayRun.fault`: the request, its 
 cause). An answer, even an HTTP error, goes on as §3.4 "Errors" says -- except on a root
 stream's warmup request, which the schedule turns into an abort (`ReplayRun.aborted`), stopping
 the replay the same way before profiling.
+
+`on_profile` (the point's "before" scrape) is awaited once the warmup drained, nothing in flight;
+the profiling phase (its timers, its duration) starts when it returned, so it delays no request.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from .replay_schedule import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     import httpx
 
@@ -84,7 +87,8 @@ class Replayer:
 
     def __init__(self, cfg: ClientConfig, trees: Sequence[SessionTree], concurrency: int,
                  replay: ReplayConfig, on_record: Callable[[RequestRecord], None] | None = None,
-                 on_read: Callable[[], None] | None = None) -> None:
+                 on_read: Callable[[], None] | None = None,
+                 on_profile: Callable[[], Awaitable[None]] | None = None) -> None:
         if not trees:
             raise ValueError("no traces to replay")
         self.cfg = cfg
@@ -93,6 +97,7 @@ class Replayer:
         self.replay = replay
         self.run_id = replay.run_id or uuid.uuid4().hex
         self.on_read = on_read
+        self.on_profile = on_profile
         self.records: list[RequestRecord | None] = []
         self.requests: list[ReplayedRequest] = []
         self.builder = _RecordBuilder(cfg, self.records, on_record)
@@ -115,7 +120,8 @@ class Replayer:
 
     async def run(self) -> ReplayRun:
         self.start = time.perf_counter()
-        schedule = ReplaySchedule(self.trees, self.concurrency, self.replay, self.start)
+        schedule = ReplaySchedule(self.trees, self.concurrency, self.replay, self.start,
+                                  hold_profile=self.on_profile is not None)
         main = self.main = asyncio.ensure_future(self._dispatch(schedule, self.sends))
 
         def expire() -> None:
@@ -164,6 +170,12 @@ class Replayer:
         """Send what is due, sleep until the next timer or completion, until the schedule ends."""
         while True:
             self.wake.clear()
+            if schedule.held and self.on_profile is not None:
+                # The warmup drained and nothing is in flight: `on_profile` runs before the
+                # first profiling request is due, and the phase (its timers, its duration)
+                # starts once it returned, so its time delays no request.
+                await self.on_profile()
+                schedule.begin_profile(time.perf_counter())
             now = time.perf_counter()
             for dispatch in schedule.take(now):
                 task = asyncio.ensure_future(self._send(schedule, dispatch))
@@ -240,6 +252,9 @@ class Replayer:
 async def replay(cfg: ClientConfig, trees: Sequence[SessionTree], concurrency: int,
                  settings: ReplayConfig, *,
                  on_record: Callable[[RequestRecord], None] | None = None,
-                 on_read: Callable[[], None] | None = None) -> ReplayRun:
-    """Replay `trees` at `concurrency` lanes until `settings.duration_s` (module doc)."""
-    return await Replayer(cfg, trees, concurrency, settings, on_record, on_read).run()
+                 on_read: Callable[[], None] | None = None,
+                 on_profile: Callable[[], Awaitable[None]] | None = None) -> ReplayRun:
+    """Replay `trees` at `concurrency` lanes until `settings.duration_s` (module doc);
+    `on_profile`: awaited when the warmup has drained, before profiling begins."""
+    return await Replayer(cfg, trees, concurrency, settings, on_record, on_read,
+                          on_profile).run()

@@ -62,7 +62,7 @@ class ReplaySchedule(ReplayWarmup):
     """The schedule of one replay of `trees` at `concurrency` lanes from `start` (module doc)."""
 
     def __init__(self, trees: Sequence[SessionTree], concurrency: int, cfg: ReplayConfig,
-                 start: float) -> None:
+                 start: float, *, hold_profile: bool = False) -> None:
         if not trees:
             raise ValueError("no traces to replay")
         if not all(t.streams.get(t.trace.id) for t in trees):
@@ -70,6 +70,11 @@ class ReplaySchedule(ReplayWarmup):
         self.trees = trees
         self.cfg = cfg
         self.profile_start: float | None = None  # when the warmup drained (§3.3)
+        # hold_profile: once the warmup drains, profiling waits for `begin_profile` (the
+        # caller reads the server's counters first, nothing in flight); `held` says it waits.
+        self._hold = hold_profile
+        self.held = False
+        self._held_at = 0.0
         self.end = math.inf  # profile_start + duration, once profiling begins
         self.plays = 0  # trees started
         self.plays_completed = 0  # trees whose every stream sent every turn
@@ -131,7 +136,7 @@ class ReplaySchedule(ReplayWarmup):
         """Aborted, or nothing in flight and nothing left to send by the end."""
         if self.aborted is not None:
             return True
-        if self.total_in_flight:
+        if self.total_in_flight or self.held:
             return False
         return now >= self.end or not (self._ready or self._timer_of)
 

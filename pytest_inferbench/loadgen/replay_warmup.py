@@ -12,7 +12,9 @@ flagged (`Dispatch.warmup`). A root stream's warmup request that fails aborts th
 profiling (`aborted` says why), as AIPerf does; a child's does not. When every lane's warmup
 has drained, profiling begins (`profile_start`, the duration counts from it): each stream's
 next turn is due at its recorded offset from t* after that instant (`resume_offset`); a lane
-whose tree ran out in the warmup starts its next one from turn 0.
+whose tree ran out in the warmup starts its next one from turn 0. A caller that reads the
+server's counters first holds that instant (`hold_profile`) and starts profiling after
+(`begin_profile`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class ReplayWarmup:
         profile_start: float | None
         end: float
         aborted: str | None
+        held: bool
+        _hold: bool
+        _held_at: float
+        _system_idle_since: float | None
         _live: dict[int, Play]
         _warming: dict[int, Play]
         _idle_lanes: list[int]
@@ -98,6 +104,9 @@ class ReplayWarmup:
         if self.profile_start is not None or self.aborted is not None or any(
                 p.primers or p.in_flight or p.queued for p in self._warming.values()):
             return
+        if self._hold:
+            self.held, self._held_at = True, now
+            return
         self.profile_start = now
         self.end = now + self.cfg.duration_s
         warmed, self._warming = list(self._warming.values()), {}
@@ -113,3 +122,16 @@ class ReplayWarmup:
         lanes, self._idle_lanes = self._idle_lanes, []
         for lane in lanes:
             self._new_play(lane, now)
+
+    def begin_profile(self, now: float) -> None:
+        """Profiling begins now: the warmup drained while held (`hold_profile`). The hold is
+        no idle time of the replay's: the idle caps count from `now` as they would have from
+        the drain."""
+        held_s = now - self._held_at
+        if self._system_idle_since is not None:
+            self._system_idle_since += held_s
+        for play in self._live.values():
+            if play.idle_since is not None:
+                play.idle_since += held_s
+        self._hold = self.held = False
+        self._maybe_profile(now)

@@ -5,8 +5,8 @@
 The export (`export`), from the point's `server_metrics` (`loadgen/scrape.point_metrics`):
 
 - every counter family (AIPerf's names, without `_total`) with its increase over the measured
-  phase as `stats.total` (the replay's primers and warmup requests included: the scrapes
-  bracket the whole replay, so the server's token counts are every request's); a family the
+  phase as `stats.total` (the scrapes bracket the profiling phase: the replay's primers and
+  warmup requests are not counted, as the point's records do not count them); a family the
   scrape kept apart by a label (`sglang:cached_tokens` by `cache_source`) as one series per
   value, and then only those (the plain sum would count them twice);
 - the KV-usage gauge sampled during the point with its peak as `max` and its mean as `avg`;
@@ -48,8 +48,9 @@ GAUGE_STATS = ("max", "avg", "total")
 PERCENT_ABOVE = 1.5  # a usage gauge above this is in percent, not a fraction
 NO_EXPORT = "server_metrics_export.json missing or empty"  # InferenceX's warning
 # What the export's numbers are, in the export itself.
-SCRAPE_NOTE = ("counters: their increase over the whole replay, warmup included; the KV-usage "
-               "gauge: its peak and mean sampled during it; other gauges: their value at its end")
+SCRAPE_NOTE = ("counters: their increase over the profiling phase, warmup excluded; the "
+               "KV-usage gauge: its peak and mean sampled during it; other gauges: their value "
+               "at its end")
 ENGINE_NOTE = ("simulated in process: the engine's counters over the whole replay, warmup "
                "included, and its gauges at the end, under the names its framework's server "
                "exports; KV usage: its peak")

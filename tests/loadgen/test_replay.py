@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,7 @@ from pytest_inferbench.sim.replay_driver import SimulatedReplay, simulate_replay
 from pytest_inferbench.sim.server.launcher import launch
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from pytest_inferbench.loadgen.trace_sessions import SessionTree
     from pytest_inferbench.results.metrics import RequestRecord
@@ -51,7 +52,9 @@ BLOCK = 16  # divides the traces' 64-token blocks: every trace block is whole en
 
 
 def _serve(tmp_path: Path, traces: Path, conc: int, settings: ReplayConfig,
-           time_scale: str, *extra: str) -> tuple[ReplayRun, dict[str, float]]:
+           time_scale: str, *extra: str,
+           on_profile: Callable[[], Awaitable[None]] | None = None
+           ) -> tuple[ReplayRun, dict[str, float]]:
     argv = ("vllm", "serve", MODEL, "--tensor-parallel-size", "4", "--block-size", str(BLOCK),
             *extra)
     server = launch(argv, ("--hardware", "MI355X", "--time-scale", time_scale),
@@ -61,7 +64,7 @@ def _serve(tmp_path: Path, traces: Path, conc: int, settings: ReplayConfig,
         trees = [sessions(t) for t in load_traces(traces)]
         cfg = ClientConfig(base_url=server.base_url, model=MODEL, endpoint=CHAT_ENDPOINT,
                            concurrency=conc)
-        run = asyncio.run(replay(cfg, trees, conc, settings))
+        run = asyncio.run(replay(cfg, trees, conc, settings, on_profile=on_profile))
         metrics = httpx.get(server.base_url + "/metrics", timeout=30).text
     finally:
         server.stop()
@@ -99,6 +102,32 @@ def test_corpus_prompts_hit_exactly_the_theoretical_blocks(tmp_path: Path) -> No
     assert counters["vllm:prefix_cache_hits_total"] == expected
     # max_tokens is the recorded output length, met under ignore_eos.
     assert [r.output_tokens for r in run.records] == [q.output_length for q in run.requests]
+
+
+def test_the_profiling_phase_begins_after_on_profile_with_nothing_in_flight(
+        tmp_path: Path) -> None:
+    """`on_profile` (where the point's "before" scrape is taken) is awaited once the warmup
+    drained: every warmup request has ended before it and every profiled one is sent after it
+    returned, which is where the measured phase (and its duration) starts."""
+    calls: list[tuple[float, float]] = []
+
+    async def on_profile() -> None:
+        entered = time.perf_counter()
+        await asyncio.sleep(0.05)  # a scrape's round trip, on the client's event loop
+        calls.append((entered, time.perf_counter()))
+
+    traces = write_synthetic_traces(tmp_path / "t.jsonl", SyntheticTraceSettings(
+        traces=2, turns=10, subagents=1))
+    settings = ReplayConfig(duration_s=1.0, delay_scale=0.0, warmup_per_lane=2)
+    run, _ = _serve(tmp_path, traces, 2, settings, "0", on_profile=on_profile)
+    assert len(calls) == 1
+    entered, returned = calls[0]
+    warm = [r for r in run.records if r.warmup]
+    profiled = [r for r in run.records if not r.warmup]
+    assert warm and profiled
+    assert max(r.end_time for r in warm) <= entered
+    assert min(r.send_time for r in profiled) >= returned
+    assert returned <= run.profile_start == run.end - run.duration_s
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="the shared agentic corpus is not here")

@@ -42,15 +42,21 @@ def _trees(tmp_path: Path, **settings: int) -> list[SessionTree]:
 
 
 def _play(trees: Sequence[SessionTree], lanes: int, cfg: ReplayConfig,
-          fails: Callable[[Dispatch], bool] = lambda d: False
+          fails: Callable[[Dispatch], bool] = lambda d: False, hold_s: float | None = None
           ) -> tuple[list[tuple[Dispatch, float, float]], ReplaySchedule]:
-    """Every request as (dispatch, sent, ended), in the order sent; those `fails` picks fail."""
-    schedule = ReplaySchedule(trees, lanes, cfg, 0.0)
+    """Every request as (dispatch, sent, ended), in the order sent; those `fails` picks fail.
+    `hold_s`: profiling is held once the warmup drained and begins `hold_s` later."""
+    schedule = ReplaySchedule(trees, lanes, cfg, 0.0, hold_profile=hold_s is not None)
     events: list[tuple[float, int]] = []
     out: dict[int, list[object]] = {}
     order: list[int] = []
     now = 0.0
     while True:
+        if schedule.held:
+            assert hold_s is not None and not events  # nothing in flight while it waits
+            assert schedule.take(now) == [] and not schedule.finished(now)
+            now += hold_s
+            schedule.begin_profile(now)
         for d in schedule.take(now):
             took = WARMUP_TIME if d.warmup else (d.turn.request.api_time or 0.1)
             heapq.heappush(events, (now + took, d.key))
@@ -124,6 +130,26 @@ def test_primers_then_warmups_then_profiling_from_the_live_state(tmp_path: Path)
     # Profiling starts when the last warmup request completes, not before.
     assert boundary == max(end for d, _, end in played if d.warmup)
     assert schedule.end == boundary + cfg.duration_s
+
+
+def test_a_held_profiling_phase_begins_when_released_and_keeps_its_timing(
+        tmp_path: Path) -> None:
+    """Held at the end of the warmup (the HTTP replay reads the server's counters there),
+    nothing is sent and the replay is not over; released later, the profiling phase is the
+    unheld one moved by the hold, request for request: the hold delays no request."""
+    trees = _trees(tmp_path, traces=2, turns=12, subagents=1)
+    cfg = ReplayConfig(duration_s=60.0, seed=3, warmup_per_lane=2)
+    played, schedule = _play(trees, 3, cfg)
+    held, held_schedule = _play(trees, 3, cfg, hold_s=0.5)
+    assert schedule.profile_start is not None
+    assert held_schedule.profile_start == schedule.profile_start + 0.5
+    assert held_schedule.end == schedule.end + 0.5
+    def sent(run: list[tuple[Dispatch, float, float]]) -> list[tuple[object, ...]]:
+        return [(d.lane, d.play, d.turn.session_id, d.turn.index, d.warmup) for d, _, _ in run]
+
+    assert sent(held) == sent(played)
+    assert [at if d.warmup else at - 0.5 for d, at, _ in held] == pytest.approx(
+        [at for _, at, _ in played])
 
 
 def test_a_stream_resumes_at_its_recorded_offset_from_t_star(tmp_path: Path) -> None:

@@ -104,3 +104,25 @@ def test_at_time_scale_0_sim_server_points_say_why_they_have_no_power(
     served = only_record(project)
     assert served["power_valid"] == 0 and "avg_power_w" not in served
     assert "time scale 0" in str(served["power_invalid_reason"])
+
+
+def test_at_another_time_scale_the_power_is_per_wall_second_as_the_duration_is(
+        project: pytest.Pytester) -> None:
+    scale = 0.5  # half a wall second per model second
+    result = project.runpytest(*FLAGS, "--inferbench-backend", "sim-server",
+                               "--inferbench-time-scale", f"{scale:g}")
+    outcomes = result.parseoutcomes()  # a busy machine's self-check verdict is not judged
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, outcomes
+    served = only_record(project)
+    assert served["time_scale"] == scale and served["power_valid"] == 1
+    deltas = served["server_metrics"]["counter_deltas"]
+    joules, seconds = deltas[f"{ENERGY_COUNTER}_total"], deltas[f"{SECONDS_COUNTER}_total"]
+    # The record's duration is wall seconds; the counters' seconds are the model's, each
+    # `scale` wall seconds long: the mean power is per wall second, the model's / scale.
+    watts = float(served["avg_power_w"])
+    assert watts == pytest.approx(joules / (seconds * scale), abs=1e-3)
+    assert MI355X.idle_w / scale < watts <= MI355X.tdp_w / scale
+    assert float(served["total_gpu_energy_j"]) == pytest.approx(
+        watts * 4 * float(served["duration"]), rel=1e-5)
+    assert any(f"time scale {scale:g}: the simulated power is per wall-clock second" in note
+               for note in served["notes"]), served["notes"]
