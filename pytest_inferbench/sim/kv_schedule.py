@@ -86,6 +86,13 @@ class KVSchedule:
         # Decoders by phase: a decoder whose context is c at step u needs a block iff
         # c % bs == 0, i.e. at the steps u with (u + phase) % bs == 0.
         phase_count = [0] * bs
+        # The same facts as columns by request, for the preemption pass over up to
+        # max_num_seqs running requests: tokens prefilled (-1: not prefilling), phase (-1: not
+        # decoding), first decode step and admission target.
+        pf_col = np.full(n, -1, dtype=np.int64)
+        ph_col = np.full(n, -1, dtype=np.int64)
+        fd_col = np.zeros(n, dtype=np.int64)
+        tg_col = np.zeros(n, dtype=np.int64)
         finishes: list[tuple[int, int, int]] = []  # (step, admission number, request)
         sent = min(concurrency, n)  # an idle engine takes the first ones at once
         waiting: deque[int] = deque(range(sent))
@@ -103,9 +110,11 @@ class KVSchedule:
             freed = held(r, u)
             if r in prefilled:
                 del prefilled[r]
+                pf_col[r] = -1
             else:
                 a = first_decode.pop(r)
                 phase_count[phase_of.pop(r)] -= 1
+                ph_col[r] = -1
                 runs[r][-1][1] = u - a
                 generated[r] += u - a
             running.remove(r)
@@ -121,18 +130,18 @@ class KVSchedule:
             decoders = len(first_decode)
             need = crossings(s) if decoders else 0
             if need > free:
-                needs = [1 if r in first_decode and (s + phase_of[r]) % bs == 0 else 0
-                         for r in running]
-                holds = [held(r, s) for r in running]
-                behind = sum(holds)
-                fit = 0  # need of the prefix running[:keep]
-                keep = 0
-                for i in range(len(running)):
-                    behind -= holds[i]
-                    if fit + needs[i] > free + behind:
-                        break
-                    fit += needs[i]
-                    keep = i + 1
+                # Keep running[:keep], the longest prefix whose decoders' needs fit the free
+                # blocks plus the blocks held behind it: at i the prefix's need is needs[:i+1]
+                # summed, the blocks behind are holds[i+1:].
+                at = np.array(running, dtype=np.int64)
+                ph = ph_col[at]
+                decoding = ph >= 0
+                needs = (decoding & ((s + ph) % bs == 0)).cumsum()
+                holds = np.where(decoding, -(-(tg_col[at] + s - fd_col[at]) // bs),
+                                 -(-pf_col[at] // bs)).cumsum()
+                short = np.flatnonzero(needs > free + int(holds[-1]) - holds)
+                keep = int(short[0]) if len(short) else len(running)
+                fit = int(needs[keep - 1]) if keep else 0
                 for r in running[keep:][::-1]:  # newest first
                     free += preempt(r, s)
                 free -= fit
@@ -142,7 +151,9 @@ class KVSchedule:
             budget = budget_max - decoders
             completed: list[int] = []
             chunked = False
-            for r in [r for r in running if r in prefilled]:  # running prefills, in order
+            # `prefilled` gains a request when `running` does and keeps its place while it
+            # chunks, so its keys are the running prefills in admission order.
+            for r in list(prefilled):
                 if budget <= 0:
                     break
                 done = prefilled[r]
@@ -159,9 +170,10 @@ class KVSchedule:
                 chunked = True
                 if done + c == target[r]:
                     del prefilled[r]
+                    pf_col[r] = -1
                     completed.append(r)
                 else:
-                    prefilled[r] = done + c
+                    prefilled[r] = pf_col[r] = done + c
             while waiting and len(running) < max_seqs and budget > 0:
                 r = waiting[0]
                 t = isl[r] + generated[r]
@@ -174,7 +186,7 @@ class KVSchedule:
                 admissions += 1
                 if scheduled[r] < 0:
                     scheduled[r] = s
-                target[r] = t
+                target[r] = tg_col[r] = t
                 free -= -(-c // bs)
                 budget -= c
                 chunk_steps(s)
@@ -185,7 +197,7 @@ class KVSchedule:
                 if c == t:
                     completed.append(r)
                 else:
-                    prefilled[r] = c
+                    prefilled[r] = pf_col[r] = c
             if not decoders and not chunked and running:
                 # Every running request is a prefill stuck without blocks (the engine
                 # preempts the newest in a step that does nothing else): left to the engine.
@@ -196,8 +208,8 @@ class KVSchedule:
                 runs[r].append([s, 0])
                 plan = osl[r] - generated[r]
                 if plan:
-                    first_decode[r] = s + 1
-                    phase_of[r] = (target[r] - s - 1) % bs
+                    first_decode[r] = fd_col[r] = s + 1
+                    phase_of[r] = ph_col[r] = (target[r] - s - 1) % bs
                     phase_count[phase_of[r]] += 1
                     heapq.heappush(finishes, (s + plan, admitted_as[r], r))
                 else:
@@ -212,6 +224,7 @@ class KVSchedule:
                 if r in first_decode:
                     steps = s + 1 - first_decode.pop(r)
                     phase_count[phase_of.pop(r)] -= 1
+                    ph_col[r] = -1
                     runs[r][-1][1] = steps
                     generated[r] += steps
                     free += -(-(target[r] + steps) // bs)

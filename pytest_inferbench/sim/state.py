@@ -284,9 +284,14 @@ class SlotTable:
             return np.full(len(idx), n, dtype=np.int64)
         p0 = self.p[idx]
         p1 = p0 + n
-        tokens: IntArray = self.cum[idx, p1] - self.cum[idx, p0]
+        # Flat positions into the (slot, step) tables: `take` on them is cheaper than 2-D
+        # fancy indexing with up to max_num_seqs slots a step.
+        at0 = idx * self.width + p0
+        at1 = at0 + n
+        cum, acc_cum = self.cum.reshape(-1), self.acc_cum.reshape(-1)
+        tokens: IntArray = cum.take(at1) - cum.take(at0)
         c.drafts += len(idx) * n
-        c.accepted += int((self.acc_cum[idx, p1] - self.acc_cum[idx, p0]).sum())
+        c.accepted += int(acc_cum.take(at1).sum() - acc_cum.take(at0).sum())
         self.ctx[idx] += tokens
         self.gen[idx] += tokens
         self.p[idx] = p1
