@@ -31,7 +31,7 @@ from . import gpu, reaper, simimage
 from .base import Backend, ServerStartError
 from .readiness import LogPump, free_port, log_path_for
 from .reaper import make_client
-from .simserver import sim_serve_argv
+from .simserver import engine_config, expect_simulated_error, sim_serve_argv
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -185,9 +185,13 @@ class DockerBackend(Backend):
 
         log_path = log_path_for(ctx.results_dir, server.node_name, ctx.worker_id,
                                 ctx.log_paths)
-        return start_supervised(Container(server.node_name, client, container, log_path, redactor),
-                                base_url=f"http://{server_address(engine)}:{port}",
-                                spec=spec, ctx=ctx)
+        handle = start_supervised(Container(server.node_name, client, container, log_path,
+                                            redactor),
+                                  base_url=f"http://{server_address(engine)}:{port}",
+                                  spec=spec, ctx=ctx)
+        if settings.docker_sim:
+            expect_simulated_error(handle, engine_config(server, spec, None))
+        return handle
 
 
 def sim_image(client: DockerClient, engine: str | None, redactor: Redactor) -> str:

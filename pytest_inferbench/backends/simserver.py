@@ -48,7 +48,7 @@ class SimServerBackend(Backend):
 
     def start(self, server: ServerConfig, spec: ServerSpec,
               ctx: StartContext) -> SupervisedHandle:
-        from .sim import load_calibration, point_expected_error
+        from .sim import load_calibration
 
         path = ctx.options.sim_calibration
         calibration = load_calibration(ctx.options)
@@ -63,9 +63,19 @@ class SimServerBackend(Backend):
         if calibration is not None:
             handle.server_notes = (calibration.note(config) if not isinstance(config, str)
                                    else f"sim calibration {calibration.path}: {config}",)
-        if not isinstance(config, str):
-            handle.expected_error = partial(point_expected_error, config, calibration)
+        expect_simulated_error(handle, config, calibration)
         return handle
+
+
+def expect_simulated_error(handle: SupervisedHandle, config: EngineConfig | str,
+                           calibration: Calibration | None = None) -> None:
+    """A simulated server's points carry the error expected of their regime (or of their
+    calibration), as the in-process backend's: every backend that serves the simulator
+    (`sim-server`, `--inferbench-docker-sim`, `--inferbench-slurm-sim`) asks this."""
+    from .sim import point_expected_error
+
+    if not isinstance(config, str):
+        handle.expected_error = partial(point_expected_error, config, calibration)
 
 
 def engine_config(server: ServerConfig, spec: ServerSpec,

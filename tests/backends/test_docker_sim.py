@@ -13,6 +13,7 @@ from lifecycle_helpers import RECIPE
 
 from pytest_inferbench.backends import simimage
 from pytest_inferbench.backends.reaper import LABEL_NODE, LABEL_OWNER, LABEL_RUN, LABEL_WORKER
+from pytest_inferbench.results.point_files import point_record
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,7 +76,12 @@ def test_docker_sim_runs_the_docker_flow_on_the_simulator_image_and_says_simulat
     # that point's agg file is left unwritten (README), its raw file is not; those written say
     # simulated.
     assert len(aggs) <= 2
-    assert len(list((pytester.path / "results" / "points").glob("minimaxm3*.json"))) == 2
+    raws = list((pytester.path / "results" / "points").glob("minimaxm3*.json"))
+    assert len(raws) == 2
+    # Each carries the error expected of its regime, as the in-process simulator's points do.
+    for raw in raws:
+        record = point_record(json.loads(raw.read_text()))
+        assert record["expected_error"] and record["expected_error_label"], record
     assert all(json.loads(a.read_text())["inferbench"] == {"simulated": True} for a in aggs)
 
     events = container_events(docker_client, meta["run_id"], started)

@@ -21,7 +21,7 @@ from .. import reaper
 from ..base import Backend
 from ..process import process_env
 from ..readiness import log_path_for, startup_timeout
-from ..simserver import sim_serve_argv
+from ..simserver import engine_config, expect_simulated_error, sim_serve_argv
 from . import commands, layout, pyxis
 from .jobs import Allocation
 from .steps import SlurmServer, StepLaunch
@@ -57,7 +57,10 @@ class SlurmBackend(Backend):
             nodes=layout.nodes_needed(spec), gpus_per_node=spec.gpu_count,
             queue_timeout_s=startup_timeout(spec.startup_timeout_s,
                                             ctx.options.startup_timeout_s))
-        if settings.sim and not spec.roles:
+        simulated = settings.sim and not spec.roles
+        # What the simulator will read, from the framework's argv before it is wrapped.
+        config = engine_config(server, spec, None) if simulated else None
+        if simulated:
             spec = dataclasses.replace(spec, argv=sim_serve_argv(
                 server.hardware, ctx.options.time_scale, spec.argv))
         try:
@@ -74,8 +77,11 @@ class SlurmBackend(Backend):
         from ..supervised import start_supervised
 
         serving = layout.serving(instances, spec)
-        return start_supervised(supervised, base_url=f"http://{serving.address}", spec=spec,
-                                ctx=ctx)
+        handle = start_supervised(supervised, base_url=f"http://{serving.address}", spec=spec,
+                                  ctx=ctx)
+        if config is not None:
+            expect_simulated_error(handle, config)
+        return handle
 
 
 def step_launch(job_id: str, instance: layout.Instance, spec: ServerSpec,
