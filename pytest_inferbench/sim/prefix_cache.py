@@ -14,7 +14,8 @@ is written there instead of dropped.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,7 +41,9 @@ class PrefixCache:
     def __init__(self, host: HostCache | None = None) -> None:
         self.host = host  # where evicted blocks go (None: they are dropped)
         self._refs: dict[int, int] = {}  # pinned: hash -> running requests holding it
-        self._idle: OrderedDict[int, None] = OrderedDict()  # unpinned, least recent first
+        # Unpinned, least recent first: a plain dict keeps insertion order and, unlike an
+        # OrderedDict, adds and removes keys without a linked list to keep up.
+        self._idle: dict[int, None] = {}
         self.evictions = 0
 
     @property
@@ -104,8 +107,12 @@ class PrefixCache:
     def trim(self, free_blocks: int) -> None:
         """Evict the least recently used idle blocks until they fit in the free blocks (an
         allocation took the room they were in)."""
-        while len(self._idle) > max(free_blocks, 0):
-            h, _ = self._idle.popitem(last=False)
-            self.evictions += 1
-            if self.host is not None:
+        over = len(self._idle) - max(free_blocks, 0)
+        if over <= 0:
+            return
+        evicted = list(islice(self._idle, over))  # least recent first
+        deque(map(self._idle.__delitem__, evicted), maxlen=0)
+        self.evictions += over
+        if self.host is not None:
+            for h in evicted:
                 self.host.store(h)

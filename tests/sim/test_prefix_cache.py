@@ -15,6 +15,7 @@ from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.host_cache import HostCache
 from pytest_inferbench.sim.prefix_cache import PrefixCache
 
 MODEL = "amd/MiniMax-M3-MXFP4"
@@ -133,3 +134,19 @@ def test_lru_keeps_the_most_recently_released_blocks() -> None:
     assert cache.acquire([3, 4]) == 2 and cache.idle_blocks == 1
     cache.trim(0)  # pinned blocks are never evicted
     assert cache.match([3, 4]) == 2 and cache.idle_blocks == 0
+
+
+def test_a_block_woken_and_released_again_is_the_most_recent_and_evictions_go_to_dram_oldest_first(
+) -> None:
+    host = HostCache(capacity_blocks=10)
+    cache = PrefixCache(host)
+    cache.insert([1, 2, 3, 4])
+    assert cache.release([1, 2, 3, 4]) == 4  # idle, oldest first: 1 2 3 4
+    assert cache.acquire([1, 2]) == 2  # woken: out of the idle order
+    assert cache.insert([1, 2, 5]) == (2, 0)  # 1 and 2 pinned twice now, 5 new
+    assert cache.release([1, 2, 5]) == 1  # only 5 has no holder left: idle 3 4 5
+    assert cache.release([1, 2]) == 2  # idle 3 4 5 1 2
+    cache.trim(2)
+    assert cache.evictions == 3 and host.written_blocks == 3
+    assert host.match([3, 4, 5]) == 3 and host.match([1]) == 0
+    assert cache.match([1, 2]) == 2 and cache.match([3]) == 0
