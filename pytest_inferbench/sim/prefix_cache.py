@@ -53,6 +53,21 @@ class PrefixCache:
 
     def match(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of `hashes` are resident."""
+        if not self.evictions:
+            # Nothing ever left: every block a request pinned or cached is resident with all
+            # blocks before it (a hash stands for its block and everything before it, and a
+            # request caches the whole leading run of its prompt), so the resident ones are a
+            # leading run of `hashes` and a bisection finds its end (an engine page may be one
+            # token: a prompt of thousands of blocks costs a dozen lookups, not thousands).
+            lo, hi = 0, len(hashes)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                h = hashes[mid]
+                if h in self._refs or h in self._idle:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
         n = 0
         for h in hashes:
             if h not in self._refs and h not in self._idle:

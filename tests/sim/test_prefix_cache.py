@@ -150,3 +150,14 @@ def test_a_block_woken_and_released_again_is_the_most_recent_and_evictions_go_to
     assert cache.evictions == 3 and host.written_blocks == 3
     assert host.match([3, 4, 5]) == 3 and host.match([1]) == 0
     assert cache.match([1, 2]) == 2 and cache.match([3]) == 0
+
+
+def test_a_prompt_whose_first_block_was_evicted_hits_nothing_though_later_blocks_stay() -> None:
+    cache = PrefixCache()
+    assert cache.match([1, 2, 3]) == 0
+    cache.insert([1, 2, 3])
+    assert cache.match([1, 2, 3, 4]) == 3  # a leading run: all of it
+    cache.release([1, 2, 3])
+    cache.trim(2)  # the oldest idle block, the first one, makes room
+    assert cache.evictions == 1
+    assert cache.match([1, 2, 3]) == 0  # blocks 2 and 3 are resident but follow a miss
