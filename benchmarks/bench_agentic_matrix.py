@@ -4,9 +4,10 @@ Reads every `*-master.yaml` of the tree (default: the InferenceX copy's `configs
 /work/shared/inferencex-0801; a checkout's root, its `configs/` or `.github/configs/` also do)
 as a pytest run does, keeps the agentic-coding server nodes, starts one `sim` handle per node
 and runs each point's `run_point` with the default load (the synthetic traces, the default
-3600 s replay) over `--jobs` processes. A point the `sim` backend skips (dram KV offloading)
-is counted as skipped, with its reason. Prints wall and CPU seconds in all, the points run,
-skipped and failed, and the slowest nodes; `--profile N` instead profiles the first N points
+3600 s replay) over `--jobs` processes. A point the `sim` backend skips (a multinode deployment)
+is counted as skipped, with its reason. Prints a line per node as it ends, then wall and CPU
+seconds in all, the points run, skipped and failed, the requests simulated (and CPU per request)
+and the slowest nodes; `--profile N` instead profiles the first N points
 in this process and prints where the time goes; `--sample K` runs every K-th node only (largest
 first), an estimate of the whole on a busy machine.
 
@@ -51,8 +52,12 @@ def agentic_servers(tree: Path) -> list[ServerConfig]:
             if s.scenario == SCENARIO]
 
 
-def _run_node(job: tuple[ServerConfig, float]) -> tuple[str, int, list[str], float, list[str]]:
-    """All points of one node: (node, points run, skip reasons, CPU seconds, failures)."""
+NodeResult = tuple[str, int, list[str], float, list[str], int]
+
+
+def _run_node(job: tuple[ServerConfig, float]) -> NodeResult:
+    """All points of one node: (node, points run, skip reasons, CPU seconds, failures,
+    requests simulated)."""
     from pytest_inferbench.backends.base import ServerStartError
     from pytest_inferbench.recipe.launch import LaunchSpecError
 
@@ -69,7 +74,7 @@ def _run_node(job: tuple[ServerConfig, float]) -> tuple[str, int, list[str], flo
         else:
             runnable.append(point)
     if not runnable:
-        return server.node_name, 0, skipped, time.process_time() - c0, []
+        return server.node_name, 0, skipped, time.process_time() - c0, [], 0
     ctx = StartContext(results_dir=Path("/tmp"), run_id="bench", worker_id="master",
                        options=None)
     local = Path(server.source).parent / "launch"
@@ -77,18 +82,19 @@ def _run_node(job: tuple[ServerConfig, float]) -> tuple[str, int, list[str], flo
         handle = SimBackend().start(
             server, resolve(server, local if local.is_dir() else packaged_launch_dir()), ctx)
     except (LaunchSpecError, ServerStartError) as exc:  # as the node's setup error in pytest
-        return server.node_name, 0, skipped, time.process_time() - c0, [f"start: {exc}"]
+        return server.node_name, 0, skipped, time.process_time() - c0, [f"start: {exc}"], 0
     failures: list[str] = []
-    done = 0
+    done = requests = 0
     for point in runnable:
         try:
             m = handle.run_point(point, load)
             summarize(m.records, duration_s=m.duration_s, num_prompts=m.num_prompts,
                       max_concurrency=m.max_concurrency, num_gpus=server.gpus)
             done += 1
+            requests += len(m.records)
         except Exception as exc:  # every failure is reported below
             failures.append(f"{point.name}: {type(exc).__name__}: {exc}")
-    return server.node_name, done, skipped, time.process_time() - c0, failures
+    return server.node_name, done, skipped, time.process_time() - c0, failures, requests
 
 
 def run(tree: Path, jobs: int, duration: float, sample: int = 1) -> int:
@@ -108,7 +114,8 @@ def run(tree: Path, jobs: int, duration: float, sample: int = 1) -> int:
             results.append(result)
             print(f"  [{len(results)}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
                   f"{result[0]}: {result[1]} run, {len(result[2])} skipped, "
-                  f"{len(result[4])} failed, {result[3]:.2f} s CPU", flush=True)
+                  f"{len(result[4])} failed, {result[5]} requests, {result[3]:.2f} s CPU",
+                  flush=True)
     wall = time.perf_counter() - t0
     done = sum(r[1] for r in results)
     reasons = collections.Counter(reason for r in results for reason in r[2])
@@ -116,11 +123,13 @@ def run(tree: Path, jobs: int, duration: float, sample: int = 1) -> int:
     failures = [f"{r[0]}::{f}" for r in results for f in r[4]]
     for failure in failures:
         print(f"FAILED {failure}")
-    for node, n, _, node_cpu, _ in sorted(results, key=lambda r: -r[3])[:5]:
-        print(f"slowest node {node}: {n} points, {node_cpu:.2f} s CPU")
+    requests = sum(r[5] for r in results)
+    for node, n, _, node_cpu, _, node_requests in sorted(results, key=lambda r: -r[3])[:5]:
+        print(f"slowest node {node}: {n} points, {node_requests} requests, {node_cpu:.2f} s CPU")
     print(f"agentic matrix: {done} run, {sum(reasons.values())} skipped, {len(failures)} "
           f"failed of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU over {jobs} "
           "processes")
+    print(f"  {requests} requests simulated, {1e3 * cpu / max(requests, 1):.3f} ms CPU each")
     if sample > 1:
         print(f"  (every {sample}th node: the whole matrix is about {sample} times as much)")
     for reason, n in reasons.most_common():
@@ -143,8 +152,8 @@ def profile(tree: Path, points: int, duration: float) -> int:
     profiler.enable()
     results = [_run_node(job) for job in jobs]
     profiler.disable()
-    print(f"{sum(r[1] for r in results)} points run in {time.perf_counter() - t0:.1f} s "
-          "(under the profiler)")
+    print(f"{sum(r[1] for r in results)} points run, {sum(r[5] for r in results)} requests, "
+          f"in {time.perf_counter() - t0:.1f} s (under the profiler)")
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
     pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
     return 0

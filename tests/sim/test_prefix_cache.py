@@ -4,6 +4,7 @@ argv says."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -15,6 +16,7 @@ from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
+from pytest_inferbench.sim.host_cache import HostCache
 from pytest_inferbench.sim.prefix_cache import PrefixCache
 
 MODEL = "amd/MiniMax-M3-MXFP4"
@@ -133,3 +135,101 @@ def test_lru_keeps_the_most_recently_released_blocks() -> None:
     assert cache.acquire([3, 4]) == 2 and cache.idle_blocks == 1
     cache.trim(0)  # pinned blocks are never evicted
     assert cache.match([3, 4]) == 2 and cache.idle_blocks == 0
+
+
+def test_a_block_woken_and_released_again_is_the_most_recent_and_evictions_go_to_dram_oldest_first(
+) -> None:
+    host = HostCache(capacity_blocks=10)
+    cache = PrefixCache(host)
+    cache.insert([1, 2, 3, 4])
+    assert cache.release([1, 2, 3, 4]) == 4  # idle, oldest first: 1 2 3 4
+    assert cache.acquire([1, 2]) == 2  # woken: out of the idle order
+    assert cache.insert([1, 2, 5]) == (2, 0)  # 1 and 2 pinned twice now, 5 new
+    assert cache.release([1, 2, 5]) == 1  # only 5 has no holder left: idle 3 4 5
+    assert cache.release([1, 2]) == 2  # idle 3 4 5 1 2
+    cache.trim(2)
+    assert cache.evictions == 3 and host.written_blocks == 3
+    assert host.match([3, 4, 5]) == 3 and host.match([1]) == 0
+    assert cache.match([1, 2]) == 2 and cache.match([3]) == 0
+
+
+def test_a_prompt_whose_first_block_was_evicted_hits_nothing_though_later_blocks_stay() -> None:
+    cache = PrefixCache()
+    assert cache.match([1, 2, 3]) == 0
+    cache.insert([1, 2, 3])
+    assert cache.match([1, 2, 3, 4]) == 3  # a leading run: all of it
+    cache.release([1, 2, 3])
+    cache.trim(2)  # the oldest idle block, the first one, makes room
+    assert cache.evictions == 1
+    assert cache.match([1, 2, 3]) == 0  # blocks 2 and 3 are resident but follow a miss
+
+
+class _BlockByBlock:
+    """The cache's rules spelled out one block at a time (the reference the bulk steps of
+    `PrefixCache` must agree with)."""
+
+    def __init__(self) -> None:
+        self.refs: dict[int, int] = {}
+        self.idle: list[int] = []  # least recent first
+        self.evictions = 0
+
+    def match(self, hashes: list[int]) -> int:
+        n = 0
+        while n < len(hashes) and (hashes[n] in self.refs or hashes[n] in self.idle):
+            n += 1
+        return n
+
+    def pin(self, hashes: list[int]) -> tuple[int, int]:
+        present = woken = 0
+        for h in hashes:
+            if h in self.idle:
+                self.idle.remove(h)
+                woken += 1
+            present += h in self.refs or h in self.idle
+            self.refs[h] = self.refs.get(h, 0) + 1
+        return present + woken, woken
+
+    def release(self, hashes: list[int]) -> int:
+        freed = 0
+        for h in hashes:
+            self.refs[h] -= 1
+            if not self.refs[h]:
+                del self.refs[h]
+                self.idle.append(h)
+                freed += 1
+        return freed
+
+    def trim(self, free: int) -> None:
+        while len(self.idle) > max(free, 0):
+            self.idle.pop(0)
+            self.evictions += 1
+
+
+def test_requests_sharing_prefixes_pin_release_and_evict_as_block_by_block() -> None:
+    # Prompts as the engine sees them: each block's hash stands for all blocks before it (a
+    # path in a small tree of shared prefixes), a request pins the leading run it finds and
+    # caches the rest, releases all of it, and allocations evict idle blocks in between.
+    rng = random.Random(7)
+    paths = [[hash((t, b)) for b in range(rng.randrange(1, 12))] for t in range(3)]
+    for _ in range(12):  # branches: a shared head, then blocks of its own
+        head = rng.choice(paths)[:rng.randrange(1, 6)]
+        paths.append(head + [hash((len(paths), b)) for b in range(rng.randrange(1, 8))])
+    cache, ref = PrefixCache(), _BlockByBlock()
+    running: list[tuple[list[int], int]] = []
+    for _ in range(400):
+        if running and rng.random() < 0.45:
+            hashes, held = running.pop(rng.randrange(len(running)))
+            assert cache.release(hashes[:held]) == ref.release(hashes[:held])
+        else:
+            hashes = rng.choice(paths)[:]
+            hit = cache.match(hashes)
+            assert hit == ref.match(hashes)
+            assert cache.acquire(hashes[:hit]) == ref.pin(hashes[:hit])[1]
+            assert cache.insert(hashes[hit:]) == ref.pin(hashes[hit:])
+            running.append((hashes, len(hashes)))
+        if rng.random() < 0.3:
+            free = rng.randrange(0, 30)
+            cache.trim(free)
+            ref.trim(free)
+        assert (cache.idle_blocks, cache.evictions) == (len(ref.idle), ref.evictions)
+    assert ref.evictions > 0 and running
