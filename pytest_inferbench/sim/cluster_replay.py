@@ -25,7 +25,6 @@ server's HTTP 400, under the same failed-request threshold as the single-engine 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,7 +36,12 @@ from .cluster import Cluster
 from .cluster_driver import client_records, deployment_metrics
 from .driver import kv_tiers
 from .engine import RequestRejectedError
-from .replay_driver import FAILED_REQUEST_THRESHOLD, SimulatedReplay
+from .replay_driver import (
+    FAILED_REQUEST_THRESHOLD,
+    SimulatedReplay,
+    replay_records,
+    scheduled_time,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,7 +91,7 @@ class _Run:
                     f"the last one: {exc}") from None
             self.rejected[len(self.requests)] = RequestRecord(
                 send_time=dispatch.at, end_time=now, input_tokens=tokens, output_tokens=0,
-                success=False, error=f"HTTP 400: {exc}", scheduled_time=_scheduled(dispatch))
+                success=False, error=f"HTTP 400: {exc}", scheduled_time=scheduled_time(dispatch))
             self.requests.append(dispatch.described())
             self.schedule.complete(dispatch.key, now, overflow=is_context_overflow(str(exc)))
             return
@@ -97,7 +101,7 @@ class _Run:
         dispatch = self.sent.pop(key)
         self.done.append((len(self.done), dispatch.at, self.cluster.pop_trace(key)))
         self.prompts.append(prompt_tokens(dispatch.turn.request.input_length, chat=self.chat))
-        self.scheduled.append(_scheduled(dispatch))
+        self.scheduled.append(scheduled_time(dispatch))
         self.requests.append(dispatch.described())
         self.schedule.complete(key, now)
 
@@ -105,18 +109,7 @@ class _Run:
         drafting = any(inst.engine.k for inst in self.cluster.instances)
         served = client_records(self.done, self.prompts, np.asarray(self.scheduled, np.float64),
                                 0.0, drafting)
-        if not self.rejected and not any(q.warmup for q in self.requests):
-            return served
-        out: list[RequestRecord] = []
-        it = iter(served)
-        for pos, q in enumerate(self.requests):
-            record = self.rejected[pos] if pos in self.rejected else next(it)
-            out.append(replace(record, warmup=True) if q.warmup else record)
-        return out
-
-
-def _scheduled(dispatch: Dispatch) -> float:
-    return dispatch.due if dispatch.due is not None else dispatch.at
+        return replay_records(served, self.requests, self.rejected)
 
 
 def simulate_cluster_replay(deployment: Deployment, trees: Sequence[SessionTree],

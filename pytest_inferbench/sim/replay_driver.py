@@ -95,7 +95,7 @@ class _Run:
             self.rejected[len(self.requests)] = RequestRecord(
                 send_time=dispatch.at, end_time=now, input_tokens=tokens, output_tokens=0,
                 success=False, error=f"HTTP 400: {exc}",
-                scheduled_time=_scheduled(dispatch))
+                scheduled_time=scheduled_time(dispatch))
             self.requests.append(dispatch.described())
             self.schedule.complete(dispatch.key, now, failed=True,
                                    overflow=is_context_overflow(str(exc)))
@@ -115,7 +115,7 @@ class _Run:
         self.done.append((len(self.done), send, self.engine.pop_trace(key)))
         self.lengths.append((prompt_tokens(r.input_length, chat=self.chat),
                              dispatch.output_tokens))
-        self.scheduled.append(_scheduled(dispatch))
+        self.scheduled.append(scheduled_time(dispatch))
         self.requests.append(dispatch.described())
         self.schedule.complete(key, now)
 
@@ -124,18 +124,25 @@ class _Run:
         served = finished_records(Finished.of(self.done, self.engine.k > 0), ends,
                                   lengths[:, 0], lengths[:, 1],
                                   np.asarray(self.scheduled, np.float64))
-        warmup = any(q.warmup for q in self.requests)
-        if not self.rejected and not warmup:
-            return served
-        out: list[RequestRecord] = []
-        it = iter(served)
-        for pos, q in enumerate(self.requests):
-            record = self.rejected[pos] if pos in self.rejected else next(it)
-            out.append(replace(record, warmup=True) if q.warmup else record)
-        return out
+        return replay_records(served, self.requests, self.rejected)
 
 
-def _scheduled(dispatch: Dispatch) -> float:
+def replay_records(served: Sequence[RequestRecord], requests: Sequence[ReplayedRequest],
+                   rejected: dict[int, RequestRecord]) -> Sequence[RequestRecord]:
+    """A replay's records in its requests' order: the served ones, the engine's rejections at
+    their places, warmup requests flagged (this replay and a deployment's alike)."""
+    if not rejected and not any(q.warmup for q in requests):
+        return served
+    out: list[RequestRecord] = []
+    it = iter(served)
+    for pos, q in enumerate(requests):
+        record = rejected[pos] if pos in rejected else next(it)
+        out.append(replace(record, warmup=True) if q.warmup else record)
+    return out
+
+
+def scheduled_time(dispatch: Dispatch) -> float:
+    """When the schedule wanted a request sent: its due time, or when it was taken."""
     return dispatch.due if dispatch.due is not None else dispatch.at
 
 
