@@ -66,15 +66,7 @@ class PrefixCache:
             # request caches the whole leading run of its prompt), so the resident ones are a
             # leading run of `hashes` and a bisection finds its end (an engine page may be one
             # token: a prompt of thousands of blocks costs a dozen lookups, not thousands).
-            lo, hi = 0, len(hashes)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                h = hashes[mid]
-                if h in refs or h in idle:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return lo
+            return _leading_run(hashes, lambda h: h in refs or h in idle)
         n = 0
         for h in hashes:
             if h not in refs and h not in idle:
