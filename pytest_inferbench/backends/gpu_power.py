@@ -12,12 +12,10 @@ xdist worker's slice or of no server at all.
 
 from __future__ import annotations
 
-import ipaddress
 import shutil
 import subprocess
 import tempfile
 from typing import IO
-from urllib.parse import urlsplit
 
 from ..results.power import PowerReading, window_power
 
@@ -30,17 +28,6 @@ TOOLS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 NO_TOOL = "none"
 STOP_WAIT_S = 5.0
-
-
-def is_local(base_url: str) -> bool:
-    """Does the URL name this host (localhost, a loopback address)?"""
-    host = urlsplit(base_url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def amd_rows(text: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from ..loadgen.affinity import is_local
 from ..loadgen.scrape import MissingPrometheusParser, Snapshot, point_metrics, scrape
 from ..loadgen.selfcheck import LoopMonitor
 from ..loadgen.server_sampler import GaugeSampler
@@ -26,7 +27,6 @@ from .gpu_power import (
     NOT_LOCAL_REASON,
     GpuPowerMonitor,
     discard,
-    is_local,
     power_reading,
 )
 

@@ -17,6 +17,7 @@ processes is bound to, or stays unpinned when there is none. A server this run d
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +71,19 @@ def _group_members(leader: int, proc: Path) -> list[int]:
     return members
 
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 TCP_LISTEN = "0A"  # the st column of /proc/net/tcp: TCP_LISTEN
+
+
+def is_local(base_url: str) -> bool:
+    """Does the URL name this host (localhost, a loopback address)? The one answer for the
+    client's CPU placement and for sampling the host's GPU power."""
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def loopback_server_group(base_url: str, proc: Path = Path("/proc")) -> int | None:
@@ -79,9 +91,9 @@ def loopback_server_group(base_url: str, proc: Path = Path("/proc")) -> int | No
     host's loopback, else None (a remote server, or a listener not visible in `proc`), and
     None when that group is the client's own (a server in this process or started without a
     group of its own: its processes cannot be told from the client's and its xdist siblings')."""
-    parts = urlsplit(base_url)
-    if parts.hostname not in LOOPBACK_HOSTS:
+    if not is_local(base_url):
         return None
+    parts = urlsplit(base_url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     inodes = _listening_inodes(port, proc)
     if not inodes:

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_inferbench.backends.base import LoadSettings
-from pytest_inferbench.backends.gpu_power import GpuPowerMonitor, amd_rows, is_local
+from pytest_inferbench.backends.gpu_power import GpuPowerMonitor, amd_rows
 from pytest_inferbench.backends.http import HttpServerHandle
+from pytest_inferbench.loadgen.affinity import is_local
 from pytest_inferbench.recipe.launch import ClientOptions, ServerSpec
 from pytest_inferbench.recipe.model import Parallelism, SeqLenSweep, ServerConfig
 from pytest_inferbench.results.build import build_result
