@@ -36,7 +36,7 @@ from pytest_inferbench.recipe.model import ServerConfig
 from pytest_inferbench.recipe.schema import load_recipe
 from pytest_inferbench.results.metrics import summarize
 
-DEFAULT_TREE = Path("/work/shared/inferencex-0801/configs")
+DEFAULT_TREE = Path(__file__).resolve().parents[1].parent / "shared" / "inferencex-0801" / "configs"
 
 
 def master_files(tree: Path) -> list[Path]:

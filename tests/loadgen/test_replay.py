@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from shared_data import CORPUS
 
 from pytest_inferbench.backends.base import PointNotMeasuredError
 from pytest_inferbench.backends.http import HttpServerHandle
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from pytest_inferbench.loadgen.trace_sessions import SessionTree
     from pytest_inferbench.results.metrics import RequestRecord
 
-CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 MODEL = "amd/MiniMax-M3-MXFP4"
 BLOCK = 16  # divides the traces' 64-token blocks: every trace block is whole engine blocks
 

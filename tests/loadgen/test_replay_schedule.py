@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
     from pytest_inferbench.loadgen.replay_schedule import Dispatch
 
-CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 WARMUP_TIME = 0.1
 
 

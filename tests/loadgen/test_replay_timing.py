@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 import pytest
+from shared_data import CORPUS
 
 from pytest_inferbench.loadgen.client import CHAT_ENDPOINT, ClientConfig
 from pytest_inferbench.loadgen.replay import ReplayConfig, ReplayRun, replay
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
     from pytest_inferbench.loadgen.trace_sessions import SessionTree
     from pytest_inferbench.results.metrics import RequestRecord
 
-CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 MODEL = "amd/MiniMax-M3-MXFP4"
 LANES = 3
 TARGET_S = 0.005

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_data import AGENTIC_DATA
 
 from pytest_inferbench.loadgen.synthetic_traces import (
     SyntheticTraceSettings,
@@ -34,8 +35,7 @@ TRACE = re.compile(r"^trace (?P<id>\S+): top=(?P<top>\d+) subagents=(?P<subs>\d+
 def corpus() -> Path:
     """The 3-trace corpus and its checker: `INFERBENCH_AGENTIC_DATA`, else
     `../shared/data/agentic`."""
-    source = Path(os.environ.get("INFERBENCH_AGENTIC_DATA")
-                  or REPO.parent / "shared" / "data" / "agentic")
+    source = AGENTIC_DATA
     if not (source / "check_traces.py").is_file():
         pytest.skip(f"no agentic trace corpus at {source}")
     return source

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_data import CORPUS
 from test_agentic_entries import write
 
 from pytest_inferbench.sim.power import gpu_power
 
-CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 # In a subprocess: a sim-server run's httpx must be the one its `except` clauses name, and
 # pytester's in-process runs forget and re-import modules.
 FAST = ("-p", "no:cacheprovider", "-rs", "--inferbench-backend=sim-server",

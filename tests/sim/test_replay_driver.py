@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from shared_data import CORPUS
 
 from pytest_inferbench.loadgen.replay_prompts import (
     BlockText,
@@ -33,7 +34,6 @@ from pytest_inferbench.sim.replay_driver import SimulatedReplay, simulate_replay
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-CORPUS = Path("/work/shared/data/agentic/traces.jsonl")
 MODEL = "amd/MiniMax-M3-MXFP4"
 needs_corpus = pytest.mark.skipif(not CORPUS.exists(),
                                   reason="the shared agentic corpus is not here")
