@@ -128,8 +128,10 @@ def test_vllm_tpot_histogram_is_compared_with_the_clients_tpot() -> None:
     client = {"mean_tpot_ms": 250.0, "median_tpot_ms": 240.0}
     compared = client_vs_server(client, latency)
     assert compared["mean_tpot_ms"] == pytest.approx(250.0 - 1e3 * statistics.mean(during))
-    assert compared["median_tpot_ms"] == pytest.approx(
-        240.0 - 1e3 * number(tpot["median_s"]))  # type: ignore[operator]
+    # Prometheus-style: the median (rank 1.5 of 3) lies in the (0.2, 0.4] bucket, which
+    # holds ranks 1 to 3, interpolated: 0.2 + 0.2 * (1.5 - 1) / 2 = 0.25 s.
+    assert tpot["median_s"] == pytest.approx(0.25)
+    assert compared["median_tpot_ms"] == pytest.approx(240.0 - 250.0)
 
 
 def test_quantile_interpolates_as_prometheus_histogram_quantile() -> None:

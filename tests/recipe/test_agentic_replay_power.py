@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from test_agentic_entries import write
 from test_agentic_replay_run import B200, TP8_CONC4, _assert_one_energy, _point
+from timing_verdicts import assert_only_timing_verdicts
 
 from pytest_inferbench.sim.power import ENERGY_COUNTER, SECONDS_COUNTER
 
@@ -43,6 +44,7 @@ def test_a_sim_server_replay_at_a_time_scale_prices_its_profiling_phase_in_wall_
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, outcomes
     served = _point(pytester)
+    assert_only_timing_verdicts(served)
     assert served["backend"] == "sim-server" and served["time_scale"] == SCALE
     deltas = served["server_metrics"]["counter_deltas"]
     # The scrapes bracket the profiling phase: the server's token counters say exactly what
