@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..loadgen.replay_prompts import prompt_block_keys, prompt_tokens
-from ..loadgen.replay_schedule import ReplaySchedule, is_context_overflow
+from ..loadgen.replay_schedule import ReplaySchedule
 from ..results.metrics import RequestRecord
 from .cluster import Cluster
 from .cluster_driver import client_records, deployment_metrics
 from .driver import kv_tiers
 from .engine import RequestRejectedError
 from .replay_driver import (
-    FAILED_REQUEST_THRESHOLD,
     SimulatedReplay,
+    reject,
     replay_records,
     scheduled_time,
 )
@@ -84,16 +84,7 @@ class _Run:
                                      block_hashes=keys,
                                      session=(dispatch.play, turn.session_id))
         except RequestRejectedError as exc:
-            if len(self.rejected) + 1 > FAILED_REQUEST_THRESHOLD * (len(self.requests) + 1):
-                raise RequestRejectedError(
-                    f"{len(self.rejected) + 1} of the first {len(self.requests) + 1} requests "
-                    f"of the replay rejected (more than {FAILED_REQUEST_THRESHOLD:.0%}), "
-                    f"the last one: {exc}") from None
-            self.rejected[len(self.requests)] = RequestRecord(
-                send_time=dispatch.at, end_time=now, input_tokens=tokens, output_tokens=0,
-                success=False, error=f"HTTP 400: {exc}", scheduled_time=scheduled_time(dispatch))
-            self.requests.append(dispatch.described())
-            self.schedule.complete(dispatch.key, now, overflow=is_context_overflow(str(exc)))
+            reject(self.rejected, self.requests, self.schedule, dispatch, tokens, exc, now)
             return
         self.sent[dispatch.key] = dispatch
 

@@ -92,20 +92,7 @@ class _Run:
         try:
             engine.add_request(dispatch.key, tokens, dispatch.output_tokens, block_hashes=keys)
         except RequestRejectedError as exc:
-            self.rejected[len(self.requests)] = RequestRecord(
-                send_time=dispatch.at, end_time=now, input_tokens=tokens, output_tokens=0,
-                success=False, error=f"HTTP 400: {exc}",
-                scheduled_time=scheduled_time(dispatch))
-            self.requests.append(dispatch.described())
-            self.schedule.complete(dispatch.key, now, failed=True,
-                                   overflow=is_context_overflow(str(exc)))
-            if self.schedule.aborted is not None:
-                raise RequestRejectedError(f"{self.schedule.aborted} ({exc})") from None
-            if len(self.rejected) > FAILED_REQUEST_THRESHOLD * len(self.requests):
-                raise RequestRejectedError(
-                    f"{len(self.rejected)} of the first {len(self.requests)} requests "
-                    f"of the replay rejected (more than {FAILED_REQUEST_THRESHOLD:.0%}), "
-                    f"the last one: {exc}") from None
+            reject(self.rejected, self.requests, self.schedule, dispatch, tokens, exc, now)
             return
         self.sent[dispatch.key] = (dispatch, dispatch.at)
 
@@ -125,6 +112,26 @@ class _Run:
                                   lengths[:, 0], lengths[:, 1],
                                   np.asarray(self.scheduled, np.float64))
         return replay_records(served, self.requests, self.rejected)
+
+
+def reject(rejected: dict[int, RequestRecord], requests: list[ReplayedRequest],
+           schedule: ReplaySchedule, dispatch: Dispatch, tokens: int,
+           exc: RequestRejectedError, now: float) -> None:
+    """A request the engine refused (a real server answers HTTP 400): its failed record at its
+    place, the schedule told (a context overflow ends its session, a root stream's warmup
+    request aborts the replay), and the replay stopped past AIPerf's failed-request threshold.
+    This replay and a deployment's (`cluster_replay.py`) alike."""
+    rejected[len(requests)] = RequestRecord(
+        send_time=dispatch.at, end_time=now, input_tokens=tokens, output_tokens=0,
+        success=False, error=f"HTTP 400: {exc}", scheduled_time=scheduled_time(dispatch))
+    requests.append(dispatch.described())
+    schedule.complete(dispatch.key, now, failed=True, overflow=is_context_overflow(str(exc)))
+    if schedule.aborted is not None:
+        raise RequestRejectedError(f"{schedule.aborted} ({exc})") from None
+    if len(rejected) > FAILED_REQUEST_THRESHOLD * len(requests):
+        raise RequestRejectedError(
+            f"{len(rejected)} of the first {len(requests)} requests of the replay rejected "
+            f"(more than {FAILED_REQUEST_THRESHOLD:.0%}), the last one: {exc}") from None
 
 
 def replay_records(served: Sequence[RequestRecord], requests: Sequence[ReplayedRequest],

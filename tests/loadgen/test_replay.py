@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 from shared_data import CORPUS
+from trace_files import overflow_trace
 
 from pytest_inferbench.backends.base import PointNotMeasuredError
 from pytest_inferbench.backends.http import HttpServerHandle
@@ -201,23 +202,12 @@ def test_nested_agents_replay_alike_in_process_and_over_http(tmp_path: Path) -> 
                     assert r.send_time >= ends[(1, link.session_id)]
 
 
-def _overflow_trace(tmp_path: Path) -> Path:
-    """One stream of four turns whose third (2048 in) overflows a 1000-token context and whose
-    fourth would fit again."""
-    requests = [{"t": float(k), "type": "n", "model": "x", "in": n, "out": 4,
-                 "hash_ids": list(range(n // 64)), "api_time": 0.1}
-                for k, n in enumerate((64, 128, 2048, 128))]
-    trace = {"id": "overflow", "models": ["x"], "block_size": 64, "hash_id_scope": "local",
-             "requests": requests}
-    path = tmp_path / "overflow.jsonl"
-    path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
-    return path
 
 
 def test_a_context_overflow_ends_its_session_over_http(tmp_path: Path) -> None:
     """The server answers the third turn (2048 in) with HTTP 400 for its 1000-token context:
     that stream ends there in every play, its smaller fourth turn never sent."""
-    run, _ = _serve(tmp_path, _overflow_trace(tmp_path), 1,
+    run, _ = _serve(tmp_path, overflow_trace(tmp_path), 1,
                     ReplayConfig(**FROM_TURN_0, duration_s=2.0, delay_scale=0.0), "0",
                     "--max-model-len", "1000")
     plays: dict[int, list[tuple[int, bool]]] = {}
@@ -233,13 +223,13 @@ def test_a_root_warmup_request_that_fails_aborts_the_replay(tmp_path: Path) -> N
     answers HTTP 400 on the root stream, and the replay stops before profiling (AIPerf exits
     non-zero), over HTTP and in process alike; the point is not measured."""
     settings = ReplayConfig(duration_s=30.0, trajectory_start=(0.25, 0.5))
-    run, _ = _serve(tmp_path, _overflow_trace(tmp_path), 1, settings, "0",
+    run, _ = _serve(tmp_path, overflow_trace(tmp_path), 1, settings, "0",
                     "--max-model-len", "1000")
     assert "warmup request of root stream overflow (lane 0, turn 2) failed" in run.aborted
     assert "maximum context length" in run.aborted  # the server's own words
     assert all(q.warmup for q in run.requests) and not run.cancelled
     assert [q.turn for q in run.requests][-1] == 2
-    tree = sessions(load_traces(_overflow_trace(tmp_path))[0])
+    tree = sessions(load_traces(overflow_trace(tmp_path))[0])
     with pytest.raises(RequestRejectedError, match="warmup request of root stream overflow"):
         _in_process([tree], 1, settings, "--max-model-len", "1000")
 
@@ -256,7 +246,7 @@ def test_an_aborted_replay_leaves_its_point_not_measured(tmp_path: Path) -> None
         server.wait_healthy(timeout_s=60)
         handle = HttpServerHandle(base_url=server.base_url, spec=spec, simulated=True,
                                   time_scale=0.0)
-        load = LoadSettings(replay_duration_s=30.0, traces=_overflow_trace(tmp_path),
+        load = LoadSettings(replay_duration_s=30.0, traces=overflow_trace(tmp_path),
                             trajectory_start=(0.25, 0.5))
         with pytest.raises(PointNotMeasuredError,
                            match=r"warmup request of root stream overflow .*failed"):
@@ -370,7 +360,7 @@ def test_a_joining_turn_waits_for_a_long_subagent_in_process(tmp_path: Path) -> 
 def test_a_context_overflow_ends_its_session_in_process(tmp_path: Path) -> None:
     # Played after four plays of another tree, the one failure stays under a tenth of all.
     gaps = sessions(load_traces(_trace_file(tmp_path))[0])
-    overflow = sessions(load_traces(_overflow_trace(tmp_path))[0])
+    overflow = sessions(load_traces(overflow_trace(tmp_path))[0])
     out = _in_process([gaps] * 4 + [overflow], 1, ReplayConfig(**FROM_TURN_0, duration_s=200.0),
                   "--max-model-len", "1000")
     sent = [(q, r) for q, r in zip(out.requests, out.records, strict=True)

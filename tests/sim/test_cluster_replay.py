@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from trace_files import overflow_trace
 
 from pytest_inferbench.loadgen.replay_prompts import prompt_tokens
 from pytest_inferbench.loadgen.replay_schedule import ReplayConfig
@@ -143,3 +144,15 @@ def test_requests_the_deployment_cannot_run_stop_the_replay_saying_why(tmp_path:
     with pytest.raises(RequestRejectedError, match="maximum context length"):
         simulate_cluster_replay(deployment, _trees(tmp_path, traces=2), 2,
                                 ReplayConfig(duration_s=30.0), chat=True)
+
+
+def test_a_root_warmup_request_the_deployment_refuses_aborts_its_replay(
+        tmp_path: Path) -> None:
+    """As the single engine's replay: t* before the overflowing third turn, so the warmup
+    sends it, the deployment refuses it, and the replay stops before profiling."""
+    tree = sessions(load_traces(overflow_trace(tmp_path))[0])
+    deployment = Deployment(Pool("aggregated", _config("--max-model-len", "1000"), 1))
+    with pytest.raises(RequestRejectedError, match="warmup request of root stream overflow"):
+        simulate_cluster_replay(deployment, [tree], 1,
+                                ReplayConfig(duration_s=30.0, trajectory_start=(0.25, 0.5)),
+                                chat=True)
