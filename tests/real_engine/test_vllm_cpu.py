@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from cpu_watch import CpuWatch
 from vllm_helpers import (
     REPO,
     SERVER_CPU,
@@ -67,7 +68,19 @@ class ExternalVllm:
 
 
 @pytest.fixture(scope="module")
-def external_server(cpu_project: CpuProject, busy_neighbour: int,
+def cpu_watch() -> Iterator[CpuWatch]:
+    watch = CpuWatch()
+    yield watch
+    watch.stop()
+
+
+def cpu_use(watch: CpuWatch, raw: dict[str, Any]) -> str:
+    """Who used the CPUs over the point's measured phase."""
+    return watch.report(raw["benchmark_start_time_unix"], raw["benchmark_end_time_unix"])
+
+
+@pytest.fixture(scope="module")
+def external_server(cpu_project: CpuProject, busy_neighbour: int, cpu_watch: CpuWatch,
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExternalVllm]:
     """A vLLM started here as a user starts it from a shell, kept for both external points."""
     log = tmp_path_factory.mktemp("external") / "vllm.log"
@@ -169,7 +182,8 @@ def verdict(raw: dict[str, Any]) -> str:
 
 
 def test_process_and_external_agree_under_a_busy_neighbour(
-        process_run: PluginRun, external_before: PluginRun, external_after: PluginRun) -> None:
+        process_run: PluginRun, external_before: PluginRun, external_after: PluginRun,
+        cpu_watch: CpuWatch) -> None:
     """The process point against the mean of the external points around it, within 10%. The
     message has vLLM's own median TPOT of each point: a server that ran slower in one of them
     (the host's load moved) shows there as well as in the client's numbers."""
@@ -188,7 +202,7 @@ def test_process_and_external_agree_under_a_busy_neighbour(
         values = [raw[key] for raw in brackets]
         report.append(f"{key}: process {ours[key]:.4g}, external {values[0]:.4g} / "
                       f"{values[1]:.4g}, ratio {ours[key] / (sum(values) / 2):.3f}")
-    report += [f"{name}: {verdict(raw)}"
+    report += [f"{name}: {verdict(raw)}; {cpu_use(cpu_watch, raw)}"
                for name, raw in zip(("process", "external before", "external after"),
                                     (ours, *brackets), strict=True)]
     print("; ".join(report))
