@@ -10,7 +10,7 @@ order of use is the recency.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,28 +33,33 @@ class HostCache:
 
     def match(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of `hashes` are here."""
-        n = 0
-        for h in hashes:
-            if h not in self._lru:
-                break
-            n += 1
-        return n
+        here = list(map(self._lru.__contains__, hashes))  # in C: a prompt may be 1-token pages
+        return here.index(False) if False in here else len(here)
 
     def load(self, hashes: Sequence[int]) -> None:
         """Copy these blocks (here) back to HBM; they stay here, most recently used."""
-        for h in hashes:
-            self._lru.move_to_end(h)
+        deque(map(self._lru.move_to_end, hashes), maxlen=0)
         self.loaded_blocks += len(hashes)
 
-    def store(self, h: int) -> None:
-        """Keep a block HBM holds or lets go of: written unless here already (then only used)."""
-        if h in self._lru:
-            self._lru.move_to_end(h)
-            return
+    def store_many(self, hashes: Sequence[int]) -> None:
+        """Keep blocks HBM holds or lets go of, in order: each written unless here already
+        (then only used)."""
         if not self.capacity_blocks:
             return
-        self._lru[h] = None
-        self.written_blocks += 1
-        if len(self._lru) > self.capacity_blocks:
-            self._lru.popitem(last=False)
-            self.evictions += 1
+        lru, capacity = self._lru, self.capacity_blocks
+        written = evicted = 0
+        for h in hashes:
+            if h in lru:
+                lru.move_to_end(h)
+                continue
+            lru[h] = None
+            written += 1
+            if len(lru) > capacity:
+                lru.popitem(last=False)
+                evicted += 1
+        self.written_blocks += written
+        self.evictions += evicted
+
+    def store(self, h: int) -> None:
+        """Keep one block (`store_many`)."""
+        self.store_many((h,))
