@@ -246,6 +246,8 @@ class _HostByBlock:
         self.written = self.evictions = 0
 
     def store(self, hashes: list[int]) -> None:
+        if not self.capacity:  # no tier
+            return
         for h in hashes:
             if h in self.lru:
                 self.lru.remove(h)
@@ -312,3 +314,27 @@ def test_a_prompt_of_one_token_pages_is_kept_as_one_run_not_block_by_block() -> 
         tracemalloc.stop()
     assert cache.match(hashes) == len(hashes)
     assert kept < 1.5 * sys.getsizeof(hashes)
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 50])
+def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(capacity: int) -> None:
+    # Batches of blocks as HBM writes them through, evicts them and loads them back: new ones,
+    # ones here already, both, and a block twice, long enough for the tier to tidy its order.
+    rng = random.Random(capacity)
+    host, ref = HostCache(capacity_blocks=capacity), _HostByBlock(capacity)
+    for _ in range(3000):
+        batch = [rng.randrange(120) for _ in range(rng.randrange(1, 12))]
+        if rng.random() < 0.3 and ref.lru:
+            here = ref.lru[-rng.randrange(1, len(ref.lru) + 1):]
+            batch = rng.sample(here, min(len(here), 6))
+            if rng.random() < 0.5:
+                assert host.match(batch) == len(batch)
+                host.load(batch)
+                ref.store(batch)  # a load uses them as a store of blocks here does
+                continue
+        host.store_many(batch)
+        ref.store(batch)
+        assert (host.used_blocks, host.written_blocks, host.evictions) == \
+            (len(ref.lru), ref.written, ref.evictions)
+    assert [host.match([h]) for h in range(120)] == [int(h in ref.lru) for h in range(120)]
+    assert capacity == 0 or ref.evictions > 0
