@@ -10,7 +10,7 @@ order of use is the recency.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,39 +22,96 @@ __all__ = ["HostCache"]
 class HostCache:
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity_blocks = max(capacity_blocks, 0)
-        self._lru: OrderedDict[int, None] = OrderedDict()  # least recent first
+        # The use order as a log of hashes, a block's latest entry its last use, and how many
+        # entries each block has in it: the least recently used block is the first one of the
+        # log whose entries are used up. A use appends (no linked list to keep up, as in an
+        # OrderedDict, in C for a batch); the log is rewritten when stale entries outnumber.
+        self._log: deque[int] = deque()
+        self._uses: dict[int, int] = {}  # the blocks here -> their entries in the log
         self.written_blocks = 0  # copies HBM -> DRAM
         self.loaded_blocks = 0  # copies DRAM -> HBM
         self.evictions = 0
 
     @property
     def used_blocks(self) -> int:
-        return len(self._lru)
+        return len(self._uses)
 
     def match(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of `hashes` are here."""
-        n = 0
-        for h in hashes:
-            if h not in self._lru:
-                break
-            n += 1
-        return n
+        uses = self._uses
+        if not hashes or hashes[0] not in uses:  # the common miss, before a pass over them all
+            return 0
+        here = list(map(uses.__contains__, hashes))  # in C: a prompt may be 1-token pages
+        return here.index(False) if False in here else len(here)
 
     def load(self, hashes: Sequence[int]) -> None:
         """Copy these blocks (here) back to HBM; they stay here, most recently used."""
-        for h in hashes:
-            self._lru.move_to_end(h)
+        self._use(hashes)
         self.loaded_blocks += len(hashes)
 
     def store(self, h: int) -> None:
-        """Keep a block HBM holds or lets go of: written unless here already (then only used)."""
-        if h in self._lru:
-            self._lru.move_to_end(h)
+        """Keep one block (`store_many`)."""
+        self.store_many((h,))
+
+    def store_many(self, hashes: Sequence[int]) -> None:
+        """Keep blocks HBM holds or lets go of, in order: each written unless here already
+        (then only used), the least recently used block evicted when one is over."""
+        if not self.capacity_blocks or not hashes:
             return
-        if not self.capacity_blocks:
+        uses = self._uses
+        if uses.keys().isdisjoint(hashes):
+            if len(uses) + len(hashes) <= self.capacity_blocks:  # a prefill's, written through
+                before = len(uses)
+                self._log.extend(hashes)
+                uses.update(dict.fromkeys(hashes, 1))
+                if len(uses) - before < len(hashes):  # a block twice: written once, then used
+                    uses.update((h, n) for h, n in Counter(hashes).items() if n > 1)
+                self.written_blocks += len(uses) - before
+                self._compact()
+                return
+        elif all(map(uses.__contains__, hashes)):  # HBM evicting what it wrote through
+            self._use(hashes)
             return
-        self._lru[h] = None
-        self.written_blocks += 1
-        if len(self._lru) > self.capacity_blocks:
-            self._lru.popitem(last=False)
+        for h in hashes:  # one at a time
+            if h in uses:
+                self._use((h,))
+                continue
+            self._log.append(h)
+            uses[h] = 1
+            self.written_blocks += 1
+            if len(uses) > self.capacity_blocks:
+                self._evict_one()
+
+    def _use(self, hashes: Sequence[int]) -> None:
+        """These blocks (here) are the most recently used, in this order."""
+        uses = self._uses
+        if len(set(hashes)) == len(hashes):
+            uses.update(zip(hashes, map((1).__add__, map(uses.__getitem__, hashes)), strict=True))
+        else:
+            for h in hashes:
+                uses[h] += 1
+        self._log.extend(hashes)
+        self._compact()
+
+    def _evict_one(self) -> None:
+        log, uses = self._log, self._uses
+        while True:
+            h = log.popleft()
+            left = uses[h] - 1
+            if left:  # used again later
+                uses[h] = left
+                continue
+            del uses[h]
             self.evictions += 1
+            return
+
+    def _compact(self) -> None:
+        """Drop the log's stale entries once they outnumber the blocks (a block's last entry
+        kept, in order: the same order of use, in C)."""
+        if len(self._log) <= 2 * len(self._uses) + 1024:
+            return
+        latest = list(dict.fromkeys(reversed(self._log)))
+        latest.reverse()
+        self._log.clear()  # in place: callers hold them
+        self._log.extend(latest)
+        self._uses.update(dict.fromkeys(latest, 1))

@@ -217,9 +217,9 @@ class KVBlocks:
             return
         if self.host_cache is not None and self.config.kv_offload is not None \
                 and self.config.kv_offload.write_through:
-            for h in new:  # copied to DRAM as computed, not only when HBM evicts them
-                self.host_cache.store(h)
-        present, woken = cache.insert(new)
+            # Copied to DRAM as computed, not only when HBM evicts them.
+            self.host_cache.store_many(new)
+        present, woken = cache.insert(req.block_hashes, req.held)
         self.free_blocks += present - woken
         self.slots.shared[slot] += len(new)
         req.held += len(new)

@@ -5,6 +5,8 @@ argv says."""
 from __future__ import annotations
 
 import random
+import sys
+import tracemalloc
 from dataclasses import replace
 
 import pytest
@@ -17,7 +19,7 @@ from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import simulate_point
 from pytest_inferbench.sim.engine import Engine
 from pytest_inferbench.sim.host_cache import HostCache
-from pytest_inferbench.sim.prefix_cache import PrefixCache
+from pytest_inferbench.sim.prefix_cache import PrefixCache, block_hashes
 
 MODEL = "amd/MiniMax-M3-MXFP4"
 PAGE = 64  # the agentic traces' block size, as the engine's page size here
@@ -131,10 +133,10 @@ def test_lru_keeps_the_most_recently_released_blocks() -> None:
     assert cache.match([1, 2, 3, 9]) == 3
     cache.trim(3)  # an allocation took the room of two idle blocks
     assert cache.evictions == 2
-    assert cache.match([1, 2, 3]) == 0 and cache.match([3, 4, 5]) == 3
-    assert cache.acquire([3, 4]) == 2 and cache.idle_blocks == 1
+    assert cache.match([1, 2, 3]) == 0 and cache.match([4, 5]) == 2
+    assert cache.acquire([4, 5]) == 2 and cache.idle_blocks == 1  # 3 stays, idle
     cache.trim(0)  # pinned blocks are never evicted
-    assert cache.match([3, 4]) == 2 and cache.idle_blocks == 0
+    assert cache.match([4, 5]) == 2 and cache.idle_blocks == 0 and cache.evictions == 3
 
 
 def test_a_block_woken_and_released_again_is_the_most_recent_and_evictions_go_to_dram_oldest_first(
@@ -225,7 +227,7 @@ def test_requests_sharing_prefixes_pin_release_and_evict_as_block_by_block() -> 
             hit = cache.match(hashes)
             assert hit == ref.match(hashes)
             assert cache.acquire(hashes[:hit]) == ref.pin(hashes[:hit])[1]
-            assert cache.insert(hashes[hit:]) == ref.pin(hashes[hit:])
+            assert cache.insert(hashes, hit) == ref.pin(hashes[hit:])
             running.append((hashes, len(hashes)))
         if rng.random() < 0.3:
             free = rng.randrange(0, 30)
@@ -233,3 +235,106 @@ def test_requests_sharing_prefixes_pin_release_and_evict_as_block_by_block() -> 
             ref.trim(free)
         assert (cache.idle_blocks, cache.evictions) == (len(ref.idle), ref.evictions)
     assert ref.evictions > 0 and running
+
+
+class _HostByBlock:
+    """The DRAM tier's rules one block at a time: least recently used first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.lru: list[int] = []
+        self.written = self.evictions = 0
+
+    def store(self, hashes: list[int]) -> None:
+        if not self.capacity:  # no tier
+            return
+        for h in hashes:
+            if h in self.lru:
+                self.lru.remove(h)
+                self.lru.append(h)
+                continue
+            self.lru.append(h)
+            self.written += 1
+            if len(self.lru) > self.capacity:
+                self.lru.pop(0)
+                self.evictions += 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_evicted_heads_cached_again_reach_their_resident_tails_as_block_by_block(
+        seed: int) -> None:
+    # A small tree of long prompts and a small cache: evictions take heads of runs and leave
+    # their tails resident; a request that computes the head again pins the tail as present,
+    # and what HBM lets go of reaches DRAM in the same order.
+    rng = random.Random(seed)
+    paths = [[hash((seed, t, b)) for b in range(rng.randrange(4, 40))] for t in range(3)]
+    for _ in range(10):
+        head = rng.choice(paths)[:rng.randrange(1, 30)]
+        paths.append(head + [hash((seed, len(paths), b)) for b in range(rng.randrange(1, 20))])
+    host = HostCache(capacity_blocks=60)
+    cache, ref, ref_host = PrefixCache(host), _BlockByBlock(), _HostByBlock(60)
+    running: list[tuple[list[int], int]] = []
+    for _ in range(300):
+        if running and rng.random() < 0.5:
+            hashes, held = running.pop(rng.randrange(len(running)))
+            assert cache.release(hashes[:held]) == ref.release(hashes[:held])
+        else:
+            hashes = rng.choice(paths)[:]
+            hit = cache.match(hashes)
+            assert hit == ref.match(hashes)
+            assert cache.acquire(hashes[:hit]) == ref.pin(hashes[:hit])[1]
+            assert cache.insert(hashes, hit) == ref.pin(hashes[hit:])
+            running.append((hashes, len(hashes)))
+        if rng.random() < 0.5:
+            free = rng.randrange(0, 40)
+            idle_before = list(ref.idle)
+            cache.trim(free)
+            ref.trim(free)
+            ref_host.store(idle_before[:len(idle_before) - len(ref.idle)])
+        assert (cache.idle_blocks, cache.evictions) == (len(ref.idle), ref.evictions)
+    assert (host.written_blocks, host.evictions) == (ref_host.written, ref_host.evictions)
+    assert [host.match([h]) for p in paths for h in p] == \
+        [int(h in ref_host.lru) for p in paths for h in p]
+    assert ref.evictions > 0 and ref_host.evictions > 0
+
+
+def test_a_prompt_of_one_token_pages_is_kept_as_one_run_not_block_by_block() -> None:
+    # SGLang's page size 1: a prompt of thousands of blocks. Caching, releasing and pinning it
+    # again keeps about a copy of its hashes (one reference a block), not a table entry each.
+    hashes = block_hashes([f"w{i}" for i in range(20_000)], 1)
+    cache = PrefixCache()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert cache.insert(hashes) == (0, 0)
+        assert cache.release(hashes) == len(hashes)
+        assert cache.acquire(hashes[:len(hashes) // 2]) == len(hashes) // 2
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.match(hashes) == len(hashes)
+    assert kept < 1.5 * sys.getsizeof(hashes)
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 50])
+def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(capacity: int) -> None:
+    # Batches of blocks as HBM writes them through, evicts them and loads them back: new ones,
+    # ones here already, both, and a block twice, long enough for the tier to tidy its order.
+    rng = random.Random(capacity)
+    host, ref = HostCache(capacity_blocks=capacity), _HostByBlock(capacity)
+    for _ in range(3000):
+        batch = [rng.randrange(120) for _ in range(rng.randrange(1, 12))]
+        if rng.random() < 0.3 and ref.lru:
+            here = ref.lru[-rng.randrange(1, len(ref.lru) + 1):]
+            batch = rng.sample(here, min(len(here), 6))
+            if rng.random() < 0.5:
+                assert host.match(batch) == len(batch)
+                host.load(batch)
+                ref.store(batch)  # a load uses them as a store of blocks here does
+                continue
+        host.store_many(batch)
+        ref.store(batch)
+        assert (host.used_blocks, host.written_blocks, host.evictions) == \
+            (len(ref.lru), ref.written, ref.evictions)
+    assert [host.match([h]) for h in range(120)] == [int(h in ref.lru) for h in range(120)]
+    assert capacity == 0 or ref.evictions > 0
