@@ -125,7 +125,8 @@ def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: 
     alone is every prompt's), the stream words it covers (the trace blocks they lie in, past
     them the turn's own tail) and, past the `in` words, how many of the chat template's
     closing tokens it holds.
-    The keys are mixed in one vectorized pass (an engine block may be a single token)."""
+    Few blocks (an engine's 16 tokens or more) are mixed one by one in Python integers, many
+    (one-token blocks) in one vectorized pass: the same keys, each the cheaper way."""
     r = turn.request
     words = r.input_length
     blocks = prompt_tokens(words, chat=chat) // block_size
@@ -136,6 +137,35 @@ def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: 
     for h in r.hash_ids[:-(-hashed // trace_block_size)]:
         chain.append(hash((chain[-1], h)))
     chain.append(hash((chain[-1], turn.session_id, turn.index)))  # past them: the turn's tail
+    if blocks > VECTOR_BLOCKS:
+        return _vector_keys(chain, words, hashed, trace_block_size, blocks, block_size,
+                            chat=chat)
+    keys: list[int] = []
+    header = CHAT_HEAD_TOKENS if chat else 0
+    for end in range(block_size, (blocks + 1) * block_size, block_size):
+        if end <= header:  # a block of the chat header alone (a one-token block)
+            key = _mix_int(0, end)
+        else:
+            covered = end if end < words else words
+            head = chain[-(-covered // trace_block_size) if covered <= hashed else -1]
+            key = _mix_int(_mix_int(head & _U64, covered), end - covered)
+        keys.append(key - _2_64 if key >> 63 else key)  # as a signed 64-bit integer
+    return tuple(keys)
+
+
+# Above this many blocks a prompt's keys are mixed as numpy arrays: per block they cost less
+# than Python integers, per call more (a dozen array operations).
+VECTOR_BLOCKS = 48
+
+_M1 = 0x9E3779B97F4A7C15
+_M2 = 0xBF58476D1CE4E5B9
+_U64 = (1 << 64) - 1
+_2_64 = 1 << 64
+
+
+def _vector_keys(chain: list[int], words: int, hashed: int, trace_block_size: int,
+                 blocks: int, block_size: int, *, chat: bool) -> tuple[int, ...]:
+    """`prompt_block_keys` for many blocks: the same keys, mixed as arrays."""
     ends = np.arange(1, blocks + 1, dtype=np.int64) * block_size
     covered = np.minimum(ends, words)
     which = np.where(covered <= hashed, -(-covered // trace_block_size), len(chain) - 1)
@@ -148,11 +178,18 @@ def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: 
     return out
 
 
+def _mix_int(key: int, value: int) -> int:
+    """`_mix` of one unsigned 64-bit key and a non-negative value, in Python integers."""
+    x = key ^ ((value * _M1) & _U64)
+    x = ((x ^ (x >> 31)) * _M2) & _U64
+    return x ^ (x >> 29)
+
+
 def _mix(keys: npt.NDArray[np.uint64], values: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """One 64-bit key for each (key, value) pair (a multiply-xorshift mix: distinct pairs
-    collide with a chance of about 2**-64)."""
+    collide with a chance of about 2**-64; `_mix_int` is the same mix for one pair)."""
     with np.errstate(over="ignore"):
-        x = keys ^ (values.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-        x = (x ^ (x >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = keys ^ (values.astype(np.uint64) * np.uint64(_M1))
+        x = (x ^ (x >> np.uint64(31))) * np.uint64(_M2)
         mixed: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(29))
     return mixed

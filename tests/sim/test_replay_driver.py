@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 from shared_data import CORPUS
 
+from pytest_inferbench.loadgen import replay_prompts
 from pytest_inferbench.loadgen.replay_prompts import (
     BlockText,
     marker,
@@ -54,8 +55,12 @@ def _replay(trees: Sequence[SessionTree], lanes: int, settings: ReplayConfig, *,
 @needs_corpus
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
 @pytest.mark.parametrize("block", [1, 16, 48, 64])
+@pytest.mark.parametrize("vector_blocks", [0, 10**9], ids=["arrays", "integers"])
 def test_block_keys_are_equal_where_the_servers_hashes_of_the_sent_prompts_are(
-        chat: bool, block: int) -> None:
+        chat: bool, block: int, vector_blocks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both ways of mixing the keys (numpy arrays for many blocks, Python integers for few)
+    # are held to the server's hashes, whatever the prompt's block count.
+    monkeypatch.setattr(replay_prompts, "VECTOR_BLOCKS", vector_blocks)
     server_to_key: dict[int, int] = {}
     key_to_server: dict[int, int] = {}
     blocks = 0
