@@ -152,40 +152,12 @@ def plan(engine: Engine, max_steps: int, max_duration_s: float = math.inf) -> St
         ctx_sum = (int(ctx0.sum()) + len(idx) * steps).astype(np.float64)
         win_sum = _window_sums(ctx0, n, int(win)) if math.isfinite(win) else ctx_sum
     streams = engine.random_streams() if engine.config.jitter > 0 else None
-    if streams is None and math.isfinite(max_duration_s):
-        durations = _price_until(engine, float(len(idx)), ctx_sum, win_sum, max_duration_s)
-        return Stretch(idx, ctx0, durations, streams)
     durations = engine.cost.stretch(float(len(idx)), ctx_sum, win_sum) * engine.jitter(n)
     if math.isfinite(max_duration_s):
         cut = int(np.searchsorted(np.cumsum(durations), max_duration_s)) + 1
         if cut < n:
             durations = durations[:max(cut, 1)]
     return Stretch(idx, ctx0, durations, streams)
-
-
-def _price_until(engine: Engine, seqs: float, ctx_sum: npt.NDArray[np.float64],
-                 win_sum: npt.NDArray[np.float64], max_duration_s: float
-                 ) -> npt.NDArray[np.float64]:
-    """The durations of a stretch's steps up to the one that reaches `max_duration_s`, or of
-    all: the first step priced alone, then ever longer runs, so a stretch the next arrival
-    cuts after a step or two does not price the steps it never runs (without jitter; a step's
-    price does not depend on how many are priced with it). The running total adds the steps
-    in order, as the cumulative sum of all of them would."""
-    n = len(ctx_sum)
-    parts: list[npt.NDArray[np.float64]] = []
-    total = 0.0
-    start, size = 0, 1
-    while start < n:
-        stop = min(n, start + size)
-        part = engine.cost.stretch(seqs, ctx_sum[start:stop], win_sum[start:stop])
-        for i, d in enumerate(part.tolist()):
-            total += d
-            if total >= max_duration_s:
-                parts.append(part[:i + 1])
-                return np.concatenate(parts) if len(parts) > 1 else parts[0]
-        parts.append(part)
-        start, size = stop, 2 * size
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 def commit(engine: Engine, stretch: Stretch, n: int) -> StepBatch:
