@@ -115,7 +115,7 @@ def prompt_tokens(input_length: int, *, chat: bool) -> int:
 
 
 def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: int, *,
-                      chat: bool) -> tuple[int, ...]:
+                      chat: bool, known: tuple[int, ...] = ()) -> tuple[int, ...]:
     """A key for each full `block_size` block of the prompt sent for `turn` in play `play`,
     without building its text: two blocks' keys are equal exactly where the simulated server's
     content hashes of the sent prompts are (`sim.prefix_cache.block_hashes`, each hash standing
@@ -125,7 +125,9 @@ def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: 
     alone is every prompt's), the stream words it covers (the trace blocks they lie in, past
     them the turn's own tail) and, past the `in` words, how many of the chat template's
     closing tokens it holds.
-    The keys are mixed in one vectorized pass (an engine block may be a single token)."""
+    `known`: the keys of its leading blocks where the caller has them (`PromptKeys`); only
+    the blocks past them are mixed, few (an engine's 16 tokens or more) one by one in Python
+    integers, many (one-token blocks) in one vectorized pass: the same keys either way."""
     r = turn.request
     words = r.input_length
     blocks = prompt_tokens(words, chat=chat) // block_size
@@ -136,7 +138,92 @@ def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: 
     for h in r.hash_ids[:-(-hashed // trace_block_size)]:
         chain.append(hash((chain[-1], h)))
     chain.append(hash((chain[-1], turn.session_id, turn.index)))  # past them: the turn's tail
-    ends = np.arange(1, blocks + 1, dtype=np.int64) * block_size
+    start = min(len(known), blocks)
+    if blocks - start > VECTOR_BLOCKS:
+        return known[:start] + _vector_keys(chain, words, hashed, trace_block_size, start,
+                                            blocks, block_size, chat=chat)
+    keys = list(known[:start])
+    header = CHAT_HEAD_TOKENS if chat else 0
+    for end in range((start + 1) * block_size, (blocks + 1) * block_size, block_size):
+        if end <= header:  # a block of the chat header alone (a one-token block)
+            key = _mix_int(0, end)
+        else:
+            covered = end if end < words else words
+            head = chain[-(-covered // trace_block_size) if covered <= hashed else -1]
+            key = _mix_int(_mix_int(head & _U64, covered), end - covered)
+        keys.append(key - _2_64 if key >> 63 else key)  # as a signed 64-bit integer
+    return tuple(keys)
+
+
+# Up to this many blocks a prompt's keys are mixed afresh: looking up the previous turn's
+# costs about as much as mixing them.
+FEW_BLOCKS = 8
+
+
+class PromptKeys:
+    """`prompt_block_keys` of one replay's prompts at one engine block size. A stream's turn
+    re-sends the stream's previous prompt and extends it, so its leading blocks' keys are
+    the previous turn's (the same play, the same trace blocks over the same words): only the
+    blocks past the prefix the two share are mixed (the keys of any earlier prompt of the
+    play would do: what the two share is checked). The previous prompt is kept per
+    (play, stream) until the stream's last turn."""
+
+    def __init__(self, block_size: int, *, chat: bool) -> None:
+        self.block_size = block_size
+        self.chat = chat
+        self.reused = 0  # keys taken from a previous turn's
+        self._last: dict[tuple[int, str], tuple[tuple[int, ...], int, tuple[int, ...]]] = {}
+
+    def __call__(self, turn: Turn, trace_block_size: int, play: int, *,
+                 last: bool) -> tuple[int, ...]:
+        """The keys of `turn`'s prompt in play `play`; `last`: its stream's last turn."""
+        r = turn.request
+        stream = (play, turn.session_id)
+        if prompt_tokens(r.input_length, chat=self.chat) // self.block_size <= FEW_BLOCKS:
+            if last:
+                self._last.pop(stream, None)
+            return prompt_block_keys(turn, trace_block_size, play, self.block_size,
+                                     chat=self.chat)
+        previous = self._last.pop(stream, None)
+        hashed = min(r.input_length, len(r.hash_ids) * trace_block_size)
+        known: tuple[int, ...] = ()
+        if previous is not None:
+            ids, was_hashed, keys = previous
+            # Blocks that both prompts fill from the same leading trace blocks: their keys.
+            shared = len(ids) if r.hash_ids[:len(ids)] == ids else _common(ids, r.hash_ids)
+            known = keys[:min(was_hashed, hashed, shared * trace_block_size) // self.block_size]
+            self.reused += len(known)
+        out = prompt_block_keys(turn, trace_block_size, play, self.block_size, chat=self.chat,
+                                known=known)
+        if not last:
+            self._last[stream] = (r.hash_ids, hashed, out)
+        return out
+
+
+def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading entries `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+# Above this many blocks a prompt's keys are mixed as numpy arrays: per block they cost less
+# than Python integers, per call more (a dozen array operations).
+VECTOR_BLOCKS = 48
+
+_M1 = 0x9E3779B97F4A7C15
+_M2 = 0xBF58476D1CE4E5B9
+_U64 = (1 << 64) - 1
+_2_64 = 1 << 64
+
+
+def _vector_keys(chain: list[int], words: int, hashed: int, trace_block_size: int,
+                 start: int, blocks: int, block_size: int, *, chat: bool) -> tuple[int, ...]:
+    """`prompt_block_keys` of blocks `start` .. `blocks` - 1, mixed as arrays."""
+    ends = np.arange(start + 1, blocks + 1, dtype=np.int64) * block_size
     covered = np.minimum(ends, words)
     which = np.where(covered <= hashed, -(-covered // trace_block_size), len(chain) - 1)
     head = np.asarray(chain, dtype=np.int64)[which].view(np.uint64)
@@ -148,11 +235,18 @@ def prompt_block_keys(turn: Turn, trace_block_size: int, play: int, block_size: 
     return out
 
 
+def _mix_int(key: int, value: int) -> int:
+    """`_mix` of one unsigned 64-bit key and a non-negative value, in Python integers."""
+    x = key ^ ((value * _M1) & _U64)
+    x = ((x ^ (x >> 31)) * _M2) & _U64
+    return x ^ (x >> 29)
+
+
 def _mix(keys: npt.NDArray[np.uint64], values: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """One 64-bit key for each (key, value) pair (a multiply-xorshift mix: distinct pairs
-    collide with a chance of about 2**-64)."""
+    collide with a chance of about 2**-64; `_mix_int` is the same mix for one pair)."""
     with np.errstate(over="ignore"):
-        x = keys ^ (values.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-        x = (x ^ (x >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = keys ^ (values.astype(np.uint64) * np.uint64(_M1))
+        x = (x ^ (x >> np.uint64(31))) * np.uint64(_M2)
         mixed: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(29))
     return mixed

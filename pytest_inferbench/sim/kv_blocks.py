@@ -60,7 +60,10 @@ class KVBlocks:
         return -(-tokens // self.block_size)
 
     def run_array(self) -> npt.NDArray[np.int64]:
-        """The running slots as an array (cached until the running set changes)."""
+        """The running slots as an array (kept in step with the running set once built: a
+        running set of hundreds changes at nearly every step, and building the array from
+        the list costs several times what cutting one slot out of it or adding one does).
+        A fresh array each change: a caller may hold the one it had."""
         if self._run_cache is None:
             self._run_cache = np.asarray(self.running, dtype=np.int64)
         return self._run_cache
@@ -72,8 +75,10 @@ class KVBlocks:
             # Its cached blocks stay resident for whoever comes next, free unless pinned.
             self.free_blocks += self.prefix_cache.release(req.block_hashes[:req.held])
             req.held = 0
-        self.running.remove(slot)
-        self._run_cache = None
+        at = self.running.index(slot)
+        del self.running[at]
+        if self._run_cache is not None:
+            self._run_cache = np.concatenate((self._run_cache[:at], self._run_cache[at + 1:]))
         self.slots.free(slot)
 
     def note_usage(self) -> None:
@@ -156,7 +161,8 @@ class KVBlocks:
             if req.first_scheduled < 0:
                 req.first_scheduled = self.steps_done
             self.running.append(slot)
-            self._run_cache = None
+            if self._run_cache is not None:
+                self._run_cache = np.append(self._run_cache, slot)
             if req.kv_ready:
                 budget -= self._admit_with_kv(slot, req, chunks)
             else:

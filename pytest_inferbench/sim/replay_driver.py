@@ -5,9 +5,10 @@ way the simulated server receives it from the HTTP replay -- the same prompt len
 (`replay_prompts.prompt_tokens`), `max_tokens` = the recorded output (one token for a warmup
 request, whose record is flagged `warmup`), and the prompt's block
 keys equal where the server's content hashes of the same prompt text are
-(`replay_prompts.prompt_block_keys`), so the prefix cache hits what it hits over HTTP -- and
-tells the schedule when each finished, at the end of the engine step that emitted its last
-token. Between events the engine runs stretches of identical decode steps in one go
+(`replay_prompts.prompt_block_keys`; a stream's turn reuses the keys of the prefix it shares
+with the stream's previous turn, `PromptKeys`), so the prefix cache hits what it hits over
+HTTP -- and tells the schedule when each finished, at the end of the engine step that emitted
+its last token. Between events the engine runs stretches of identical decode steps in one go
 (`stretch.advance`), so a long replay costs engine events, not tokens.
 
 As in the fixed-length driver, a request the schedule makes due while a step runs joins the
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..loadgen.replay_prompts import prompt_block_keys, prompt_tokens
+from ..loadgen.replay_prompts import PromptKeys, prompt_tokens
 from ..loadgen.replay_schedule import ReplaySchedule, is_context_overflow
 from ..results.metrics import RequestRecord
 from .driver import MAX_STRETCH, Finished, StepTimeline, finished_records, server_metrics
@@ -81,13 +82,15 @@ class _Run:
         self.scheduled: list[float] = []
         self.requests: list[ReplayedRequest] = []
         self.rejected: dict[int, RequestRecord] = {}  # finish position -> its failed record
+        self.keys = PromptKeys(engine.block_size, chat=chat)
 
     def admit(self, dispatch: Dispatch, now: float) -> None:
         turn, trace = dispatch.turn, dispatch.tree.trace
         r = turn.request
         engine = self.engine
-        keys = (prompt_block_keys(turn, trace.block_size, dispatch.play, engine.block_size,
-                                  chat=self.chat) if engine.prefix_cache is not None else ())
+        keys = (self.keys(turn, trace.block_size, dispatch.play,
+                          last=dispatch.tree.streams[turn.session_id][-1] is turn)
+                if engine.prefix_cache is not None else ())
         tokens = prompt_tokens(r.input_length, chat=self.chat)
         try:
             engine.add_request(dispatch.key, tokens, dispatch.output_tokens, block_hashes=keys)

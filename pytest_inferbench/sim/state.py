@@ -167,13 +167,21 @@ def plan_draws(remaining: int | IntArray, min_emit: int) -> int | IntArray:
     return counts
 
 
-def decode_plan(remaining: int, accepted: IntArray) -> tuple[int, IntArray, IntArray]:
-    """A speculative decode plan: each step emits its accepted drafts plus one token, until
-    `remaining` tokens are out. Returns (steps, tokens emitted before each step, accepted
-    drafts of each step); the last step's surplus drafts are accepted but not emitted."""
-    emitted = accepted.cumsum()
-    emitted += np.arange(1, len(accepted) + 1)
+def plan_sums(remaining: int, accepted: IntArray) -> tuple[int, IntArray, IntArray]:
+    """A speculative decode plan's running sums: each step emits its accepted drafts plus one
+    token, until `remaining` tokens are out. Returns (steps, accepted drafts and tokens
+    emitted after each drawn step); only the first `steps` entries belong to the plan."""
+    accepted_sums = accepted.cumsum()
+    emitted = accepted_sums + np.arange(1, len(accepted) + 1)
     steps = int(emitted.searchsorted(remaining)) + 1 if remaining > 0 else 0
+    return steps, accepted_sums, emitted
+
+
+def decode_plan(remaining: int, accepted: IntArray) -> tuple[int, IntArray, IntArray]:
+    """A speculative decode plan (`plan_sums`). Returns (steps, tokens emitted before each
+    step, accepted drafts of each step); the last step's surplus drafts are accepted but not
+    emitted."""
+    steps, _, emitted = plan_sums(remaining, accepted)
     before: IntArray = np.zeros(steps, dtype=np.int64)
     before[1:] = emitted[:steps - 1]
     return steps, before, accepted[:steps]
@@ -239,16 +247,17 @@ class SlotTable:
         if not remaining:  # nothing left to plan (a prefill instance's requests)
             self.plan_steps[slot] = self.cum[slot, 0] = self.acc_cum[slot, 0] = 0
             return
-        # Only columns 0..steps are ever read: p never passes plan_steps.
-        steps, before, _ = decode_plan(remaining, accepted)
+        # Only columns 0..steps are ever read: p never passes plan_steps. The rows hold the
+        # plan's running sums from 0 (`decode_plan`'s tokens before each step, then all).
+        steps, accepted_sums, emitted = plan_sums(remaining, accepted)
         if steps + 1 > self.width:
             self._grow(steps + 1)
         self.plan_steps[slot] = steps
         cum, acc = self.cum[slot], self.acc_cum[slot]
-        cum[:steps] = before
-        cum[steps] = remaining if steps else 0
-        acc[0] = 0
-        np.cumsum(accepted[:steps], out=acc[1:steps + 1])
+        cum[0] = acc[0] = 0
+        cum[1:steps] = emitted[:steps - 1]
+        cum[steps] = remaining
+        acc[1:steps + 1] = accepted_sums[:steps]
         self.acc_raw[slot, :steps] = accepted[:steps]
 
     def close_histogram(self, slot: int, c: CounterState) -> None:

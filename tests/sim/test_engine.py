@@ -337,3 +337,43 @@ def test_a_stretch_priced_as_numbers_or_as_arrays_gives_the_same_durations(
                       for c, w in zip(ctx.tolist(), win.tolist(), strict=True)]
         np.testing.assert_array_equal(as_arrays, np.array(one_by_one))
         np.testing.assert_array_equal(cost.stretch(seqs, ctx[:5], win[:5]), as_arrays[:5])
+
+
+@pytest.mark.parametrize("config", [BASE, replace(BASE, spec=EAGLE)], ids=["plain", "eagle3"])
+def test_a_stretch_cut_by_the_next_arrival_has_the_durations_of_the_whole_one_cut(
+        config: EngineConfig) -> None:
+    # A stretch cut at a duration prices only the steps up to the cut: the same durations as
+    # the whole stretch priced and cut after the step whose running total reaches it.
+    engine = Engine(config)
+    for i in range(8):
+        engine.add_request(i, 100 + 50 * i, 400 + 30 * i)
+    while (whole := plan(engine, 1 << 20)) is None:
+        engine.step()
+    sums = np.cumsum(whole.durations)
+    assert whole.n > 20
+    for limit in (sums[0] / 2, sums[0], (sums[0] + sums[1]) / 2, sums[2], sums[17], sums[-1],
+                  2 * sums[-1]):
+        cut = plan(engine, 1 << 20, float(limit))
+        assert cut is not None
+        np.testing.assert_array_equal(
+            cut.durations, whole.durations[:int(np.searchsorted(sums, limit)) + 1])
+
+
+def test_the_running_slots_array_follows_admissions_and_finishes() -> None:
+    # The array of running slots is kept in step with the running set, not rebuilt.
+    engine = Engine(BASE)
+    lengths = [(200 + 37 * i, 5 + 3 * (i % 7)) for i in range(40)]
+    for i, (prompt, out) in enumerate(lengths[:10]):
+        engine.add_request(i, prompt, out)
+    added = 10
+    changes = 0
+    while engine.has_work():
+        before = list(engine.running)
+        finished = engine.step().finished
+        changes += before != engine.running
+        np.testing.assert_array_equal(engine.run_array(), np.asarray(engine.running))
+        for _ in finished:
+            if added < len(lengths):
+                engine.add_request(added, *lengths[added])
+                added += 1
+    assert added == len(lengths) and changes > len(lengths)

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 import pytest
 from shared_data import CORPUS
 
+from pytest_inferbench.loadgen import replay_prompts
 from pytest_inferbench.loadgen.replay_prompts import (
     BlockText,
+    PromptKeys,
     marker,
     prompt_block_keys,
     prompt_text,
@@ -24,8 +26,8 @@ from pytest_inferbench.loadgen.replay_prompts import (
 )
 from pytest_inferbench.loadgen.replay_schedule import FROM_TURN_0, ReplayConfig
 from pytest_inferbench.loadgen.tokenizer import render_chat
-from pytest_inferbench.loadgen.trace_sessions import SessionTree, sessions
-from pytest_inferbench.loadgen.traces import load_traces
+from pytest_inferbench.loadgen.trace_sessions import SessionTree, Turn, sessions
+from pytest_inferbench.loadgen.traces import TraceRequest, load_traces
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.engine import Engine, RequestRejectedError
 from pytest_inferbench.sim.prefix_cache import block_hashes
@@ -54,8 +56,12 @@ def _replay(trees: Sequence[SessionTree], lanes: int, settings: ReplayConfig, *,
 @needs_corpus
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
 @pytest.mark.parametrize("block", [1, 16, 48, 64])
+@pytest.mark.parametrize("vector_blocks", [0, 10**9], ids=["arrays", "integers"])
 def test_block_keys_are_equal_where_the_servers_hashes_of_the_sent_prompts_are(
-        chat: bool, block: int) -> None:
+        chat: bool, block: int, vector_blocks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both ways of mixing the keys (numpy arrays for many blocks, Python integers for few)
+    # are held to the server's hashes, whatever the prompt's block count.
+    monkeypatch.setattr(replay_prompts, "VECTOR_BLOCKS", vector_blocks)
     server_to_key: dict[int, int] = {}
     key_to_server: dict[int, int] = {}
     blocks = 0
@@ -75,6 +81,40 @@ def test_block_keys_are_equal_where_the_servers_hashes_of_the_sent_prompts_are(
                     assert key_to_server.setdefault(k, h) == h
                 blocks += len(hashes)
     assert len(server_to_key) < blocks  # blocks are shared: the equalities were put to test
+
+
+@needs_corpus
+@pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
+@pytest.mark.parametrize("block", [1, 16, 48, 64])
+def test_a_streams_turns_reuse_their_previous_turns_keys_and_get_the_same_keys(
+        chat: bool, block: int) -> None:
+    keys = PromptKeys(block, chat=chat)
+    for play, tree in enumerate(_trees(CORPUS) * 2):  # each trace in two plays
+        for turns in tree.streams.values():
+            for turn in turns:
+                assert keys(turn, tree.trace.block_size, play, last=turn is turns[-1]) == \
+                    prompt_block_keys(turn, tree.trace.block_size, play, block, chat=chat)
+    assert keys.reused > 0  # the reuse was put to the test
+    assert not keys._last  # every stream's prompt was dropped at its last turn
+
+
+@pytest.mark.parametrize("block", [1, 16, 64])
+def test_a_turn_that_does_not_extend_its_streams_previous_prompt_gets_its_own_keys(
+        block: int) -> None:
+    # A later turn whose trace blocks part from the previous turn's (a compacted context)
+    # shares the keys of the blocks before they part, and only those.
+    def turn(index: int, hash_ids: tuple[int, ...], words: int) -> Turn:
+        return Turn("s", index, TraceRequest(t=0.0, streaming=True, model="m",
+                                             input_length=words, output_length=1,
+                                             hash_ids=hash_ids),
+                    delay=None, hit_blocks=0, total_blocks=0)
+    first = turn(0, tuple(range(20)), 20 * 64)
+    later = turn(1, (*range(7), 99, *range(8, 30)), 30 * 64 + 10)
+    keys = PromptKeys(block, chat=True)
+    got = [keys(t, 64, 3, last=False) for t in (first, later)]
+    assert got == [prompt_block_keys(t, 64, 3, block, chat=True) for t in (first, later)]
+    assert got[0][:7 * 64 // block] == got[1][:7 * 64 // block]
+    assert got[0][7 * 64 // block] != got[1][7 * 64 // block]
 
 
 @needs_corpus
