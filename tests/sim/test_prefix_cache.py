@@ -316,11 +316,12 @@ def test_a_prompt_of_one_token_pages_is_kept_as_one_run_not_block_by_block() -> 
     assert kept < 1.5 * sys.getsizeof(hashes)
 
 
-@pytest.mark.parametrize("capacity", [0, 1, 50, 110])
+@pytest.mark.parametrize("capacity", [0, 1, 50, 119, 200])
 def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(capacity: int) -> None:
     # Batches of blocks as HBM writes them through, evicts them and loads them back: new ones,
     # ones here already, both, and a block twice, long enough for the tier to tidy its order
-    # (110 of the 120 blocks: it fills late, after many uses while it could not evict yet).
+    # (119 of the 120 blocks: it fills late; 200: only once new blocks follow, after thousands
+    # of uses while it could not evict yet).
     rng = random.Random(capacity)
     host, ref = HostCache(capacity_blocks=capacity), _HostByBlock(capacity)
     for _ in range(3000):
@@ -338,12 +339,14 @@ def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(capacity: int) 
         assert (host.used_blocks, host.written_blocks, host.evictions) == \
             (len(ref.lru), ref.written, ref.evictions)
     assert [host.match([h]) for h in range(120)] == [int(h in ref.lru) for h in range(120)]
-    assert capacity == 0 or ref.evictions > 0
     # The whole order of use: new blocks, one at a time, evict the rest least recent first.
     for h in range(1000, 1000 + capacity):
         host.store(h)
         ref.store([h])
         assert [host.match([b]) for b in range(120)] == [int(b in ref.lru) for b in range(120)]
+    assert (host.used_blocks, host.written_blocks, host.evictions) == \
+        (len(ref.lru), ref.written, ref.evictions)
+    assert capacity == 0 or ref.evictions > 0
 
 
 class _Block(int):
