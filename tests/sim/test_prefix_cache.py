@@ -316,10 +316,12 @@ def test_a_prompt_of_one_token_pages_is_kept_as_one_run_not_block_by_block() -> 
     assert kept < 1.5 * sys.getsizeof(hashes)
 
 
-@pytest.mark.parametrize("capacity", [0, 1, 50])
+@pytest.mark.parametrize("capacity", [0, 1, 50, 119, 200])
 def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(capacity: int) -> None:
     # Batches of blocks as HBM writes them through, evicts them and loads them back: new ones,
-    # ones here already, both, and a block twice, long enough for the tier to tidy its order.
+    # ones here already, both, and a block twice, long enough for the tier to tidy its order
+    # (119 of the 120 blocks: it fills late; 200: only once new blocks follow, after thousands
+    # of uses while it could not evict yet).
     rng = random.Random(capacity)
     host, ref = HostCache(capacity_blocks=capacity), _HostByBlock(capacity)
     for _ in range(3000):
@@ -337,4 +339,39 @@ def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(capacity: int) 
         assert (host.used_blocks, host.written_blocks, host.evictions) == \
             (len(ref.lru), ref.written, ref.evictions)
     assert [host.match([h]) for h in range(120)] == [int(h in ref.lru) for h in range(120)]
+    # The whole order of use: new blocks, one at a time, evict the rest least recent first.
+    for h in range(1000, 1000 + capacity):
+        host.store(h)
+        ref.store([h])
+        assert [host.match([b]) for b in range(120)] == [int(b in ref.lru) for b in range(120)]
+    assert (host.used_blocks, host.written_blocks, host.evictions) == \
+        (len(ref.lru), ref.written, ref.evictions)
     assert capacity == 0 or ref.evictions > 0
+
+
+class _Block(int):
+    """A block hash that counts its look-ups in a table (each hashes it once)."""
+
+    lookups = 0
+
+    def __hash__(self) -> int:
+        _Block.lookups += 1
+        return int.__hash__(self)
+
+
+def test_a_dram_tier_with_room_looks_each_block_up_once_a_store_and_never_on_a_load() -> None:
+    # Most dram points never fill their tier: while it has room, a block written through, let
+    # go of by HBM (here already: used) and loaded back costs one table look-up a store (one
+    # in millions of blocks is a cache miss, the tier's whole cost), a load none.
+    host = HostCache(capacity_blocks=10_000)
+    prompt = [_Block(h) for h in range(3_000, 3_500)]
+    _Block.lookups = 0
+    host.store_many(prompt)
+    written = _Block.lookups
+    host.store_many(prompt)
+    used = _Block.lookups - written
+    assert host.match(prompt) == len(prompt)
+    _Block.lookups = 0
+    host.load(prompt)
+    assert (written, used, _Block.lookups) == (len(prompt), len(prompt), 0)
+    assert (host.written_blocks, host.loaded_blocks, host.used_blocks) == (500, 500, 500)
