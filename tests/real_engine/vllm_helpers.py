@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -98,14 +98,28 @@ class PluginRun:
     elapsed_s: float
 
     def points(self) -> dict[str, dict[str, object]]:
-        """Raw point files by node and concurrency: `conc8`, `mtp-conc8`."""
+        """The recipe's raw point files by node and concurrency: `conc8`, `mtp-conc8`."""
         found: dict[str, dict[str, object]] = {}
         for path in sorted((self.results / "points").glob("tinyllama_*.json")):
+            if "_test-" in path.name:  # a Python benchmark's point (its test's name ends it)
+                continue
             raw = json.loads(path.read_text())
             info = raw["inferbench"]
             spec = "mtp-" if info["spec_decoding"] != "none" else ""
             found[f"{spec}conc{info['conc']}"] = raw
         return found
+
+
+    def test_points(self, test: str) -> list[dict[str, Any]]:
+        """A Python benchmark's raw points in call order: its file names end with the test's
+        name, a digest of its node id and, from the second call on, the call's number."""
+        tag = re.sub(r"[^A-Za-z0-9.-]+", "-", test)  # as the file names write it
+        numbered = []
+        for path in (self.results / "points").glob(f"tinyllama_*_{tag}-*.json"):
+            call = re.fullmatch(rf".*_{tag}-[0-9a-f]+(?:-(\d+))?", path.stem)
+            assert call is not None, path.name
+            numbered.append((int(call.group(1) or 1), json.loads(path.read_text())))
+        return [raw for _, raw in sorted(numbered, key=lambda pair: pair[0])]
 
 
 def plugin_env() -> dict[str, str]:
