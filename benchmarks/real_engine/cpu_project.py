@@ -90,7 +90,8 @@ def launch_text(python: Path) -> str:
         f"command: {json.dumps(command)}",
         f"args: {json.dumps(args)}",
         # 1 GiB of KV cache (vLLM's CPU default is 4): the model is tiny, the host shared.
-        # The engine in the API server's process (no EngineCore process, no worker process
+        # Two processes, the API server and its engine core, which runs the model itself (with
+        # the multiprocessing variable at its default, vLLM 0.32 adds a worker process even
         # under --distributed-executor-backend uni): each process imports torch and vLLM
         # anew, which was most of a start (150 s -> 55 s on a busy 2-core host).
         # vLLM's own thread binding is off: it applies to worker processes, of which `uni`
