@@ -1,13 +1,14 @@
 """How fast the `sim` backend replays every agentic-coding point of a recipe tree in process.
 
-Reads every `*-master.yaml` of the tree (default: the InferenceX copy's `configs/` at
-/work/shared/inferencex-0801; a checkout's root, its `configs/` or `.github/configs/` also do)
-as a pytest run does, keeps the agentic-coding server nodes, starts one `sim` handle per node
-and runs each point's `run_point` with the default load (the synthetic traces, the default
-3600 s replay) over `--jobs` processes. A point the `sim` backend skips (a multinode deployment)
-is counted as skipped, with its reason. Prints a line per node as it ends, then wall and CPU
-seconds in all, the points run, skipped and failed, the requests simulated (and CPU per request)
-and the slowest nodes; `--profile N` instead profiles the first N points
+Reads every `*-master.yaml` of the tree (default: the InferenceX copy's `configs/` in
+../shared/inferencex-0801 beside the checkout; a checkout's root, its `configs/` or
+`.github/configs/` also do) as a pytest run does, keeps the agentic-coding server nodes, starts
+one `sim` handle per node and runs each point's `run_point` with the default load (the synthetic
+traces, the default 3600 s replay), each node in a process of its own, `--jobs` at once. A point
+the `sim` backend skips is counted as skipped, with its reason; a node whose process dies
+(killed for memory) fails its points, and the run goes on. Prints a line per node as it ends,
+then wall and CPU seconds in all, the points run, skipped and failed, the requests simulated
+(and CPU per request) and the slowest nodes; `--profile N` instead profiles the first N points
 in this process and prints where the time goes; `--sample K` runs every K-th node only (largest
 first), an estimate of the whole on a busy machine.
 
@@ -20,12 +21,13 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
-import multiprocessing
 import os
 import pstats
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from node_pool import run_each
 
 from pytest_inferbench.backends.base import LoadSettings, StartContext
 from pytest_inferbench.backends.sim import SimBackend
@@ -107,26 +109,36 @@ def run(tree: Path, jobs: int, duration: float, sample: int = 1) -> int:
     print(f"{tree}: {len(servers)} of {every} agentic-coding server nodes, {total} points, "
           f"{duration:g} s replays, {jobs} processes", flush=True)
     t0 = time.perf_counter()
-    results = []
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        # A line per node as it ends: a run stopped early still says how far it got.
-        for result in pool.imap_unordered(_run_node, [(s, duration) for s in servers]):
-            results.append(result)
-            print(f"  [{len(results)}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
-                  f"{result[0]}: {result[1]} run, {len(result[2])} skipped, "
-                  f"{len(result[4])} failed, {result[5]} requests, {result[3]:.2f} s CPU",
-                  flush=True)
+    results: list[NodeResult] = []
+    lost: list[str] = []  # nodes whose process died: each of their points failed
+    lost_points = 0
+    # A line per node as it ends: a run stopped early still says how far it got.
+    for ended, outcome in enumerate(run_each(_run_node, [(s, duration) for s in servers], jobs),
+                                    start=1):
+        head = f"  [{ended}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
+        result = outcome.result
+        if result is None:
+            server = outcome.item[0]
+            lost.append(f"{server.node_name}: {len(server.points())} points: {outcome.death}")
+            lost_points += len(server.points())
+            print(f"{head}{lost[-1]}", flush=True)
+            continue
+        results.append(result)
+        print(f"{head}{result[0]}: {result[1]} run, {len(result[2])} skipped, "
+              f"{len(result[4])} failed, {result[5]} requests, {result[3]:.2f} s CPU",
+              flush=True)
     wall = time.perf_counter() - t0
     done = sum(r[1] for r in results)
     reasons = collections.Counter(reason for r in results for reason in r[2])
     cpu = sum(r[3] for r in results)
-    failures = [f"{r[0]}::{f}" for r in results for f in r[4]]
+    failures = [f"{r[0]}::{f}" for r in results for f in r[4]] + lost
     for failure in failures:
         print(f"FAILED {failure}")
     requests = sum(r[5] for r in results)
     for node, n, _, node_cpu, _, node_requests in sorted(results, key=lambda r: -r[3])[:5]:
         print(f"slowest node {node}: {n} points, {node_requests} requests, {node_cpu:.2f} s CPU")
-    print(f"agentic matrix: {done} run, {sum(reasons.values())} skipped, {len(failures)} "
+    failed_points = len(failures) - len(lost) + lost_points
+    print(f"agentic matrix: {done} run, {sum(reasons.values())} skipped, {failed_points} "
           f"failed of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU over {jobs} "
           "processes")
     print(f"  {requests} requests simulated, {1e3 * cpu / max(requests, 1):.3f} ms CPU each")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import multiprocessing
 import os
 import resource
 import shutil
@@ -44,6 +43,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from node_pool import run_each
 
 from pytest_inferbench.backends.base import LoadSettings, StartContext
 from pytest_inferbench.backends.sim import SimBackend
@@ -164,13 +165,15 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = Fa
     total = sum(len(s.points()) for s in servers)
     t0 = time.perf_counter()
     results: list[tuple[str, int, float, list[str]]] = []
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        # A line per node as it ends: a long run shows how far it got if it is stopped.
-        for result in pool.imap_unordered(_run_node, servers, chunksize=1):
-            results.append(result)
-            print(f"  [{len(results)}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
-                  f"{result[0]}: {result[1]} points, {result[2]:.2f} s CPU, "
-                  f"{len(result[3])} failed", flush=True)
+    # A line per node as it ends: a long run shows how far it got if it is stopped.
+    for ended, outcome in enumerate(run_each(_run_node, servers, jobs), start=1):
+        # A node whose process died: each of its points failed, with the cause.
+        result = outcome.result or (outcome.item.node_name, 0, 0.0, [
+            f"{point.name}: died: {outcome.death}" for point in outcome.item.points()])
+        results.append(result)
+        print(f"  [{ended}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
+              f"{result[0]}: {result[1]} points, {result[2]:.2f} s CPU, "
+              f"{len(result[3])} failed", flush=True)
     wall = time.perf_counter() - t0
     done = sum(r[1] for r in results)
     cpu = sum(r[2] for r in results)
