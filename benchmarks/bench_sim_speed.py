@@ -188,8 +188,9 @@ def run_matrix(checkout: Path, jobs: int, name_filter: str, multinode: bool = Fa
     kind = "multinode" if multinode else "whole"
     if nodes != ":":
         kind += f" (nodes {nodes} of the run's order)"
+    target_s = 120 if multinode else 60  # the multinode matrix's own target is 120 s
     print(f"{kind} matrix: {done} of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU "
-          f"over {jobs} processes, {len(servers)} server nodes (target: <= 60 s wall)")
+          f"over {jobs} processes, {len(servers)} server nodes (target: <= {target_s} s wall)")
     # Other jobs on the machine stretch the wall time, not the CPU time: say how busy it was.
     print(f"load average at the end (1/5/15 min): "
           f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
