@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .tokenizer import _WORDS
+from .traces import shared_prefix_blocks
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -190,7 +191,8 @@ class PromptKeys:
         if previous is not None:
             ids, was_hashed, keys = previous
             # Blocks that both prompts fill from the same leading trace blocks: their keys.
-            shared = len(ids) if r.hash_ids[:len(ids)] == ids else _common(ids, r.hash_ids)
+            shared = (len(ids) if r.hash_ids[:len(ids)] == ids
+                      else shared_prefix_blocks(ids, r.hash_ids))
             known = keys[:min(was_hashed, hashed, shared * trace_block_size) // self.block_size]
             self.reused += len(known)
         out = prompt_block_keys(turn, trace_block_size, play, self.block_size, chat=self.chat,
@@ -198,16 +200,6 @@ class PromptKeys:
         if not last:
             self._last[stream] = (r.hash_ids, hashed, out)
         return out
-
-
-def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """How many leading entries `a` and `b` share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 # Above this many blocks a prompt's keys are mixed as numpy arrays: per block they cost less

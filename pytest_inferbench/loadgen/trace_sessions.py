@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .traces import Trace, TraceRequest, child_session
+from .traces import Trace, TraceRequest, child_session, shared_prefix_blocks
 
 # A parent turn joins a child that ends at most this much after it starts (float noise).
 JOIN_EPSILON_S = 1e-6
@@ -67,15 +67,6 @@ class _Chain:
     parent: int | None  # index of the chain it forked from (None: the subagent's own)
 
 
-def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _chains(requests: tuple[TraceRequest, ...]) -> list[_Chain]:
     """A subagent's requests split into chains (module doc); the first is its own."""
     chains: list[_Chain] = []
@@ -96,8 +87,8 @@ def _chains(requests: tuple[TraceRequest, ...]) -> list[_Chain]:
         if best is not None:
             chains[best].requests.append(r)
             continue
-        shared = [(_lcp(c.requests[-1].hash_ids, r.hash_ids), len(c.requests[-1].hash_ids), -i)
-                  for i, c in enumerate(chains)]
+        shared = [(shared_prefix_blocks(c.requests[-1].hash_ids, r.hash_ids),
+                   len(c.requests[-1].hash_ids), -i) for i, c in enumerate(chains)]
         depth, _, neg = max(shared)
         chains.append(_Chain([r], -neg if depth else 0))
     return chains

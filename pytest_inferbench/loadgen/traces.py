@@ -327,3 +327,13 @@ def all_requests(trace: Trace) -> list[tuple[tuple[str, int], TraceRequest]]:
 def child_session(trace: Trace, subagent: Subagent) -> str:
     """A subagent's session id, as the replayer names it."""
     return f"{trace.id}::sa:{subagent.agent_id}"
+
+
+def shared_prefix_blocks(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading block hashes two requests share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
