@@ -31,3 +31,10 @@ def test_results_and_deaths_each_reported_and_the_rest_runs_on() -> None:
     assert outcomes[3].result is None
     assert outcomes[3].death == "its process exited with code 3 without a result"
     assert all(not outcomes[n].death for n in (1, 4, 5))
+
+
+def test_workers_are_kept_from_item_to_item() -> None:
+    """A process per item would pay each item's first-use costs again (imports, caches)."""
+    pids = {o.item: o.result for o in run_each(lambda _: os.getpid(), range(8), jobs=2)}
+    assert len(pids) == 8 and len(set(pids.values())) <= 2
+    assert os.getpid() not in pids.values()
