@@ -107,8 +107,11 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
     `dispatch_delay_s` holds, per request, how long the client took from deciding to send it
     to having it on the wire; `busy_s` is the summed E2EL of the requests. `stalls` lists
     `[start, lag]` pairs: seconds from `origin_s` (the point's first send) and milliseconds.
-    A `median_e2el_s` of 0 (no successful request) leaves the longest stall unjudged.
+    A `median_e2el_s` of 0 (no successful request) leaves the longest stall unjudged. Only
+    the lag from `origin_s` on is judged (`measured_part`).
     """
+    cpu_fraction = stats.cpu_fraction  # the client's CPU over the whole monitored window
+    stats = measured_part(stats, origin_s)
     lag = stats.lag_s
     reference = median_itl_s if median_itl_s > 0 else median_ttft_s
     what = "median chunk ITL" if median_itl_s > 0 else "median TTFT"
@@ -142,7 +145,7 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
         "dispatch_delay_p50_ms": float(np.median(delays)) * 1000 if delays.size else 0.0,
         "dispatch_delay_p99_ms": float(np.percentile(delays, 99)) * 1000 if delays.size else 0.0,
         "dispatch_share": share,
-        "cpu_fraction": stats.cpu_fraction,
+        "cpu_fraction": cpu_fraction,
         "wall_s": stats.wall_s,
         "stalls": _stalls(stats, origin_s),
     }
@@ -169,10 +172,26 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
     if reasons:
         check["ok"] = False
         check["reason"] = ("; ".join(reasons) + f": the client may have distorted the timings "
-                           f"(client CPU {stats.cpu_fraction:.0%} of one core)")
-    elif stats.cpu_fraction > HIGH_CPU_FRACTION:
-        check["warning"] = f"client CPU {stats.cpu_fraction:.0%} of one core"
+                           f"(client CPU {cpu_fraction:.0%} of one core)")
+    elif cpu_fraction > HIGH_CPU_FRACTION:
+        check["warning"] = f"client CPU {cpu_fraction:.0%} of one core"
     return check
+
+
+def measured_part(stats: LoopStats, origin_s: float) -> LoopStats:
+    """The lag from `origin_s` (the measured phase's first send) on: a tick that woke before it
+    delayed no measured timestamp (the loop was busy with the warmup or with parsing the
+    server's /metrics before the phase: 20-40 ms for vLLM's), and of one that spans it only the
+    part after counts. Wall time is counted from the origin too. An origin of 0: all of it."""
+    if origin_s <= 0 or not stats.lag_s.size:
+        return stats
+    woke = stats.due_s + stats.lag_s
+    after = woke > origin_s
+    due = np.maximum(stats.due_s[after], origin_s)
+    # The monitor stopped after the load ended: its wall time less the part before the origin.
+    before_s = max(origin_s - float(stats.due_s[0]), 0.0)
+    return LoopStats(lag_s=woke[after] - due, cpu_s=stats.cpu_s,
+                     wall_s=max(stats.wall_s - before_s, 0.0), due_s=due)
 
 
 def _stalls(stats: LoopStats, origin_s: float) -> list[JSONValue]:

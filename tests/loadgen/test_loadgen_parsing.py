@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -17,7 +18,7 @@ from pytest_inferbench.loadgen import selfcheck
 from pytest_inferbench.loadgen.client import ClientConfig, _record
 from pytest_inferbench.loadgen.prompts import Prompt
 from pytest_inferbench.loadgen.scrape import Snapshot, parse_metrics, point_metrics
-from pytest_inferbench.loadgen.selfcheck import LoopMonitor, verdict
+from pytest_inferbench.loadgen.selfcheck import LoopMonitor, LoopStats, verdict
 from pytest_inferbench.loadgen.sse import parse_stream
 
 CFG = ClientConfig(base_url="http://127.0.0.1:1", model="m")
@@ -174,6 +175,28 @@ def test_event_loop_lag_fails_the_self_check() -> None:
     for hog in hogs:
         assert any(start <= hog + 0.03 and start + lag / 1000 >= hog + 0.025
                    for start, lag in stalls), (hog, stalls)
+
+
+def test_lag_before_the_measured_phase_is_not_judged() -> None:
+    """A stall that ended before the first measured send (the loop parsing the server's
+    /metrics before the phase) delayed no measured timestamp; of one that spans the first send
+    only the part after it counts; the same stall inside the phase fails the point."""
+    interval = 0.002
+    due = 100.0 + interval * np.arange(500)  # 1 s of ticks from t = 100 s
+    lag = np.full(due.size, 0.0002)
+    lag[10] = 0.040  # due at 100.020 s, woke at 100.060 s
+    stats = LoopStats(lag_s=lag, cpu_s=0.1, wall_s=1.0, due_s=due)
+    medians = {"median_itl_s": 0.002, "median_ttft_s": 0.01, "median_e2el_s": 0.039}
+    before = verdict(stats, **medians, origin_s=100.061)
+    assert before["ok"] is True, before["reason"]
+    assert before["lag_max_ms"] < 1 and before["stalls"] == []
+    assert before["wall_s"] == pytest.approx(1.0 - 0.061)
+    spanning = verdict(stats, **medians, origin_s=100.050)  # 10 ms of it after the first send
+    assert spanning["lag_max_ms"] == pytest.approx(10.0)
+    assert spanning["stalls"] == [[pytest.approx(0.0), pytest.approx(10.0)]]
+    inside = verdict(stats, **medians, origin_s=100.001)
+    assert inside["ok"] is False
+    assert "longest event-loop stall 40 ms" in str(inside["reason"]), inside["reason"]
 
 
 def test_idle_loop_passes_against_a_generous_interval() -> None:
