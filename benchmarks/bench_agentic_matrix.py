@@ -110,35 +110,29 @@ def run(tree: Path, jobs: int, duration: float, sample: int = 1) -> int:
           f"{duration:g} s replays, {jobs} processes", flush=True)
     t0 = time.perf_counter()
     results: list[NodeResult] = []
-    lost: list[str] = []  # nodes whose process died: each of their points failed
-    lost_points = 0
     # A line per node as it ends: a run stopped early still says how far it got.
     for ended, outcome in enumerate(run_each(_run_node, [(s, duration) for s in servers], jobs),
                                     start=1):
-        head = f"  [{ended}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
-        result = outcome.result
-        if result is None:
-            server = outcome.item[0]
-            lost.append(f"{server.node_name}: {len(server.points())} points: {outcome.death}")
-            lost_points += len(server.points())
-            print(f"{head}{lost[-1]}", flush=True)
-            continue
+        server = outcome.item[0]
+        # A node whose process died: each of its points failed, with the cause.
+        result = outcome.result or (server.node_name, 0, [], 0.0, [
+            f"{point.name}: died: {outcome.death}" for point in server.points()], 0)
         results.append(result)
-        print(f"{head}{result[0]}: {result[1]} run, {len(result[2])} skipped, "
+        print(f"  [{ended}/{len(servers)} nodes, {time.perf_counter() - t0:.0f} s] "
+              f"{result[0]}: {result[1]} run, {len(result[2])} skipped, "
               f"{len(result[4])} failed, {result[5]} requests, {result[3]:.2f} s CPU",
               flush=True)
     wall = time.perf_counter() - t0
     done = sum(r[1] for r in results)
     reasons = collections.Counter(reason for r in results for reason in r[2])
     cpu = sum(r[3] for r in results)
-    failures = [f"{r[0]}::{f}" for r in results for f in r[4]] + lost
+    failures = [f"{r[0]}::{f}" for r in results for f in r[4]]
     for failure in failures:
         print(f"FAILED {failure}")
     requests = sum(r[5] for r in results)
     for node, n, _, node_cpu, _, node_requests in sorted(results, key=lambda r: -r[3])[:5]:
         print(f"slowest node {node}: {n} points, {node_requests} requests, {node_cpu:.2f} s CPU")
-    failed_points = len(failures) - len(lost) + lost_points
-    print(f"agentic matrix: {done} run, {sum(reasons.values())} skipped, {failed_points} "
+    print(f"agentic matrix: {done} run, {sum(reasons.values())} skipped, {len(failures)} "
           f"failed of {total} points in {wall:.1f} s wall, {cpu:.1f} s CPU over {jobs} "
           "processes")
     print(f"  {requests} requests simulated, {1e3 * cpu / max(requests, 1):.3f} ms CPU each")
