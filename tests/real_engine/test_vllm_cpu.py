@@ -10,7 +10,8 @@ went 3.2 -> 3.9 ms and back between rounds while each window showed the server a
 its CPU and the other CPU idle but for the client), so one round says little and the verdict
 is the mean of the rounds' ratios. The process run also measures the recipe's points, its GSM8K
 item and the ngram node. One more process-backend run has its server stopped (SIGSTOP) in one
-point and killed in the next. Three server starts in all.
+point and killed in the next. Four server starts in all (the alternating benchmark shares
+the process run's server of its node).
 
 Where everything runs is set, not left to the scheduler: the launch spec binds the server to
 CPU 0 (`cpu_project.SERVER_CPU`), the client keeps off the server's bound CPUs (CPU 1, stated
@@ -102,7 +103,7 @@ def external_server(cpu_project: CpuProject, busy_neighbour: int, cpu_watch: Cpu
 
 
 # The host's speed drifts by ~25 % within seconds (above): many short rounds, so the drift
-# averages out of their mean ratio. 40 rounds of 60 requests take about 3 minutes.
+# averages out of their mean ratio. 40 rounds of 60 requests each took 94 s on a quiet host.
 ROUNDS = 40
 ROUND_PROMPTS_PER_CONC = 15
 ALTERNATING_TEST = "test_alternating_points"
@@ -129,7 +130,6 @@ def wait_for(path, abort):
 def {ALTERNATING_TEST}(inferbench_load):
     handshake = Path(os.environ["INFERBENCH_TIER_HANDSHAKE"])
     role = os.environ["INFERBENCH_TIER_ROLE"]
-    other = "external" if role == "process" else "process"
     for i in range({ROUNDS}):
         if role == "external":
             wait_for(handshake / f"process-{{i}}", handshake / "abort")
