@@ -181,9 +181,10 @@ def verdict(stats: LoopStats, *, median_itl_s: float, median_ttft_s: float,
 def measured_part(stats: LoopStats, origin_s: float) -> LoopStats:
     """The lag from `origin_s` (the measured phase's first send) on: a tick that woke before it
     delayed no measured timestamp (the loop was busy with the warmup or with parsing the
-    server's /metrics before the phase: 20-40 ms for vLLM's), and of one that spans it only the
-    part after counts. Wall time is counted from the origin too; `cpu_s` stays the whole
-    window's, so `verdict` reads the client's CPU share before this. An origin of 0: all of it."""
+    server's /metrics before the phase: 15-33 ms for the real-engine tier's vLLM, 132 kB), and
+    of one that spans it only the part after counts. Wall time is counted from the origin too;
+    `cpu_s` stays the whole window's, so `verdict` reads the client's CPU share before this. An
+    origin of 0: all of it."""
     if origin_s <= 0 or not stats.lag_s.size:
         return stats
     woke = stats.due_s + stats.lag_s
