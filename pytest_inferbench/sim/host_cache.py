@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import TYPE_CHECKING
 
+from .recency_set import RecencySet
+
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Sequence
 
 __all__ = ["HostCache"]
 
@@ -22,38 +24,39 @@ __all__ = ["HostCache"]
 class HostCache:
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity_blocks = max(capacity_blocks, 0)
-        # The use order as a log of hashes, a block's latest entry its last use: the least
-        # recently used block is the first one of the log whose entries are used up. A use
-        # appends (no linked list to keep up, as in an OrderedDict, in C for a batch); the log
-        # is rewritten when stale entries outnumber.
+        # Until the tier is about to fill, nothing is evicted: the blocks here and their order
+        # of use are a `RecencySet` (one set look-up a block written, none a block loaded; tens
+        # of millions of blocks in arrays). Most dram points never fill their tier.
+        self._room: RecencySet | None = RecencySet()
+        # From then on, the use order as a log of hashes, a block's latest entry its last use:
+        # the least recently used block is the first one of the log whose entries are used up.
+        # A use appends (no linked list to keep up, as in an OrderedDict, in C for a batch);
+        # the log is rewritten when stale entries outnumber. `_uses`: the blocks here -> their
+        # entries in the log, for eviction.
         self._log: deque[int] = deque()
-        # Until the tier is about to fill, nothing is evicted and the order is only logged: the
-        # blocks here are a set, one look-up a block written or used (a look-up in a table of
-        # millions is a cache miss; most dram points never fill their tier). From then on,
-        # how many entries each block has in the log, for eviction (`_count`).
-        self._here: set[int] = set()
-        self._uses: dict[int, int] | None = None  # the blocks here -> their entries in the log
+        self._uses: dict[int, int] = {}
         self.written_blocks = 0  # copies HBM -> DRAM
         self.loaded_blocks = 0  # copies DRAM -> HBM
         self.evictions = 0
 
     @property
     def used_blocks(self) -> int:
-        return len(self._here) if self._uses is None else len(self._uses)
+        return len(self._room) if self._room is not None else len(self._uses)
 
     def match(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of `hashes` are here."""
-        here: Collection[int] = self._here if self._uses is None else self._uses
-        if not hashes or hashes[0] not in here:  # the common miss, before a pass over them all
+        if self._room is not None:
+            return self._room.leading(hashes)
+        uses = self._uses
+        if not hashes or hashes[0] not in uses:  # the common miss, before a pass over them all
             return 0
-        found = list(map(here.__contains__, hashes))  # in C: a prompt may be 1-token pages
+        found = list(map(uses.__contains__, hashes))  # in C: a prompt may be 1-token pages
         return found.index(False) if False in found else len(found)
 
     def load(self, hashes: Sequence[int]) -> None:
         """Copy these blocks (here) back to HBM; they stay here, most recently used."""
-        if self._uses is None:
-            self._log.extend(hashes)
-            self._compact()
+        if self._room is not None:
+            self._room.use(hashes, here=True)
         else:
             self._use(hashes)
         self.loaded_blocks += len(hashes)
@@ -67,18 +70,13 @@ class HostCache:
         (then only used), the least recently used block evicted when one is over."""
         if not self.capacity_blocks or not hashes:
             return
-        if self._uses is None:
-            here = self._here
-            if len(here) + len(hashes) <= self.capacity_blocks:  # none can be over
-                before = len(here)
-                here.update(hashes)  # the new ones written, the others (and repeats) used
-                self.written_blocks += len(here) - before
-                self._log.extend(hashes)
-                self._compact()
+        room = self._room
+        if room is not None:
+            if len(room) + len(hashes) <= self.capacity_blocks:  # none can be over
+                self.written_blocks += room.use(hashes)  # the new ones written, the rest used
                 return
             self._count()
         uses = self._uses
-        assert uses is not None
         if uses.keys().isdisjoint(hashes):
             if len(uses) + len(hashes) <= self.capacity_blocks:  # a prefill's, written through
                 before = len(uses)
@@ -105,7 +103,6 @@ class HostCache:
     def _use(self, hashes: Sequence[int]) -> None:
         """These blocks (here, counted) are the most recently used, in this order."""
         uses = self._uses
-        assert uses is not None
         if len(set(hashes)) == len(hashes):
             uses.update(zip(hashes, map((1).__add__, map(uses.__getitem__, hashes)), strict=True))
         else:
@@ -116,7 +113,6 @@ class HostCache:
 
     def _evict_one(self) -> None:
         log, uses = self._log, self._uses
-        assert uses is not None
         while True:
             h = log.popleft()
             left = uses[h] - 1
@@ -128,20 +124,20 @@ class HostCache:
             return
 
     def _count(self) -> None:
-        """The tier may have to evict from now on: the log rewritten to one entry a block (the
-        same order of use), each block's entry counted."""
-        self._compact(always=True)
+        """The tier may have to evict from now on: the log is one entry a block (their order
+        of use), each block's entry counted."""
+        assert self._room is not None
+        self._log.extend(self._room.in_order_of_use())
         self._uses = dict.fromkeys(self._log, 1)
-        self._here = set()
+        self._room = None
 
-    def _compact(self, *, always: bool = False) -> None:
+    def _compact(self) -> None:
         """Drop the log's stale entries once they outnumber the blocks (a block's last entry
         kept, in order: the same order of use, in C)."""
-        if not always and len(self._log) <= 2 * self.used_blocks + 1024:
+        if len(self._log) <= 2 * len(self._uses) + 1024:
             return
         latest = list(dict.fromkeys(reversed(self._log)))
         latest.reverse()
         self._log.clear()  # in place: callers hold them
         self._log.extend(latest)
-        if self._uses is not None:
-            self._uses.update(dict.fromkeys(latest, 1))
+        self._uses.update(dict.fromkeys(latest, 1))

@@ -14,6 +14,7 @@ import pytest
 from pytest_inferbench.loadgen.datasets import parse_dataset
 from pytest_inferbench.loadgen.workload import LoadSettings, Workload, build_workload
 from pytest_inferbench.results.metrics import summarize
+from pytest_inferbench.sim import recency_set
 from pytest_inferbench.sim.args import engine_config_from_argv
 from pytest_inferbench.sim.config import EngineConfig
 from pytest_inferbench.sim.driver import simulate_point
@@ -316,12 +317,17 @@ def test_a_prompt_of_one_token_pages_is_kept_as_one_run_not_block_by_block() -> 
     assert kept < 1.5 * sys.getsizeof(hashes)
 
 
+@pytest.mark.parametrize("settle_from", [None, 8])
 @pytest.mark.parametrize("capacity", [0, 1, 50, 119, 200])
-def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(capacity: int) -> None:
+def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(
+        capacity: int, settle_from: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     # Batches of blocks as HBM writes them through, evicts them and loads them back: new ones,
     # ones here already, both, and a block twice, long enough for the tier to tidy its order
     # (119 of the 120 blocks: it fills late; 200: only once new blocks follow, after thousands
-    # of uses while it could not evict yet).
+    # of uses while it could not evict yet). `settle_from` 8: while it has room, its blocks
+    # are kept as arrays, as a tier of millions is.
+    if settle_from is not None:
+        monkeypatch.setattr(recency_set, "SETTLE_FROM", settle_from)
     rng = random.Random(capacity)
     host, ref = HostCache(capacity_blocks=capacity), _HostByBlock(capacity)
     for _ in range(3000):
