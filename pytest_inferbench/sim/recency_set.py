@@ -37,9 +37,9 @@ class RecencySet:
     def __init__(self, settle_from: int | None = None) -> None:
         self.settle_from = SETTLE_FROM if settle_from is None else settle_from
         self._recent: set[int] = set()  # the blocks, while few
-        self._log: deque[int] = deque()  # their uses, in order (the set's objects, no copies)
+        self._log: deque[int] = deque()  # their uses, in order
         self._table: BlockTable | None = None  # the blocks once many
-        self._uses = 0  # uses so far (in the table) or before `_log[0]` (few)
+        self._uses = 0  # once in the table: uses so far (the next one's position)
 
     def __len__(self) -> int:
         return len(self._recent) if self._table is None else len(self._table)
