@@ -325,7 +325,7 @@ def test_the_dram_tier_stores_loads_and_evicts_as_block_by_block(
     # ones here already, both, and a block twice, long enough for the tier to tidy its order
     # (119 of the 120 blocks: it fills late; 200: only once new blocks follow, after thousands
     # of uses while it could not evict yet). `settle_from` 8: while it has room, its blocks
-    # are kept as arrays, as a tier of millions is.
+    # are kept in the numpy table, as a tier of millions is.
     if settle_from is not None:
         monkeypatch.setattr(recency_set, "SETTLE_FROM", settle_from)
     rng = random.Random(capacity)

@@ -1,5 +1,6 @@
 """The DRAM tier's blocks while it has room: the same blocks and order of use as a list would
-keep, whether few (a set and a log) or many (sorted arrays), and the arrays 16 bytes a block."""
+keep, whether few (a set and a log) or many (a numpy table), and the table about 32 bytes a
+block."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class _InOrder:
 @pytest.mark.parametrize("settle_from", [4, 40, 1 << 20])
 def test_blocks_and_their_order_of_use_are_a_lists(settle_from: int) -> None:
     # Batches written (new, here already, repeated, both) and loaded; 4 and 40: the blocks
-    # settle into arrays early and often, with new ones in the set beside them; 1 << 20: never.
+    # move to the table early, and it grows as more join; 1 << 20: they never do.
     rng = random.Random(settle_from)
     blocks = [rng.randrange(-(1 << 63), 1 << 63) for _ in range(300)]
     here, ref = RecencySet(settle_from), _InOrder()
@@ -80,7 +81,7 @@ def test_many_blocks_are_kept_in_about_32_bytes_each_not_as_objects() -> None:
 
 def test_a_dram_tier_of_many_blocks_fills_and_evicts_in_their_order_of_use(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # Settled into arrays while it had room, then full: the least recently used go first.
+    # In the table while it had room, then full: the least recently used go first.
     monkeypatch.setattr(recency_set, "SETTLE_FROM", 8)
     host = HostCache(capacity_blocks=100)
     host.store_many(list(range(60)))
