@@ -26,7 +26,7 @@ class HostCache:
         self.capacity_blocks = max(capacity_blocks, 0)
         # Until the tier is about to fill, nothing is evicted: the blocks here and their order
         # of use are a `RecencySet` (one set look-up a block written, none a block loaded; tens
-        # of millions of blocks in arrays). Most dram points never fill their tier.
+        # of millions of blocks in a numpy table). Most dram points never fill their tier.
         self._room: RecencySet | None = RecencySet()
         # From then on, the use order as a log of hashes, a block's latest entry its last use:
         # the least recently used block is the first one of the log whose entries are used up.

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SETTLE_FROM", "RecencySet"]
 
-# Blocks from which they are kept as arrays (some 800 MB as Python objects below it).
+# Blocks from which they are kept in the table (some 800 MB as Python objects below it).
 SETTLE_FROM = 1 << 23
 
 
