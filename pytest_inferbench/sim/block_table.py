@@ -6,8 +6,8 @@ Buckets of `WIDTH` slots, a block in the bucket its hash picks, the bucket fille
 right (blocks are never removed: a full tier evicts from a log of its own, `HostCache`); a
 batch is looked up as one gather of its buckets' rows, so a look-up costs one row of memory,
 not the twenty-odd probes of a binary search through a sorted array (1.5 us a block at 39
-million). A block whose bucket is full waits in a dict (`_overflow`, about 1 % of them at the
-fullest load). The table grows by half once three quarters of its slots are taken.
+million). A block whose bucket is full waits in a dict (`_overflow`: 2.1 % of 2 M random
+hashes at the fullest load). The table grows by half once three quarters of its slots are taken.
 """
 
 from __future__ import annotations
