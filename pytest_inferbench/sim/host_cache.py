@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import TYPE_CHECKING
 
-from .recency_set import RecencySet
+from .recency_set import RecencySet, leading_found
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,8 +50,7 @@ class HostCache:
         uses = self._uses
         if not hashes or hashes[0] not in uses:  # the common miss, before a pass over them all
             return 0
-        found = list(map(uses.__contains__, hashes))  # in C: a prompt may be 1-token pages
-        return found.index(False) if False in found else len(found)
+        return leading_found(uses, hashes)
 
     def load(self, hashes: Sequence[int]) -> None:
         """Copy these blocks (here) back to HBM; they stay here, most recently used."""

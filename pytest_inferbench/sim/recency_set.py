@@ -25,12 +25,19 @@ import numpy as np
 from .block_table import BlockTable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Container, Sequence
 
-__all__ = ["SETTLE_FROM", "RecencySet"]
+__all__ = ["SETTLE_FROM", "RecencySet", "leading_found"]
 
 # Blocks from which they are kept in the table (some 800 MB as Python objects below it).
 SETTLE_FROM = 1 << 23
+
+
+def leading_found(here: Container[int], hashes: Sequence[int]) -> int:
+    """How many leading blocks of `hashes` are in `here`, looked up in C (a prompt may be
+    one-token pages)."""
+    found = list(map(here.__contains__, hashes))
+    return found.index(False) if False in found else len(found)
 
 
 class RecencySet:
@@ -52,8 +59,7 @@ class RecencySet:
         if not hashes or not self.has(hashes[0]):  # the common miss, before a pass over them all
             return 0
         if self._table is None:
-            found = list(map(self._recent.__contains__, hashes))  # in C: may be 1-token pages
-            return found.index(False) if False in found else len(found)
+            return leading_found(self._recent, hashes)
         missing = np.flatnonzero(~self._table.contains(np.array(hashes, dtype=np.int64)))
         return int(missing[0]) if len(missing) else len(hashes)
 
